@@ -1,0 +1,135 @@
+"""In-memory membership table (``memory://NAME``), for development and unit tests.
+
+Handles opened with the same NAME in one process share one store (per cluster), so
+several in-process silos can form a cluster. One lock serialises every operation,
+which makes each one trivially atomic. Entries are immutable, so returning them is
+returning detached copies.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+from membership_tables.codec import new_etag
+from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable
+from membership_tables.errors import InvalidTableUriError
+from membership_tables.model import (
+    MembershipEntry,
+    MembershipTableData,
+    SiloAddress,
+    SiloStatus,
+    TableVersion,
+    ensure_utc,
+)
+
+
+@dataclass
+class _ClusterState:
+    version: TableVersion | None = None
+    rows: dict[SiloAddress, tuple[MembershipEntry, str]] = field(default_factory=dict)
+
+
+@dataclass
+class _Store:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    clusters: dict[str, _ClusterState] = field(default_factory=dict)
+
+
+class InMemoryMembershipTable(MembershipTable):
+    """A process-local table; ``memory://NAME`` names the shared store."""
+
+    _stores: ClassVar[dict[str, _Store]] = {}
+    _stores_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, name: str, cluster_id: str) -> None:
+        super().__init__(cluster_id)
+        self.name = name
+        with self._stores_lock:
+            self._store = self._stores.setdefault(name, _Store())
+
+    @classmethod
+    def from_uri(cls, uri: str, cluster_id: str, **options: Any) -> InMemoryMembershipTable:
+        if options:
+            raise InvalidTableUriError(f"the memory table takes no options, got {sorted(options)}")
+        parts = urlsplit(uri)
+        name = (parts.netloc + parts.path).strip("/")
+        if not name or parts.query:
+            raise InvalidTableUriError(f"expected 'memory://NAME' (e.g. memory://dev), got {uri!r}")
+        return cls(name, cluster_id)
+
+    @classmethod
+    def reset(cls, name: str) -> None:
+        """Forget the store called ``name`` (tests use this between cases)."""
+        with cls._stores_lock:
+            cls._stores.pop(name, None)
+
+    @property
+    def _state(self) -> _ClusterState:
+        return self._store.clusters.setdefault(self.cluster_id, _ClusterState())
+
+    def _snapshot(self, rows: list[tuple[MembershipEntry, str]]) -> MembershipTableData:
+        return MembershipTableData(tuple(rows), self._state.version or UNINITIALIZED_VERSION)
+
+    def _version_matches(self, version: TableVersion) -> bool:
+        current = self._state.version
+        return current is not None and current.etag == version.etag
+
+    def initialize(self, try_init_version: bool = True) -> None:
+        with self._store.lock:
+            if try_init_version and self._state.version is None:
+                self._state.version = TableVersion(0, new_etag())
+
+    def read_all(self) -> MembershipTableData:
+        with self._store.lock:
+            return self._snapshot(list(self._state.rows.values()))
+
+    def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
+        with self._store.lock:
+            row = self._state.rows.get(silo_address)
+            return self._snapshot([row] if row else [])
+
+    def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
+        with self._store.lock:
+            state = self._state
+            if entry.silo_address in state.rows or not self._version_matches(version):
+                return False
+            state.rows[entry.silo_address] = (entry, new_etag())
+            state.version = TableVersion(version.version, new_etag())
+            return True
+
+    def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
+        with self._store.lock:
+            state = self._state
+            current = state.rows.get(entry.silo_address)
+            if current is None or current[1] != etag or not self._version_matches(version):
+                return False
+            alive = max(current[0].i_am_alive_time, entry.i_am_alive_time)
+            state.rows[entry.silo_address] = (entry.replace(i_am_alive_time=alive), new_etag())
+            state.version = TableVersion(version.version, new_etag())
+            return True
+
+    def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
+        when = ensure_utc(when, "IAmAlive time")
+        with self._store.lock:
+            current = self._state.rows.get(silo_address)
+            if current is not None and when > current[0].i_am_alive_time:
+                self._state.rows[silo_address] = (current[0].replace(i_am_alive_time=when), current[1])
+
+    def cleanup_defunct_entries(self, before: datetime) -> int:
+        before = ensure_utc(before, "cleanup cutoff")
+        with self._store.lock:
+            rows = self._state.rows
+            defunct = [
+                address for address, (entry, _) in rows.items() if entry.status is SiloStatus.DEAD and entry.last_activity < before
+            ]
+            for address in defunct:
+                del rows[address]
+            return len(defunct)
+
+    def delete_cluster_entries(self) -> None:
+        with self._store.lock:
+            self._store.clusters.pop(self.cluster_id, None)

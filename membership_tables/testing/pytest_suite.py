@@ -1,0 +1,45 @@
+"""A pytest base class that runs every conformance check against a backend.
+
+Subclass it and provide an ``open_cluster`` fixture::
+
+    class TestMyTable(MembershipTableConformance):
+        @pytest.fixture
+        def open_cluster(self, my_server) -> OpenCluster:
+            return lambda cluster_id: open_table(my_server.uri, cluster_id)
+
+Each check becomes one test; handles opened during a test are closed after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from membership_tables.contract import MembershipTable
+from membership_tables.testing.checks import CHECKS, Check, OpenCluster
+
+
+class MembershipTableConformance:
+    """Every ``MembershipTable`` check, parametrized; override ``open_cluster``."""
+
+    @pytest.fixture
+    def open_cluster(self) -> OpenCluster:
+        raise NotImplementedError("subclasses provide an open_cluster fixture")
+
+    @pytest.fixture
+    def tracked_open_cluster(self, open_cluster: OpenCluster) -> Iterator[OpenCluster]:
+        handles: list[MembershipTable] = []
+
+        def open_and_track(cluster_id: str) -> MembershipTable:
+            handle = open_cluster(cluster_id)
+            handles.append(handle)
+            return handle
+
+        yield open_and_track
+        for handle in handles:
+            handle.close()
+
+    @pytest.mark.parametrize("check", CHECKS, ids=[check.__name__.removeprefix("check_") for check in CHECKS])
+    def test_conformance(self, check: Check, tracked_open_cluster: OpenCluster) -> None:
+        check(tracked_open_cluster)

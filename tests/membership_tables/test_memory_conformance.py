@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from membership_tables import open_table
+from membership_tables.testing import OpenCluster
+from membership_tables.testing.pytest_suite import MembershipTableConformance
+
+
+class TestMemoryConformance(MembershipTableConformance):
+    @pytest.fixture
+    def open_cluster(self) -> OpenCluster:
+        uri = f"memory://conformance-{uuid.uuid4().hex}"
+        return lambda cluster_id: open_table(uri, cluster_id)
