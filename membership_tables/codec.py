@@ -50,7 +50,7 @@ def votes_from_json(value: object) -> tuple[tuple[SiloAddress, datetime], ...]:
     for vote in value:
         if not isinstance(vote, Mapping):
             raise InvalidEntryError(f"a suspicion vote must be an object with 'by' and 'at', got {vote!r}")
-        votes.append((SiloAddress.parse(vote.get("by")), parse_time(vote.get("at"), "suspicion vote time")))
+        votes.append((SiloAddress.parse(str(vote.get("by", ""))), parse_time(vote.get("at"), "suspicion vote time")))
     return tuple(votes)
 
 
@@ -82,7 +82,7 @@ def entry_from_document(document: object, where: str) -> MembershipEntry:
         if not isinstance(status_name, str) or status_name not in SiloStatus.__members__:
             raise InvalidEntryError(f"unknown status {status_name!r}")
         return MembershipEntry(
-            silo_address=SiloAddress.parse(document.get("address")),  # type: ignore[arg-type]
+            silo_address=SiloAddress.parse(str(document.get("address", ""))),
             status=SiloStatus[status_name],
             silo_name=document.get("silo_name", ""),
             host_name=document.get("host_name", ""),

@@ -124,7 +124,9 @@ class InMemoryMembershipTable(MembershipTable):
         with self._store.lock:
             rows = self._state.rows
             defunct = [
-                address for address, (entry, _) in rows.items() if entry.status is SiloStatus.DEAD and entry.last_activity < before
+                address
+                for address, (entry, _) in rows.items()
+                if entry.status is SiloStatus.DEAD and entry.last_activity < before
             ]
             for address in defunct:
                 del rows[address]

@@ -93,7 +93,8 @@ class SiloAddress:
         match = _ADDRESS_RE.match(text.strip()) if isinstance(text, str) else None
         if match is None:
             raise InvalidEntryError(
-                f"cannot parse silo address {text!r}: expected 'host:port@generation', e.g. '10.0.0.5:11111@1700000000000'"
+                f"cannot parse silo address {text!r}: expected 'host:port@generation', "
+                "e.g. '10.0.0.5:11111@1700000000000'"
             )
         host = match.group("v6") or match.group("host")
         return cls(host, int(match.group("port")), int(match.group("gen")))

@@ -44,7 +44,9 @@ class ServerProcess:
     The child gets its own process group so that ``stop()`` also ends anything it forked.
     """
 
-    def __init__(self, argv: Sequence[str], log: Path, env: dict[str, str] | None = None, user: str | None = None) -> None:
+    def __init__(
+        self, argv: Sequence[str], log: Path, env: dict[str, str] | None = None, user: str | None = None
+    ) -> None:
         self.log = log
         command = list(argv)
         if user is not None and os.geteuid() == 0:

@@ -1,0 +1,1 @@
+"""The silo runtime: membership protocol, gRPC wire, client library, Spark routing, CLI."""

@@ -1,0 +1,119 @@
+"""Time as an injected dependency.
+
+Every role takes a ``Clock``; production uses ``SystemClock`` and unit tests use
+``FakeClock``, which only moves when the test calls ``advance()``. Periodic loops are
+written as ``while await ticker.tick():`` so a test releases ticks by advancing time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """Wall-clock time, timezone-aware UTC (what goes into the table)."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a monotonic scale (for measuring intervals)."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Suspend the caller for ``seconds`` of this clock's time."""
+        ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+
+class FakeClock:
+    """A clock that moves only when ``advance()`` is called; sleepers wake in time order."""
+
+    def __init__(self, start: datetime = datetime(2026, 1, 1, tzinfo=UTC)) -> None:
+        self._start = start
+        self._elapsed = 0.0
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._sequence = itertools.count()
+
+    def now(self) -> datetime:
+        return self._start + timedelta(seconds=self._elapsed)
+
+    def monotonic(self) -> float:
+        return self._elapsed
+
+    async def sleep(self, seconds: float) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self._elapsed + max(0.0, seconds), next(self._sequence), future))
+        await future
+
+    async def advance(self, seconds: float) -> None:
+        """Move time forward, waking every sleeper due on the way, in order.
+
+        After each wake-up the event loop runs until it is idle, so the woken tasks
+        finish their reaction before time moves further.
+        """
+        target = self._elapsed + seconds
+        while self._sleepers and self._sleepers[0][0] <= target:
+            due, _, future = heapq.heappop(self._sleepers)
+            self._elapsed = max(self._elapsed, due)
+            if not future.done():
+                future.set_result(None)
+            await settle()
+        self._elapsed = target
+        await settle()
+
+    @property
+    def pending_sleepers(self) -> int:
+        return sum(1 for _, _, future in self._sleepers if not future.done())
+
+
+async def settle(rounds: int = 50) -> None:
+    """Let ready tasks run until the loop has nothing left to do right now."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+class Ticker:
+    """Fires every ``period`` seconds of ``clock`` time; ``tick()`` returns False once stopped.
+
+    ``first_delay`` lets the first tick be randomized (spreading table load when many
+    silos start together).
+    """
+
+    def __init__(self, clock: Clock, period: float, first_delay: float | None = None) -> None:
+        self._clock = clock
+        self._period = period
+        self._next_delay = period if first_delay is None else first_delay
+        self._stopped = asyncio.Event()
+
+    async def tick(self) -> bool:
+        if self._stopped.is_set():
+            return False
+        sleep = asyncio.ensure_future(self._clock.sleep(self._next_delay))
+        stop = asyncio.ensure_future(self._stopped.wait())
+        try:
+            await asyncio.wait({sleep, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleep, stop):
+                task.cancel()
+        self._next_delay = self._period
+        return not self._stopped.is_set()
+
+    def stop(self) -> None:
+        self._stopped.set()
