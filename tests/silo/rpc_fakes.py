@@ -1,0 +1,62 @@
+"""A function-backed ``MembershipRpcHandler`` and helpers to serve it on 127.0.0.1."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
+from silo.probing import IndirectProbeResult
+from silo.server import MembershipServer
+
+CLUSTER = "test-cluster"
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+async def _never_probed(target: SiloAddress, timeout: float) -> IndirectProbeResult:
+    return IndirectProbeResult(succeeded=False, intermediary_health_score=0, response_time=0.0, failure_message="n/a")
+
+
+@dataclass
+class FakeHandler:
+    """Answers RPCs from plain values and functions; records what peers told it."""
+
+    silo_address: SiloAddress
+    cluster_id: str = CLUSTER
+    score: int = 0
+    probe: Callable[[SiloAddress, float], Awaitable[IndirectProbeResult]] = _never_probed
+    snapshot: MembershipTableData = field(default_factory=lambda: MembershipTableData((), TableVersion(0, "")))
+    gossiped: list[int] = field(default_factory=list)
+
+    def health_score(self) -> int:
+        return self.score
+
+    async def on_gossip(self, version: int) -> None:
+        self.gossiped.append(version)
+
+    async def probe_for_peer(self, target: SiloAddress, timeout: float) -> IndirectProbeResult:
+        return await self.probe(target, timeout)
+
+    def membership_snapshot(self) -> MembershipTableData:
+        return self.snapshot
+
+
+def entry(address: SiloAddress, status: SiloStatus = SiloStatus.ACTIVE, **changes: object) -> MembershipEntry:
+    row = MembershipEntry(silo_address=address, status=status, start_time=T0, i_am_alive_time=T0)
+    return row.replace(**changes) if changes else row
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    make_handler: Callable[[SiloAddress], FakeHandler], host: str = "127.0.0.1"
+) -> AsyncIterator[tuple[MembershipServer, FakeHandler]]:
+    """A started server on a free port, whose handler is built once the address is known."""
+    server = MembershipServer(host, 0)
+    handler = make_handler(SiloAddress(host, server.port, 1))
+    await server.start(handler)
+    try:
+        yield server, handler
+    finally:
+        await server.stop(None)

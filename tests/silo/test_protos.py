@@ -1,0 +1,54 @@
+"""The committed generated modules in ``silo/proto/`` match ``protos/`` (regenerated here)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from membership_tables import SiloStatus
+from silo import wire
+from silo.proto.silo.v1 import membership_pb2 as pb
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = ROOT / "silo" / "proto"
+
+
+def generated_files(directory: Path) -> dict[str, str]:
+    return {
+        str(path.relative_to(directory)): path.read_text()
+        for path in sorted(directory.rglob("*.py*"))
+        if "__pycache__" not in path.parts
+    }
+
+
+def test_committed_generated_code_is_current(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "generate_protos.py"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    fresh, committed = generated_files(tmp_path), generated_files(COMMITTED)
+    assert fresh, "the generator wrote nothing"
+    stale = sorted(name for name in fresh.keys() | committed.keys() if fresh.get(name) != committed.get(name))
+    assert not stale, (
+        f"silo/proto is out of date ({', '.join(stale)}): run python scripts/generate_protos.py and commit"
+    )
+
+
+def test_wire_statuses_mirror_the_model() -> None:
+    assert {status.name: int(status) for status in SiloStatus} == {
+        pb.SiloStatus.Name(number).removeprefix("SILO_STATUS_"): number for number in pb.SiloStatus.values()
+    }
+
+
+def test_every_rpc_of_the_service_has_a_typed_method() -> None:
+    service = pb.DESCRIPTOR.services_by_name["Membership"]
+    declared = {method.name: method for method in (wire.PING, wire.PROBE_INDIRECTLY, wire.GOSSIP, wire.GET_MEMBERSHIP)}
+    assert set(declared) == set(service.methods_by_name)
+    for name, method in declared.items():
+        descriptor = service.methods_by_name[name]
+        assert method.request.DESCRIPTOR.full_name == descriptor.input_type.full_name
+        assert method.response.DESCRIPTOR.full_name == descriptor.output_type.full_name

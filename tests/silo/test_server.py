@@ -1,0 +1,201 @@
+"""The Membership gRPC service and the health service, over real gRPC on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from membership_tables import MembershipTableData, SiloAddress, SiloStatus, TableVersion
+from silo import wire
+from silo.probing import IndirectProbeResult
+from silo.proto.silo.v1 import membership_pb2 as pb
+from silo.server import BindError, MembershipServer
+from tests.silo.rpc_fakes import CLUSTER, T0, FakeHandler, entry, serving
+
+pytestmark = pytest.mark.slow
+
+PEER = SiloAddress("127.0.0.1", 4242, 7)
+T = TypeVar("T")
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coroutine)
+
+
+async def call(
+    port: int, method: wire.Method[wire.Request, wire.Response], request: wire.Request, timeout: float = 5.0
+) -> wire.Response:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = channel.unary_unary(
+            method.path,
+            request_serializer=method.request.SerializeToString,
+            response_deserializer=method.response.FromString,
+        )
+        response: wire.Response = await stub(request, timeout=timeout)
+        return response
+
+
+def header(cluster_id: str = CLUSTER) -> pb.RequestHeader:
+    return wire.header(cluster_id, PEER)
+
+
+def test_ping_answers_with_the_responder_address_and_health_score() -> None:
+    async def scenario() -> pb.PingResponse:
+        async with serving(lambda me: FakeHandler(me, score=3)) as (server, _):
+            return await call(server.port, wire.PING, pb.PingRequest(header=header()))
+
+    response = run(scenario())
+    assert response.health_score == 3
+    assert response.responder.host == "127.0.0.1"
+    assert response.responder.generation == 1
+
+
+REQUESTS_OF_ANOTHER_CLUSTER: list[tuple[wire.Method[Any, Any], Any]] = [
+    (wire.PING, pb.PingRequest(header=header("other-cluster"))),
+    (wire.PROBE_INDIRECTLY, pb.ProbeIndirectlyRequest(header=header("other-cluster"), timeout_seconds=1.0)),
+    (wire.GOSSIP, pb.GossipRequest(header=header("other-cluster"), version=9)),
+    (wire.GET_MEMBERSHIP, pb.GetMembershipRequest(header=header("other-cluster"))),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "request_message"), REQUESTS_OF_ANOTHER_CLUSTER, ids=lambda m: getattr(m, "name", "")
+)
+def test_a_request_for_another_cluster_is_refused_and_logged(
+    method: wire.Method[Any, Any], request_message: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> tuple[grpc.aio.AioRpcError, FakeHandler]:
+        async with serving(FakeHandler) as (server, handler):
+            with pytest.raises(grpc.aio.AioRpcError) as failure:
+                await call(server.port, method, request_message)
+            return failure.value, handler
+
+    with caplog.at_level(logging.WARNING, logger="silo.server"):
+        error, handler = run(scenario())
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "'test-cluster'" in error.details()
+    assert "'other-cluster'" in error.details()
+    assert handler.gossiped == []
+    assert any("refused" in record.message and str(PEER) in record.message for record in caplog.records)
+
+
+def test_probe_indirectly_pings_the_target_through_the_handler() -> None:
+    asked: list[tuple[SiloAddress, float]] = []
+
+    async def probe(target: SiloAddress, timeout: float) -> IndirectProbeResult:
+        asked.append((target, timeout))
+        return IndirectProbeResult(False, intermediary_health_score=2, response_time=0.25, failure_message="timeout")
+
+    async def scenario() -> pb.ProbeIndirectlyResponse:
+        async with serving(lambda me: FakeHandler(me, probe=probe)) as (server, _):
+            request = pb.ProbeIndirectlyRequest(
+                header=header(), target=wire.address_to_proto(PEER), timeout_seconds=1.5
+            )
+            return await call(server.port, wire.PROBE_INDIRECTLY, request)
+
+    response = run(scenario())
+    assert asked == [(PEER, 1.5)]
+    assert (response.succeeded, response.intermediary_health_score) == (False, 2)
+    assert (response.response_time_seconds, response.failure_message) == (0.25, "timeout")
+
+
+@pytest.mark.parametrize(
+    "request_message",
+    [
+        pb.ProbeIndirectlyRequest(header=header(), timeout_seconds=1.0),  # no target
+        pb.ProbeIndirectlyRequest(header=header(), target=wire.address_to_proto(PEER), timeout_seconds=0),
+    ],
+    ids=["missing-target", "zero-timeout"],
+)
+def test_probe_indirectly_rejects_invalid_arguments(request_message: pb.ProbeIndirectlyRequest) -> None:
+    async def scenario() -> grpc.StatusCode:
+        async with serving(FakeHandler) as (server, _):
+            with pytest.raises(grpc.aio.AioRpcError) as failure:
+                await call(server.port, wire.PROBE_INDIRECTLY, request_message)
+            return failure.value.code()
+
+    assert run(scenario()) == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_gossip_hands_the_version_to_the_handler() -> None:
+    async def scenario() -> list[int]:
+        async with serving(FakeHandler) as (server, handler):
+            await call(server.port, wire.GOSSIP, pb.GossipRequest(header=header(), version=42))
+            return handler.gossiped
+
+    assert run(scenario()) == [42]
+
+
+def test_get_membership_returns_the_handlers_snapshot() -> None:
+    row = entry(
+        PEER,
+        SiloStatus.ACTIVE,
+        silo_name="alpha",
+        proxy_port=30000,
+        suspect_times=((SiloAddress("10.0.0.1", 1, 2), T0),),
+        properties={"zone": "a"},
+    )
+    snapshot = MembershipTableData(((row, "etag-1"),), TableVersion(5, "v-etag"))
+
+    async def scenario() -> pb.GetMembershipResponse:
+        async with serving(lambda me: FakeHandler(me, snapshot=snapshot)) as (server, _):
+            return await call(server.port, wire.GET_MEMBERSHIP, pb.GetMembershipRequest(header=header()))
+
+    response = run(scenario())
+    assert wire.snapshot_from_proto(response) == snapshot
+    assert response.responder.host == "127.0.0.1"
+
+
+async def health_of(port: int, service: str) -> int:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        response = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5.0)
+        return int(response.status)
+
+
+@pytest.mark.parametrize("service", ["", wire.SERVICE_NAME])
+def test_health_is_serving_only_while_the_silo_says_so(service: str) -> None:
+    async def scenario() -> list[int]:
+        async with serving(FakeHandler) as (server, _):
+            states = [await health_of(server.port, service)]
+            await server.set_serving(True)
+            states.append(await health_of(server.port, service))
+            await server.set_serving(False)
+            states.append(await health_of(server.port, service))
+            return states
+
+    serving_status = health_pb2.HealthCheckResponse
+    assert run(scenario()) == [serving_status.NOT_SERVING, serving_status.SERVING, serving_status.NOT_SERVING]
+
+
+def test_an_extra_gateway_port_serves_the_same_services() -> None:
+    async def scenario() -> tuple[int, pb.PingResponse]:
+        server = MembershipServer("127.0.0.1", 0)
+        gateway = server.add_port(0)
+        await server.start(FakeHandler(SiloAddress("127.0.0.1", server.port, 1)))
+        try:
+            return gateway, await call(gateway, wire.PING, pb.PingRequest(header=header()))
+        finally:
+            await server.stop(None)
+
+    gateway, response = run(scenario())
+    assert gateway != 0
+    assert response.responder.generation == 1
+
+
+def test_binding_a_port_in_use_fails_with_a_clear_error() -> None:
+    async def scenario(port: int) -> None:
+        MembershipServer("127.0.0.1", port)
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(BindError, match="pick another --port"):
+            run(scenario(taken.getsockname()[1]))
