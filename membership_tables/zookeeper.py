@@ -1,0 +1,494 @@
+"""ZooKeeper membership table (``zookeeper://host:port[,host:port]/chroot``), through kazoo.
+
+Layout under the chroot (default ``/silo-membership``)::
+
+    <chroot>/<cluster_id>                          {"version": N}    data version = version etag
+    <chroot>/<cluster_id>/<host:port@generation>   the row (codec)   data version = row etag
+    <chroot>/<cluster_id>/<host:port@generation>/alive   {"i_am_alive_time": ISO}
+
+Why this honours the contract:
+
+* Every canonical write is one multi-op transaction that sets the cluster node at the
+  expected data version and creates (insert) or sets (update) the silo node at the
+  expected version, so rows and the version move together or not at all. A znode's
+  data version only ever increases, which makes it a fresh etag for the node's life.
+* Heartbeats write only the ``alive`` child. A child's writes change neither the silo
+  node's data version (its etag) nor the cluster node, so tokens read before a
+  heartbeat still work; reads report the later of the row's and the alive node's time.
+* ZooKeeper has no multi-node read, so reads are *fenced*: read the cluster node, the
+  rows, then the cluster node again, and retry if its version moved in between.
+  Heartbeats do not touch the cluster node, so they never cause a retry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import re
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlsplit
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+
+from membership_tables import codec
+from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable
+from membership_tables.errors import (
+    InvalidEntryError,
+    InvalidTableUriError,
+    MalformedRowError,
+    TableUnavailableError,
+)
+from membership_tables.model import (
+    MAX_PORT,
+    MembershipEntry,
+    MembershipTableData,
+    SiloAddress,
+    SiloStatus,
+    TableVersion,
+    ensure_utc,
+    validate_cluster_id,
+)
+
+DEFAULT_CHROOT = "/silo-membership"
+DEFAULT_PORT = 2181
+ALIVE_NODE = "alive"
+
+_FENCE_ATTEMPTS = 100
+"""Fenced reads retried this often while canonical writes keep moving the version."""
+_CAS_ATTEMPTS = 20
+"""Heartbeat compare-and-set and cluster deletion retries under concurrent writes."""
+_RECONNECT = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_jitter": 0.4, "max_delay": 2.0}
+"""kazoo reconnects forever with at most 2 s between attempts (its default backs off to an
+hour), so a handle kept open across a ZooKeeper restart is usable again soon after it."""
+
+_HOST_RE = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]/\s]+))(?::(?P<port>[^:]*))?$")
+_BAD_PATH_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\s]")
+_LOST_RACE = (BadVersionError, NoNodeError, NodeExistsError, NotEmptyError)
+"""A transaction failing on these lost a race: its preconditions no longer hold."""
+_NOT_THE_CAUSE = (RolledBackError, RuntimeInconsistency)
+"""What the other operations of a failed transaction report."""
+
+
+@dataclass(frozen=True)
+class ZooKeeperSettings:
+    """Where the table lives and how patient the client is.
+
+    ``timeout`` (seconds, default 10): the ZooKeeper session timeout and the longest one
+    request may wait for its answer. ``connect_timeout`` (seconds, default 5): how long
+    the first use of a handle waits for a connection before raising
+    ``TableUnavailableError``; a handle does not connect until it is first used.
+    """
+
+    hosts: str
+    chroot: str = DEFAULT_CHROOT
+    timeout: float = 10.0
+    connect_timeout: float = 5.0
+
+
+_OPTIONS = ("timeout", "connect_timeout")
+_EXAMPLE = "zookeeper://127.0.0.1:2181,10.0.0.2:2181/silo-membership"
+
+
+def parse_uri(uri: str, options: Mapping[str, object]) -> ZooKeeperSettings:
+    """Settings from ``zookeeper://host:port[,host:port...][/chroot][?timeout=S]`` and options.
+
+    Options may come from the query string or from keyword arguments (these win).
+    """
+    try:
+        parts = urlsplit(uri)
+        query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError as exc:
+        raise InvalidTableUriError(f"cannot parse ZooKeeper URI {uri!r} ({exc}); expected e.g. {_EXAMPLE}") from exc
+    if parts.fragment:
+        raise InvalidTableUriError(f"ZooKeeper URI {uri!r} must not have a '#fragment'; expected e.g. {_EXAMPLE}")
+    given: dict[str, object] = dict(query)
+    given.update(options)
+    unknown = sorted(set(given) - set(_OPTIONS))
+    if unknown:
+        raise InvalidTableUriError(
+            f"unknown ZooKeeper table option(s) {unknown} in {uri!r}; supported: {', '.join(_OPTIONS)} (seconds)"
+        )
+    timeouts = {name: _positive_seconds(name, value) for name, value in given.items()}
+    return ZooKeeperSettings(hosts=_parse_hosts(parts.netloc, uri), chroot=_parse_chroot(parts.path, uri), **timeouts)
+
+
+def _parse_hosts(netloc: str, uri: str) -> str:
+    if "@" in netloc:
+        raise InvalidTableUriError(
+            f"ZooKeeper URI {uri!r} must not carry credentials ('user@'); they are not supported"
+        )
+    hosts = []
+    for item in netloc.split(","):
+        match = _HOST_RE.match(item.strip())
+        if not item.strip() or match is None:
+            raise InvalidTableUriError(
+                f"ZooKeeper URI {uri!r} has no valid host in {item!r}; list servers as host:port, e.g. {_EXAMPLE}"
+            )
+        port_text = match.group("port")
+        if port_text is None:
+            port = DEFAULT_PORT
+        elif port_text.isascii() and port_text.isdigit() and 0 < int(port_text) <= MAX_PORT:
+            port = int(port_text)
+        else:
+            raise InvalidTableUriError(f"ZooKeeper URI {uri!r} has a bad port {port_text!r}; use 1..{MAX_PORT}")
+        host = f"[{match.group('v6')}]" if match.group("v6") else match.group("host")
+        hosts.append(f"{host}:{port}")
+    return ",".join(hosts)
+
+
+def _parse_chroot(path: str, uri: str) -> str:
+    if path in ("", "/"):
+        return DEFAULT_CHROOT
+    components = path.strip("/").split("/")
+    if any(c in ("", ".", "..") for c in components) or _BAD_PATH_CHARS.search(path):
+        raise InvalidTableUriError(
+            f"ZooKeeper URI {uri!r} has an invalid chroot {path!r}: use /name[/name...] without empty, '.' or '..' "
+            "parts, spaces or control characters"
+        )
+    return "/" + "/".join(components)
+
+
+def _positive_seconds(name: str, value: object) -> float:
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if isinstance(value, bool) or not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidTableUriError(f"ZooKeeper option {name} must be a positive number of seconds, got {value!r}")
+    return seconds
+
+
+def node_name(silo_address: SiloAddress) -> str:
+    """The silo's child name: ``host:port@generation`` (a ``/`` or ``%`` in a host is escaped)."""
+    return quote(str(silo_address), safe=":@[]")
+
+
+def _version_document(version: int) -> bytes:
+    return json.dumps({"version": version}).encode()
+
+
+def _alive_document(when: datetime) -> bytes:
+    return json.dumps({"i_am_alive_time": codec.format_time(when)}).encode()
+
+
+def _json_field(data: bytes, field: str, path: str) -> object:
+    try:
+        document = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MalformedRowError(f"znode {path} is not valid JSON ({exc}); repair or delete it by hand") from exc
+    if not isinstance(document, dict) or field not in document:
+        raise MalformedRowError(f"znode {path} must hold a JSON object with {field!r}; repair or delete it by hand")
+    return document[field]
+
+
+def _parse_version(data: bytes, path: str) -> int:
+    version = _json_field(data, "version", path)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise MalformedRowError(f"znode {path} has a bad version {version!r}; repair or delete it by hand")
+    return version
+
+
+def _parse_alive(data: bytes, path: str) -> datetime:
+    try:
+        return codec.parse_time(_json_field(data, "i_am_alive_time", path), "i_am_alive_time")
+    except InvalidEntryError as exc:
+        raise MalformedRowError(f"znode {path} cannot be parsed: {exc}; repair or delete it by hand") from exc
+
+
+def _znode_version(etag: str) -> int | None:
+    """The znode data version an etag names, or ``None`` if no znode could carry it."""
+    return int(etag) if etag.isascii() and etag.isdigit() else None
+
+
+@dataclass(frozen=True)
+class _StoredRow:
+    entry: MembershipEntry
+    """With IAmAlive already merged from the alive node."""
+    row_version: int
+    alive_version: int | None
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    version: TableVersion
+    rows: tuple[_StoredRow, ...]
+
+    def data(self) -> MembershipTableData:
+        return MembershipTableData(tuple((row.entry, str(row.row_version)) for row in self.rows), self.version)
+
+
+class ZooKeeperMembershipTable(MembershipTable):
+    """A cluster's table in ZooKeeper; one kazoo client per handle, shared by its threads."""
+
+    def __init__(self, settings: ZooKeeperSettings, cluster_id: str) -> None:
+        super().__init__(validate_cluster_id(cluster_id))
+        self.settings = settings
+        self.cluster_path = f"{settings.chroot}/{cluster_id}"
+        self._lock = threading.Lock()
+        self._client: Any = None
+        self._closed = False
+
+    @classmethod
+    def from_uri(cls, uri: str, cluster_id: str, **options: Any) -> ZooKeeperMembershipTable:
+        return cls(parse_uri(uri, options), cluster_id)
+
+    def row_path(self, silo_address: SiloAddress) -> str:
+        return f"{self.cluster_path}/{node_name(silo_address)}"
+
+    # -- connection and driver boundary -------------------------------------------------
+
+    def _connected(self) -> Any:
+        """The started kazoo client; fails fast instead of queueing while disconnected."""
+        with self._lock:
+            if self._closed:
+                raise TableUnavailableError("this ZooKeeper table handle is closed; open a new one") from (
+                    ConnectionClosedError("handle closed")
+                )
+            if self._client is None:
+                client = KazooClient(
+                    hosts=self.settings.hosts, timeout=self.settings.timeout, connection_retry=dict(_RECONNECT)
+                )
+                try:
+                    client.start(timeout=self.settings.connect_timeout)  # stops the client itself on failure
+                except KazooTimeoutError as exc:
+                    raise TableUnavailableError(
+                        f"cannot connect to ZooKeeper at {self.settings.hosts} within "
+                        f"{self.settings.connect_timeout}s; is it running and reachable?"
+                    ) from exc
+                self._client = client
+            client = self._client
+        if not client.connected:
+            raise TableUnavailableError(
+                f"not connected to ZooKeeper at {self.settings.hosts}; the handle keeps reconnecting in the background"
+            ) from ConnectionLoss(f"client state {client.state}")
+        return client
+
+    @contextlib.contextmanager
+    def _driver_errors(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except (KazooException, KazooTimeoutError) as exc:
+            raise TableUnavailableError(
+                f"ZooKeeper at {self.settings.hosts} failed during {action} of cluster {self.cluster_id!r}: {exc!r}"
+            ) from exc
+
+    def _wait(self, pending: Any) -> Any:
+        """The result of one asynchronous kazoo request, waiting at most ``timeout``."""
+        return pending.get(timeout=self.settings.timeout)
+
+    def _commit(self, transaction: Any) -> bool:
+        return self._outcome(self._wait(transaction.commit_async()))
+
+    @staticmethod
+    def _outcome(results: Sequence[object]) -> bool:
+        """True if every operation succeeded, False for a lost race; raises any other failure."""
+        errors = [result for result in results if isinstance(result, Exception)]
+        if not errors:
+            return True
+        causes = [error for error in errors if not isinstance(error, _NOT_THE_CAUSE)]
+        if causes and all(isinstance(cause, _LOST_RACE) for cause in causes):
+            return False
+        raise (causes or errors)[0]
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def _snapshot(self, names: Sequence[str] | None) -> _Snapshot:
+        """The named rows (all if ``None``) and the version, fenced by the cluster node."""
+        client = self._connected()
+        for attempt in range(_FENCE_ATTEMPTS):
+            head = client.get_async(self.cluster_path)
+            listing = client.get_children_async(self.cluster_path) if names is None else None
+            try:
+                data, before = self._wait(head)
+            except NoNodeError:
+                return _Snapshot(UNINITIALIZED_VERSION, ())
+            try:
+                children = names if names is not None else self._wait(listing)
+            except NoNodeError:  # the cluster was deleted after the first read
+                continue
+            pending = []
+            for name in children:
+                path = f"{self.cluster_path}/{name}"
+                pending.append((path, client.get_async(path), client.get_async(f"{path}/{ALIVE_NODE}")))
+            tail = client.exists_async(self.cluster_path)
+            rows = tuple(row for path, *results in pending if (row := self._row(path, *results)) is not None)
+            after = self._wait(tail)
+            if after is not None and (after.czxid, after.version) == (before.czxid, before.version):
+                return _Snapshot(TableVersion(_parse_version(data, self.cluster_path), str(before.version)), rows)
+            time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+        raise TableUnavailableError(
+            f"the version of {self.cluster_path} kept moving during {_FENCE_ATTEMPTS} reads; too many concurrent writes"
+        )
+
+    def _row(self, path: str, row_result: Any, alive_result: Any) -> _StoredRow | None:
+        try:
+            data, stat = self._wait(row_result)
+        except NoNodeError:  # removed by a cleanup, which does not move the version
+            return None
+        entry = codec.loads(data, path)
+        if self.row_path(entry.silo_address) != path:
+            raise MalformedRowError(
+                f"znode {path} holds the row of {entry.silo_address}, which belongs at "
+                f"{self.row_path(entry.silo_address)}; move or delete it by hand"
+            )
+        try:
+            alive_data, alive_stat = self._wait(alive_result)
+        except NoNodeError:
+            return _StoredRow(entry, stat.version, None)
+        alive = max(entry.i_am_alive_time, _parse_alive(alive_data, f"{path}/{ALIVE_NODE}"))
+        return _StoredRow(entry.replace(i_am_alive_time=alive), stat.version, alive_stat.version)
+
+    def read_all(self) -> MembershipTableData:
+        with self._driver_errors("read_all"):
+            return self._snapshot(None).data()
+
+    def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
+        with self._driver_errors("read_row"):
+            return self._snapshot([node_name(silo_address)]).data()
+
+    # -- writes --------------------------------------------------------------------------
+
+    def initialize(self, try_init_version: bool = True) -> None:
+        with self._driver_errors("initialize"):
+            client = self._connected()
+            self._wait(client.ensure_path_async(self.settings.chroot))
+            if try_init_version:
+                with contextlib.suppress(NodeExistsError):
+                    self._wait(client.create_async(self.cluster_path, _version_document(0)))
+
+    def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
+        expected = _znode_version(version.etag)
+        if expected is None:
+            return False
+        path = self.row_path(entry.silo_address)
+        with self._driver_errors("insert_row"):
+            transaction = self._connected().transaction()
+            transaction.set_data(self.cluster_path, _version_document(version.version), version=expected)
+            transaction.create(path, codec.dumps(entry))
+            transaction.create(f"{path}/{ALIVE_NODE}", _alive_document(entry.i_am_alive_time))
+            return self._commit(transaction)
+
+    def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
+        expected_version, expected_row = _znode_version(version.etag), _znode_version(etag)
+        if expected_version is None or expected_row is None:
+            return False
+        path = self.row_path(entry.silo_address)
+        with self._driver_errors("update_row"):
+            client = self._connected()
+            try:
+                data, stat = self._wait(client.get_async(path))
+            except NoNodeError:
+                return False
+            if stat.version != expected_row:
+                return False
+            # The transaction checks the row version, so ``stored`` is exactly the row it replaces.
+            stored = codec.loads(data, path)
+            alive = max(entry.i_am_alive_time, stored.i_am_alive_time)
+            transaction = client.transaction()
+            transaction.set_data(self.cluster_path, _version_document(version.version), version=expected_version)
+            transaction.set_data(path, codec.dumps(entry.replace(i_am_alive_time=alive)), version=expected_row)
+            return self._commit(transaction)
+
+    def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
+        when = ensure_utc(when, "IAmAlive time")
+        path = f"{self.row_path(silo_address)}/{ALIVE_NODE}"
+        with self._driver_errors("update_i_am_alive"):
+            client = self._connected()
+            for _ in range(_CAS_ATTEMPTS):
+                if self._compare_and_set_alive(client, path, when):
+                    return
+        raise TableUnavailableError(f"heartbeat of {silo_address} lost {_CAS_ATTEMPTS} races in a row at {path}")
+
+    def _compare_and_set_alive(self, client: Any, path: str, when: datetime) -> bool:
+        """One attempt to move the alive node forward to ``when``; False means retry."""
+        try:
+            data, stat = self._wait(client.get_async(path))
+        except NoNodeError:
+            try:  # the row exists without an alive node (written by hand): add one
+                self._wait(client.create_async(path, _alive_document(when)))
+            except NoNodeError:  # no row: a heartbeat never creates one
+                return True
+            except NodeExistsError:
+                return False
+            return True
+        if _parse_alive(data, path) >= when:
+            return True
+        try:
+            self._wait(client.set_async(path, _alive_document(when), version=stat.version))
+        except NoNodeError:
+            return True
+        except BadVersionError:
+            return False
+        return True
+
+    def cleanup_defunct_entries(self, before: datetime) -> int:
+        before = ensure_utc(before, "cleanup cutoff")
+        with self._driver_errors("cleanup_defunct_entries"):
+            client = self._connected()
+            pending = []
+            for row in self._snapshot(None).rows:
+                if row.entry.status is SiloStatus.DEAD and row.entry.last_activity < before:
+                    # Checking both versions keeps a concurrent update or heartbeat from being lost.
+                    path = self.row_path(row.entry.silo_address)
+                    transaction = client.transaction()
+                    if row.alive_version is not None:
+                        transaction.delete(f"{path}/{ALIVE_NODE}", version=row.alive_version)
+                    transaction.delete(path, version=row.row_version)
+                    pending.append(transaction.commit_async())
+            return sum(self._outcome(self._wait(result)) for result in pending)
+
+    def delete_cluster_entries(self) -> None:
+        with self._driver_errors("delete_cluster_entries"):
+            client = self._connected()
+            for _ in range(_CAS_ATTEMPTS):
+                try:
+                    stat = self._wait(client.exists_async(self.cluster_path))
+                    if stat is None:
+                        return
+                    # One transaction, deepest first: readers never see a half-deleted cluster.
+                    transaction = client.transaction()
+                    for path in self._descendants(client, self.cluster_path):
+                        transaction.delete(path)
+                    transaction.delete(self.cluster_path, version=stat.version)
+                    if self._commit(transaction):
+                        return
+                except NoNodeError:
+                    continue
+        raise TableUnavailableError(f"{self.cluster_path} kept changing while it was being deleted; try again")
+
+    def _descendants(self, client: Any, path: str) -> list[str]:
+        """Every node below ``path``, children after their own children."""
+        found = []
+        for child in self._wait(client.get_children_async(path)):
+            child_path = f"{path}/{child}"
+            found.extend(self._descendants(client, child_path))
+            found.append(child_path)
+        return found
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(KazooException, KazooTimeoutError):
+                client.stop()
+            client.close()

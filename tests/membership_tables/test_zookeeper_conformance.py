@@ -1,0 +1,21 @@
+"""The ZooKeeper table passes every contract check against a real ZooKeeper."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from membership_tables import open_table
+from membership_tables.testing import OpenCluster
+from membership_tables.testing.pytest_suite import MembershipTableConformance
+from tests.services.zookeeper import ZooKeeperServer
+
+pytestmark = pytest.mark.slow
+
+
+class TestZooKeeperConformance(MembershipTableConformance):
+    @pytest.fixture
+    def open_cluster(self, zookeeper_server: ZooKeeperServer) -> OpenCluster:
+        uri = zookeeper_server.uri(f"conformance-{uuid.uuid4().hex[:12]}")
+        return lambda cluster_id: open_table(uri, cluster_id)
