@@ -1,0 +1,98 @@
+"""What differs between SQLite, PostgreSQL and MySQL/MariaDB: isolation, schema locks, errors.
+
+Driver errors are recognised by their codes (psycopg ``sqlstate``, PyMySQL ``args[0]``,
+``sqlite3`` ``sqlite_errorcode``) so no driver needs importing here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import sqlalchemy as sa
+
+from membership_tables.sql.engine import SQLITE_BEGIN
+from membership_tables.sql.schema import LIVE_VIEW, LIVE_VIEW_SELECT, metadata
+
+# Deadlock, serialization failure, lock wait timeout: nothing was committed, a retry may pass.
+_TRANSIENT: dict[str, frozenset[object]] = {
+    "postgresql": frozenset({"40001", "40P01", "55P03"}),
+    "mysql": frozenset({1205, 1213}),
+    "sqlite": frozenset({5, 6}),  # SQLITE_BUSY, SQLITE_LOCKED
+}
+_PG_UNDEFINED_TABLE = "42P01"
+_MYSQL_NO_SUCH_TABLE = 1146
+
+_PG_SCHEMA_LOCK_KEY = 7_297_115_001  # any constant bigint that every process agrees on
+_MYSQL_SCHEMA_LOCK = "silo_membership_schema"
+
+
+def read_options(dialect: str) -> dict[str, Any]:
+    """Execution options of a read transaction: one consistent snapshot of version and rows."""
+    return {} if dialect == "sqlite" else {"isolation_level": "REPEATABLE READ"}
+
+
+def write_options(dialect: str) -> dict[str, Any]:
+    """Execution options of a write transaction.
+
+    SQLite takes the write lock up front. PostgreSQL and MySQL use their usual levels: the
+    first statement, a conditional UPDATE of the version row, locks it and always sees the
+    latest committed version, which serialises the writers of one cluster.
+    """
+    if dialect == "sqlite":
+        return {SQLITE_BEGIN: "IMMEDIATE"}
+    if dialect == "postgresql":
+        return {"isolation_level": "READ COMMITTED"}
+    return {"isolation_level": "REPEATABLE READ"}
+
+
+def _error_code(exc: sa.exc.DBAPIError) -> object:
+    orig = exc.orig
+    for attribute in ("sqlstate", "sqlite_errorcode"):
+        code = getattr(orig, attribute, None)
+        if code is not None:
+            return code & 0xFF if isinstance(code, int) else code
+    args = getattr(orig, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def is_transient(dialect: str, exc: sa.exc.DBAPIError) -> bool:
+    """A deadlock, lock timeout or serialization failure: the transaction was rolled back."""
+    return _error_code(exc) in _TRANSIENT.get(dialect, _TRANSIENT["mysql"])
+
+
+def is_missing_table(dialect: str, exc: sa.exc.DBAPIError) -> bool:
+    """The schema does not exist (yet): ``initialize()`` was never run on this database."""
+    if dialect == "sqlite":
+        return "no such table" in str(exc.orig)
+    return _error_code(exc) == (_PG_UNDEFINED_TABLE if dialect == "postgresql" else _MYSQL_NO_SUCH_TABLE)
+
+
+@contextlib.contextmanager
+def _schema_lock(connection: sa.Connection) -> Iterator[None]:
+    """Serialise schema creation across processes (``CREATE ... IF NOT EXISTS`` still races)."""
+    dialect = connection.dialect.name
+    if dialect == "sqlite":  # the write transaction (BEGIN IMMEDIATE) is the lock
+        yield
+    elif dialect == "postgresql":  # released at the end of the transaction
+        connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_SCHEMA_LOCK_KEY})
+        yield
+    else:  # MySQL DDL commits implicitly, so the lock is a named session lock
+        got = connection.execute(
+            sa.text("SELECT GET_LOCK(:name, @@innodb_lock_wait_timeout)"), {"name": _MYSQL_SCHEMA_LOCK}
+        ).scalar_one()
+        if got != 1:
+            raise sa.exc.OperationalError("SELECT GET_LOCK", {}, RuntimeError("timed out waiting for the schema lock"))
+        try:
+            yield
+        finally:
+            connection.execute(sa.text("SELECT RELEASE_LOCK(:name)"), {"name": _MYSQL_SCHEMA_LOCK})
+
+
+def create_schema(connection: sa.Connection) -> None:
+    """Create the tables and the live view if missing, inside a write transaction."""
+    with _schema_lock(connection):
+        metadata.create_all(connection, checkfirst=True)
+        if not sa.inspect(connection).has_table(LIVE_VIEW):
+            connection.exec_driver_sql(f"CREATE VIEW {LIVE_VIEW} AS {LIVE_VIEW_SELECT}")

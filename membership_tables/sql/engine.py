@@ -1,0 +1,146 @@
+"""From a table URI and options to a configured SQLAlchemy engine, and dialect quirks.
+
+Only the drivers the project tests are accepted: SQLite (``sqlite:///file.db``, the standard
+library's ``sqlite3``), PostgreSQL through psycopg 3 and MySQL/MariaDB through PyMySQL. A URI
+without a driver gets the supported one (``postgresql://`` means ``postgresql+psycopg://``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, make_url
+
+from membership_tables.errors import BackendNotInstalledError, InvalidTableUriError
+from membership_tables.registry import DISTRIBUTION
+
+# backend -> (the one supported driver, the pip extra that installs it)
+_DRIVERS: dict[str, tuple[str, str]] = {
+    "sqlite": ("pysqlite", "sql"),
+    "postgresql": ("psycopg", "postgres"),
+    "mysql": ("pymysql", "mysql"),
+    "mariadb": ("pymysql", "mysql"),
+}
+
+# SQLite begins transactions itself (see _configure_sqlite); writes pass this execution option.
+SQLITE_BEGIN = "silo_sqlite_begin"
+
+
+@dataclass(frozen=True)
+class SqlOptions:
+    """Options of the SQL backend, passed as ``open_table(uri, cluster_id, **options)``."""
+
+    connect_timeout: float = 5.0
+    """Seconds to wait for a connection, so an unreachable server fails fast."""
+    statement_timeout: float = 30.0
+    """Seconds a statement or lock wait may take (SQLite: the busy timeout) before failing."""
+    pool_size: int = 5
+    """Connections kept open per handle."""
+    max_overflow: int = 10
+    """Extra connections a busy handle may open beyond ``pool_size``."""
+
+    @classmethod
+    def from_kwargs(cls, options: Mapping[str, Any]) -> SqlOptions:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise InvalidTableUriError(f"unknown SQL table options {unknown}; supported: {sorted(known)}")
+        for name, value in options.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise InvalidTableUriError(f"SQL table option {name} must be a non-negative number, got {value!r}")
+        return cls(**options)
+
+
+def parse_url(uri: str) -> URL:
+    """The SQLAlchemy URL of ``uri`` with its driver made explicit; refuses what we do not support."""
+    try:
+        url = make_url(uri)
+    except (sa.exc.ArgumentError, ValueError) as exc:
+        raise InvalidTableUriError(f"cannot parse SQL table URI {uri!r}: {exc}") from exc
+    backend, _, driver = url.drivername.partition("+")
+    backend = "postgresql" if backend == "postgres" else backend
+    shown = url.render_as_string(hide_password=True)
+    if backend not in _DRIVERS:
+        raise InvalidTableUriError(f"unsupported SQL database {backend!r} in {shown}; use sqlite, postgresql or mysql")
+    supported = _DRIVERS[backend][0]
+    if driver not in ("", supported):
+        raise InvalidTableUriError(
+            f"unsupported driver {driver!r} in {shown}; the {backend} table uses {backend}+{supported}://"
+        )
+    url = url.set(drivername=f"{backend}+{supported}")
+    if backend == "sqlite" and url.database in (None, "", ":memory:"):
+        raise InvalidTableUriError(
+            f"{shown} is an in-memory SQLite database, which other handles cannot share; "
+            "name a file (sqlite:///membership.db) or use memory://NAME"
+        )
+    if backend in ("mysql", "mariadb") and not url.database:
+        raise InvalidTableUriError(f"{shown} names no database; use mysql+pymysql://user:password@host:3306/DATABASE")
+    return url
+
+
+def create_engine(url: URL, options: SqlOptions) -> sa.Engine:
+    """An engine with short connect timeouts, bounded lock waits and liveness checks on checkout."""
+    backend = url.get_backend_name()
+    timeout = math.ceil(options.statement_timeout)
+    connect_args: dict[str, Any]
+    if backend == "sqlite":
+        connect_args = {"timeout": options.statement_timeout}
+    elif backend == "postgresql":
+        # libpq counts whole seconds and treats less than 2 as 2
+        connect_args = {"connect_timeout": max(2, math.ceil(options.connect_timeout))}
+        if "options" not in url.query:
+            connect_args["options"] = f"-c statement_timeout={timeout * 1000} -c lock_timeout={timeout * 1000}"
+    else:
+        if "charset" not in url.query:
+            url = url.update_query_dict({"charset": "utf8mb4"})
+        connect_args = {
+            "connect_timeout": options.connect_timeout,
+            "read_timeout": timeout + 5,
+            "write_timeout": timeout + 5,
+            "init_command": f"SET SESSION innodb_lock_wait_timeout = {max(1, timeout)}",
+        }
+    try:
+        engine = sa.create_engine(
+            url,
+            connect_args=connect_args,
+            pool_pre_ping=True,
+            pool_size=options.pool_size,
+            max_overflow=options.max_overflow,
+            pool_timeout=options.statement_timeout,
+        )
+    except ImportError as exc:
+        extra = _DRIVERS[backend][1]
+        raise BackendNotInstalledError(
+            f"the {backend} membership table needs a driver that is not installed ({exc}); "
+            f"install it with: pip install '{DISTRIBUTION}[{extra}]'"
+        ) from exc
+    if backend == "sqlite":
+        _configure_sqlite(engine)
+    return engine
+
+
+def _configure_sqlite(engine: sa.Engine) -> None:
+    """WAL (readers never block the writer), and transactions we begin ourselves.
+
+    The ``sqlite3`` module would start transactions lazily and as DEFERRED; two writers could
+    then both hold read locks and deadlock on the upgrade. Writes use ``BEGIN IMMEDIATE``
+    instead (taking the write lock up front, waiting up to the busy timeout); reads use a
+    plain ``BEGIN``, which in WAL mode reads one consistent snapshot.
+    """
+
+    @sa.event.listens_for(engine, "connect")
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def on_begin(connection: sa.Connection) -> None:
+        mode = connection.get_execution_options().get(SQLITE_BEGIN, "DEFERRED")
+        connection.exec_driver_sql(f"BEGIN {mode}")

@@ -1,0 +1,103 @@
+"""The two SQL tables and the admin view, portable across SQLite, PostgreSQL and MySQL/MariaDB.
+
+Meant to be read and queried by people with plain SQL (see docs/sql.md): status is stored by
+name and guarded by a CHECK, times are real timestamps in UTC, votes and properties are JSON
+text. ``silo_membership_version`` holds one row per cluster; every canonical write bumps it in
+the same transaction as the member row it writes.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import Dialect
+
+from membership_tables.model import SiloStatus
+
+VERSION_TABLE = "silo_membership_version"
+MEMBERSHIP_TABLE = "silo_membership"
+LIVE_VIEW = "silo_membership_live"
+
+LIVE_STATUSES = (SiloStatus.JOINING, SiloStatus.ACTIVE, SiloStatus.SHUTTING_DOWN, SiloStatus.STOPPING)
+"""Statuses of the silos that are (still) part of the cluster, as shown by the live view."""
+
+_NAME = sa.String(128)
+_TEXT = sa.String(255)
+_ETAG = sa.String(64)
+
+
+class UtcDateTime(sa.types.TypeDecorator[datetime]):
+    """An aware UTC datetime in and out, whatever the store keeps.
+
+    PostgreSQL stores ``timestamptz``; SQLite and MySQL have no time zones, so they store the
+    UTC wall time (MySQL as ``DATETIME(6)`` to keep microseconds) and reads attach UTC again.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name in ("mysql", "mariadb"):
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(sa.DateTime(timezone=True))
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = value.astimezone(UTC)
+        return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+metadata = sa.MetaData()
+
+_MYSQL: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+
+version_table = sa.Table(
+    VERSION_TABLE,
+    metadata,
+    sa.Column("cluster_id", _NAME, primary_key=True),
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("etag", _ETAG, nullable=False),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+    comment="One row per cluster: the table version that every membership change bumps",
+    **_MYSQL,
+)
+
+_status_names = ", ".join(f"'{status.name}'" for status in SiloStatus)
+
+membership_table = sa.Table(
+    MEMBERSHIP_TABLE,
+    metadata,
+    sa.Column("cluster_id", _NAME, primary_key=True),
+    sa.Column("address", _TEXT, primary_key=True, comment="host name or IP of the silo endpoint"),
+    sa.Column("port", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("generation", sa.BigInteger, primary_key=True, autoincrement=False, comment="process start, epoch"),
+    sa.Column("silo_name", _TEXT, nullable=False),
+    sa.Column("host_name", _TEXT, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False, comment="SiloStatus name, e.g. ACTIVE"),
+    sa.Column("proxy_port", sa.Integer, nullable=False, comment="gateway port; 0 = not a gateway"),
+    sa.Column("role_name", _TEXT, nullable=False),
+    sa.Column("update_zone", sa.Integer, nullable=False),
+    sa.Column("fault_zone", sa.Integer, nullable=False),
+    sa.Column("start_time", UtcDateTime, nullable=False),
+    sa.Column("i_am_alive_time", UtcDateTime, nullable=False, comment="last heartbeat (UTC)"),
+    sa.Column("suspect_times", sa.Text, nullable=False, comment='JSON: [{"by": "host:port@gen", "at": ISO}]'),
+    sa.Column("properties", sa.Text, nullable=False, comment="JSON object of str to str"),
+    sa.Column("etag", _ETAG, nullable=False),
+    sa.CheckConstraint(f"status IN ({_status_names})", name="ck_silo_membership_status"),
+    comment="One row per silo incarnation (cluster_id, address, port, generation)",
+    **_MYSQL,
+)
+
+_LIVE_COLUMNS = [c.name for c in membership_table.columns if c.name != "etag"]
+_live_names = ", ".join(f"'{status.name}'" for status in LIVE_STATUSES)
+LIVE_VIEW_SELECT = f"SELECT {', '.join(_LIVE_COLUMNS)} FROM {MEMBERSHIP_TABLE} WHERE status IN ({_live_names})"
+"""The body of ``silo_membership_live``: constants only, so it is plain SQL on every dialect."""

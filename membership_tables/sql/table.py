@@ -1,0 +1,241 @@
+"""``SqlMembershipTable``: the membership contract on SQLite, PostgreSQL and MySQL/MariaDB.
+
+Every canonical write is one transaction that first runs a conditional UPDATE of the
+cluster's version row (``WHERE etag = <the version the caller read>``). That row lock
+serialises the writers of one cluster; a row count of 0 means the caller lost the race.
+Only then is the member row inserted or updated (conditioned on its own etag). Any failed
+precondition rolls the whole transaction back, so a write that returns ``False`` changed
+nothing. Deadlocks and lock timeouts roll back too and are retried a few times; whatever
+else the driver raises becomes ``TableUnavailableError``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+
+from membership_tables.codec import new_etag
+from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable
+from membership_tables.errors import TableUnavailableError
+from membership_tables.model import (
+    MembershipEntry,
+    MembershipTableData,
+    SiloAddress,
+    SiloStatus,
+    TableVersion,
+    ensure_utc,
+    validate_cluster_id,
+)
+from membership_tables.sql import dialects
+from membership_tables.sql.engine import SqlOptions, create_engine, parse_url
+from membership_tables.sql.rows import entry_to_values, key_of, parse_votes, row_to_entry
+from membership_tables.sql.schema import UtcDateTime, membership_table, version_table
+
+T = TypeVar("T")
+
+_ATTEMPTS = 5
+"""Tries of one transaction that keeps hitting deadlocks or lock timeouts."""
+
+_members = membership_table.c
+_versions = version_table.c
+
+
+class _LostRaceError(Exception):
+    """A precondition of a conditional write failed: roll back and return ``False``."""
+
+
+class SqlMembershipTable(MembershipTable):
+    """A cluster's membership in the ``silo_membership`` tables of a SQL database."""
+
+    def __init__(self, engine: sa.Engine, cluster_id: str) -> None:
+        super().__init__(validate_cluster_id(cluster_id))
+        self._engine = engine
+        self._dialect = engine.dialect.name
+        self._where = engine.url.render_as_string(hide_password=True)
+
+    @classmethod
+    def from_uri(cls, uri: str, cluster_id: str, **options: Any) -> SqlMembershipTable:
+        """Open ``uri`` (a SQLAlchemy URL); ``options`` are the fields of ``SqlOptions``."""
+        return cls(create_engine(parse_url(uri), SqlOptions.from_kwargs(options)), cluster_id)
+
+    def __repr__(self) -> str:
+        return f"SqlMembershipTable({self._where!r}, cluster_id={self.cluster_id!r})"
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    # -- transactions ------------------------------------------------------------------
+
+    def _transaction(self, work: Callable[[sa.Connection], T], *, write: bool, if_no_schema: T) -> T:
+        """Run ``work`` in one transaction, retrying deadlocks; map driver errors."""
+        options = dialects.write_options(self._dialect) if write else dialects.read_options(self._dialect)
+        for attempt in range(1, _ATTEMPTS + 1):
+            try:
+                with self._engine.connect() as connection:
+                    connection.execution_options(**options)
+                    with connection.begin():
+                        return work(connection)
+            except sa.exc.DBAPIError as exc:
+                if dialects.is_missing_table(self._dialect, exc):
+                    return if_no_schema
+                if dialects.is_transient(self._dialect, exc) and attempt < _ATTEMPTS:
+                    time.sleep(random.uniform(0.005, 0.05) * attempt)
+                    continue
+                raise self._unavailable(exc) from exc
+            except sa.exc.SQLAlchemyError as exc:
+                raise self._unavailable(exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _unavailable(self, exc: sa.exc.SQLAlchemyError) -> TableUnavailableError:
+        cause = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+        return TableUnavailableError(
+            f"the membership table at {self._where} is unavailable ({type(cause).__name__}: {cause}); "
+            "check that the database is up and reachable"
+        )
+
+    def _write(self, work: Callable[[sa.Connection], None]) -> bool:
+        """A conditional write: ``False`` (rolled back) if ``work`` raised ``_LostRaceError``."""
+        try:
+            self._transaction(work, write=True, if_no_schema=None)
+        except _LostRaceError:
+            return False
+        return True
+
+    def _key(self, silo_address: SiloAddress) -> sa.ColumnElement[bool]:
+        return sa.and_(
+            _members.cluster_id == self.cluster_id,
+            *(_members[name] == value for name, value in key_of(silo_address).items()),
+        )
+
+    # -- reads -------------------------------------------------------------------------
+
+    def _read(self, silo_address: SiloAddress | None) -> MembershipTableData:
+        def work(connection: sa.Connection) -> MembershipTableData:
+            version_row = connection.execute(
+                sa.select(_versions.version, _versions.etag).where(_versions.cluster_id == self.cluster_id)
+            ).first()
+            query = sa.select(membership_table).where(
+                _members.cluster_id == self.cluster_id if silo_address is None else self._key(silo_address)
+            )
+            rows = connection.execute(query).mappings().all()
+            version = UNINITIALIZED_VERSION if version_row is None else TableVersion(*version_row)
+            return MembershipTableData(tuple((row_to_entry(row), row["etag"]) for row in rows), version)
+
+        return self._transaction(work, write=False, if_no_schema=MembershipTableData((), UNINITIALIZED_VERSION))
+
+    def read_all(self) -> MembershipTableData:
+        return self._read(None)
+
+    def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
+        return self._read(silo_address)
+
+    # -- canonical writes --------------------------------------------------------------
+
+    def _bump_version(self, connection: sa.Connection, version: TableVersion) -> None:
+        """Lock the version row if it still carries ``version.etag`` and set ``version``."""
+        result = connection.execute(
+            sa.update(version_table)
+            .where(_versions.cluster_id == self.cluster_id, _versions.etag == version.etag)
+            .values(version=version.version, etag=new_etag(), updated_at=datetime.now(UTC))
+        )
+        if result.rowcount != 1:
+            raise _LostRaceError
+
+    def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
+        values = entry_to_values(entry)
+
+        def work(connection: sa.Connection) -> None:
+            self._bump_version(connection, version)
+            if connection.execute(sa.select(_members.etag).where(self._key(entry.silo_address))).first():
+                raise _LostRaceError
+            try:
+                connection.execute(
+                    sa.insert(membership_table).values(
+                        cluster_id=self.cluster_id, etag=new_etag(), **key_of(entry.silo_address), **values
+                    )
+                )
+            except sa.exc.IntegrityError as exc:  # a duplicate key proves the row exists
+                raise _LostRaceError from exc
+
+        return self._write(work)
+
+    def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
+        values = entry_to_values(entry)
+        alive = sa.literal(values.pop("i_am_alive_time"), UtcDateTime())
+        newest_alive = sa.case((_members.i_am_alive_time > alive, _members.i_am_alive_time), else_=alive)
+
+        def work(connection: sa.Connection) -> None:
+            self._bump_version(connection, version)
+            result = connection.execute(
+                sa.update(membership_table)
+                .where(self._key(entry.silo_address), _members.etag == etag)
+                .values(**values, etag=new_etag(), i_am_alive_time=newest_alive)
+            )
+            if result.rowcount != 1:
+                raise _LostRaceError
+
+        return self._write(work)
+
+    # -- other writes ------------------------------------------------------------------
+
+    def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
+        when = ensure_utc(when, "IAmAlive time")
+        statement = (
+            sa.update(membership_table)
+            .where(self._key(silo_address), _members.i_am_alive_time < when)
+            .values(i_am_alive_time=when)
+        )
+        self._transaction(lambda connection: connection.execute(statement), write=True, if_no_schema=None)
+
+    def cleanup_defunct_entries(self, before: datetime) -> int:
+        before = ensure_utc(before, "cleanup cutoff")
+        old = sa.and_(_members.start_time < before, _members.i_am_alive_time < before)
+        dead = sa.and_(_members.cluster_id == self.cluster_id, _members.status == SiloStatus.DEAD.name, old)
+        key_columns = [_members.cluster_id, _members.address, _members.port, _members.generation]
+
+        def work(connection: sa.Connection) -> int:
+            candidates = connection.execute(
+                sa.select(*key_columns, _members.etag, _members.suspect_times).where(dead)
+            ).mappings()
+            removed = 0
+            for row in candidates.all():
+                if any(when >= before for _, when in parse_votes(row)):
+                    continue
+                address = SiloAddress(row["address"], row["port"], row["generation"])
+                # the etag and age conditions skip a row that changed since it was selected
+                removed += connection.execute(
+                    sa.delete(membership_table).where(self._key(address), _members.etag == row["etag"], old)
+                ).rowcount
+            return removed
+
+        return self._transaction(work, write=True, if_no_schema=0)
+
+    def delete_cluster_entries(self) -> None:
+        def work(connection: sa.Connection) -> None:
+            connection.execute(sa.delete(membership_table).where(_members.cluster_id == self.cluster_id))
+            connection.execute(sa.delete(version_table).where(_versions.cluster_id == self.cluster_id))
+
+        self._transaction(work, write=True, if_no_schema=None)
+
+    def initialize(self, try_init_version: bool = True) -> None:
+        self._transaction(dialects.create_schema, write=True, if_no_schema=None)
+        if try_init_version:
+            self._write(self._seed_version)
+
+    def _seed_version(self, connection: sa.Connection) -> None:
+        exists = connection.execute(sa.select(_versions.etag).where(_versions.cluster_id == self.cluster_id)).first()
+        if exists:
+            return
+        try:
+            connection.execute(
+                sa.insert(version_table).values(
+                    cluster_id=self.cluster_id, version=0, etag=new_etag(), updated_at=datetime.now(UTC)
+                )
+            )
+        except sa.exc.IntegrityError as exc:  # another process created it first: fine
+            raise _LostRaceError from exc

@@ -1,0 +1,37 @@
+"""The whole conformance suite on SQLite (a file), PostgreSQL and MariaDB."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from membership_tables import open_table
+from membership_tables.testing import OpenCluster
+from membership_tables.testing.pytest_suite import MembershipTableConformance
+from tests.services.mariadb import MariaDbServer
+from tests.services.postgres import PostgresServer
+
+
+def opener(url: str) -> OpenCluster:
+    return lambda cluster_id: open_table(url, cluster_id)
+
+
+class TestSqliteConformance(MembershipTableConformance):
+    @pytest.fixture
+    def open_cluster(self, tmp_path: Path) -> OpenCluster:
+        return opener(f"sqlite:///{tmp_path / 'membership.db'}")
+
+
+@pytest.mark.slow
+class TestPostgresConformance(MembershipTableConformance):
+    @pytest.fixture
+    def open_cluster(self, postgres_server: PostgresServer) -> OpenCluster:
+        return opener(postgres_server.url)
+
+
+@pytest.mark.slow
+class TestMariaDbConformance(MembershipTableConformance):
+    @pytest.fixture
+    def open_cluster(self, mariadb_server: MariaDbServer) -> OpenCluster:
+        return opener(mariadb_server.url)

@@ -1,0 +1,93 @@
+"""A throwaway PostgreSQL server for the test session (``postgres_server`` fixture).
+
+PostgreSQL refuses to run as root, so when the tests run as root the server runs as the
+``postgres`` user (through ``runuser``) with a data dir that user owns. It listens on
+127.0.0.1 only, keeps its unix socket in the temp dir and runs with ``fsync=off``.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from tests.services.sql_server import ThrowawayServer, find_binary, run_to_completion
+
+_BIN_PATTERN = "/usr/lib/postgresql/*/bin/"
+_SUPERUSER = "postgres"
+
+
+class PostgresServer(ThrowawayServer):
+    """``url`` is a SQLAlchemy URL of the ``postgres`` database (trust auth, no password)."""
+
+    name = "postgres"
+    stop_signal = signal.SIGINT  # "fast" shutdown: SIGTERM would wait for every client to leave
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bin = find_binary("postgres", _BIN_PATTERN + "postgres").parent
+        self.data = self.root / "data"
+        self.socket_dir = self.root / "socket"
+        if os.geteuid() == 0:
+            self.user = "postgres"
+            user = pwd.getpwnam(self.user)
+            os.chown(self.root, user.pw_uid, user.pw_gid)
+        self.socket_dir.mkdir()
+        if self.user is not None:
+            shutil.chown(self.socket_dir, self.user)
+        run_to_completion(
+            [str(self.bin / "initdb"), "-D", str(self.data), "-U", _SUPERUSER, "--auth=trust", "-E", "UTF8", "-N"],
+            self.root / "initdb.log",
+            user=self.user,
+        )
+        self.url = self.database_url(_SUPERUSER)
+
+    def database_url(self, database: str) -> str:
+        return f"postgresql+psycopg://{_SUPERUSER}@127.0.0.1:{self.port}/{database}"
+
+    def _argv(self) -> list[str]:
+        settings = {
+            "listen_addresses": "127.0.0.1",
+            "unix_socket_directories": str(self.socket_dir),
+            "fsync": "off",
+            "synchronous_commit": "off",
+            "full_page_writes": "off",
+            "max_connections": "200",
+            "shared_buffers": "32MB",
+        }
+        options = [arg for name, value in settings.items() for arg in ("-c", f"{name}={value}")]
+        return [str(self.bin / "postgres"), "-D", str(self.data), "-p", str(self.port), *options]
+
+    def _connect(self, database: str = _SUPERUSER) -> psycopg.Connection[tuple[object, ...]]:
+        return psycopg.connect(
+            host="127.0.0.1", port=self.port, user=_SUPERUSER, dbname=database, connect_timeout=2, autocommit=True
+        )
+
+    def _ready(self) -> bool:
+        try:
+            with self._connect() as connection:
+                connection.execute("SELECT 1")
+        except psycopg.OperationalError:
+            return False
+        return True
+
+    def create_database(self, name: str) -> str:
+        """Create an empty database and return its SQLAlchemy URL."""
+        with self._connect() as connection:
+            connection.execute(f'CREATE DATABASE "{name}"')
+        return self.database_url(name)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    server = PostgresServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
