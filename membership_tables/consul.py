@@ -1,0 +1,388 @@
+"""Consul KV membership table (``consul://host:port/key/prefix``), through py-consul.
+
+Layout under ``<prefix>/<cluster_id>/`` (the trailing ``/`` keeps cluster ``c1`` away from ``c10``)::
+
+    version                   {"version": N}; its ModifyIndex is the version etag
+    members/<host:port@gen>   the row as JSON (membership_tables.codec); its ModifyIndex is the row etag
+    alive/<host:port@gen>     the latest heartbeat (ISO-8601 UTC); heartbeats write only this key
+
+* Reads are one consistent recursive GET of the cluster's tree. Consul answers it from a single
+  state-store snapshot, so version, rows and heartbeats always agree (no torn read). A row's
+  IAmAlive time is the later of its document's and its ``alive/`` key's.
+* Canonical writes are one transaction (``PUT /v1/txn``) of check-and-set operations: ``cas`` of
+  the version key at its ModifyIndex plus ``cas`` of the row (index 0 = create only). A rolled-back
+  transaction (HTTP 409) is a lost race and returns ``False``.
+* Consul keeps the ModifyIndex of a write that changes nothing, so each canonical write stores
+  the version index it was based on in the keys' ``Flags``: every write is then a change and every
+  etag is fresh.
+* Heartbeats never touch ``members/``: the row etag survives them.
+
+The transaction goes through py-consul's HTTP client with this module's own response handler:
+``consul.Consul.txn.put`` sends no ACL token and reports a rollback as a generic ``ClientError``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlsplit
+
+import consul
+import requests
+
+from membership_tables import codec
+from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable
+from membership_tables.errors import (
+    InvalidEntryError,
+    InvalidTableUriError,
+    MalformedRowError,
+    TableUnavailableError,
+)
+from membership_tables.model import (
+    MembershipEntry,
+    MembershipTableData,
+    SiloAddress,
+    SiloStatus,
+    TableVersion,
+    ensure_utc,
+    validate_cluster_id,
+)
+
+DEFAULT_PREFIX = "silo-membership"
+DEFAULT_PORT = 8500
+DEFAULT_TIMEOUT = 10.0
+"""Seconds to wait for the agent to connect or answer; then ``TableUnavailableError``."""
+
+HEARTBEAT_ATTEMPTS = 32
+"""A heartbeat retries only while concurrent heartbeats of the same silo keep winning its ``cas``."""
+
+_URI_HELP = "expected 'consul://host:port/key/prefix', e.g. consul://127.0.0.1:8500/silo-membership"
+
+T = TypeVar("T")
+KVItem = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ConsulSettings:
+    """Where the agent is and how to talk to it, parsed from the URI and the options."""
+
+    host: str
+    port: int
+    prefix: str
+    scheme: str = "http"
+    timeout: float = DEFAULT_TIMEOUT
+    token: str | None = field(default=None, repr=False)
+
+    @property
+    def address(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+
+def parse_consul_uri(uri: str, options: Mapping[str, Any]) -> ConsulSettings:
+    """Parse ``consul://host[:port][/key/prefix][?scheme=https&timeout=5]`` plus keyword options.
+
+    Keyword options win over query parameters. The ACL token comes from the ``token`` option or
+    the ``CONSUL_HTTP_TOKEN`` environment variable, never from the URI.
+    """
+    try:
+        parts = urlsplit(uri)
+        port = parts.port or DEFAULT_PORT
+    except ValueError as exc:
+        raise InvalidTableUriError(f"cannot parse Consul URI {uri!r} ({exc}); {_URI_HELP}") from exc
+    if parts.scheme.lower() != "consul" or not parts.hostname:
+        raise InvalidTableUriError(f"Consul URI {uri!r} names no host; {_URI_HELP}")
+    if parts.username is not None or parts.password is not None:
+        raise InvalidTableUriError(
+            f"Consul URI {uri!r} carries credentials; pass the ACL token in CONSUL_HTTP_TOKEN or token=..."
+        )
+    if parts.fragment:
+        raise InvalidTableUriError(f"Consul URI {uri!r} has a fragment (#...); {_URI_HELP}")
+    prefix = parts.path.strip("/") or DEFAULT_PREFIX
+    if any(segment in ("", ".", "..") for segment in prefix.split("/")):
+        raise InvalidTableUriError(
+            f"Consul key prefix {prefix!r} in {uri!r} has an empty, '.' or '..' segment; "
+            "use e.g. consul://127.0.0.1:8500/team/silo-membership"
+        )
+    settings: dict[str, Any] = {**dict(parse_qsl(parts.query, keep_blank_values=True)), **options}
+    unknown = sorted(set(settings) - {"scheme", "timeout", "token"})
+    if unknown:
+        raise InvalidTableUriError(f"unknown Consul table options {unknown}; supported: scheme, timeout, token")
+    scheme = settings.get("scheme", "http")
+    if scheme not in ("http", "https"):
+        raise InvalidTableUriError(f"Consul option scheme must be 'http' or 'https', got {scheme!r}")
+    try:
+        timeout = float(settings.get("timeout", DEFAULT_TIMEOUT))
+    except (TypeError, ValueError) as exc:
+        raise InvalidTableUriError(f"Consul option timeout must be seconds > 0, got {settings['timeout']!r}") from exc
+    if not timeout > 0:
+        raise InvalidTableUriError(f"Consul option timeout must be seconds > 0, got {settings['timeout']!r}")
+    token = settings.get("token") or os.environ.get("CONSUL_HTTP_TOKEN") or None
+    if token is not None and not isinstance(token, str):
+        raise InvalidTableUriError(f"Consul option token must be a str, got {type(token).__name__}")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return ConsulSettings(host, port, prefix, scheme, timeout, token)
+
+
+@dataclass(frozen=True)
+class ConsulLayout:
+    """The keys of one cluster; every key of the cluster starts with ``root`` (which ends in '/')."""
+
+    root: str
+
+    @property
+    def version(self) -> str:
+        return f"{self.root}version"
+
+    def member(self, silo: SiloAddress | str) -> str:
+        return f"{self.root}members/{silo}"
+
+    def alive(self, silo: SiloAddress | str) -> str:
+        return f"{self.root}alive/{silo}"
+
+
+@dataclass
+class _Tree:
+    """One recursive read of a cluster, split by kind; ``members``/``alive`` keyed by address text."""
+
+    version: KVItem | None = None
+    members: dict[str, KVItem] = field(default_factory=dict)
+    alive: dict[str, KVItem] = field(default_factory=dict)
+
+
+def _op(verb: str, key: str, value: bytes | None = None, index: int = 0, flags: int = 0) -> KVItem:
+    """One KV operation of ``/v1/txn`` (values travel base64-encoded)."""
+    op: KVItem = {"Verb": verb, "Key": key, "Index": index, "Flags": flags}
+    if value is not None:
+        op["Value"] = base64.b64encode(value).decode("ascii")
+    return op
+
+
+def _modify_index(etag: str) -> int | None:
+    """The ModifyIndex an etag stands for; ``None`` if no key can have it (so the write just loses).
+
+    Index 0 is refused too: to Consul ``cas`` at 0 means "create", which would let a stale or empty
+    token create a version key or resurrect a removed row.
+    """
+    if not (isinstance(etag, str) and etag.isascii() and etag.isdigit()):
+        return None
+    return int(etag) or None
+
+
+def _version_value(number: int) -> bytes:
+    return json.dumps({"version": number}).encode()
+
+
+def _txn_errors(response: Any) -> list[KVItem]:
+    """py-consul callback for ``/v1/txn``: ``[]`` if committed, Consul's errors if rolled back."""
+    if response.code == 200:
+        return []
+    if response.code == 409:
+        try:
+            errors = json.loads(response.body).get("Errors") or []
+        except (ValueError, AttributeError) as exc:
+            raise consul.ConsulException(f"unreadable transaction answer: {response.body!r}") from exc
+        # A rollback caused by ACLs is a configuration problem, not a lost race.
+        if errors and not any("permission denied" in str(error.get("What", "")).lower() for error in errors):
+            return list(errors)
+    raise consul.ConsulException(f"transaction failed with HTTP {response.code}: {response.body}")
+
+
+class ConsulMembershipTable(MembershipTable):
+    """A cluster's membership table in Consul's KV store; see the module docstring for the layout."""
+
+    def __init__(self, settings: ConsulSettings, cluster_id: str) -> None:
+        super().__init__(validate_cluster_id(cluster_id))
+        self.settings = settings
+        self.layout = ConsulLayout(f"{settings.prefix}/{cluster_id}/")
+        self._local = threading.local()
+        self._clients: list[Any] = []
+        self._clients_lock = threading.Lock()
+
+    @classmethod
+    def from_uri(cls, uri: str, cluster_id: str, **options: Any) -> ConsulMembershipTable:
+        return cls(parse_consul_uri(uri, options), cluster_id)
+
+    def __repr__(self) -> str:
+        return f"ConsulMembershipTable({self.settings.address}/{self.layout.root!r})"
+
+    # --- talking to Consul -------------------------------------------------------------------
+
+    def _client(self) -> Any:
+        """This thread's py-consul client (one requests session per thread, so threads never share one)."""
+        client = getattr(self._local, "client", None)
+        if client is None:
+            settings = self.settings
+            client = consul.Consul(
+                host=settings.host,
+                port=settings.port,
+                scheme=settings.scheme,
+                token=settings.token,
+                connections_timeout=settings.timeout,
+            )
+            with self._clients_lock:
+                self._clients.append(client)
+            self._local.client = client
+        return client
+
+    def _call(self, what: str, action: Callable[[Any], T]) -> T:
+        """Run ``action(client)``; map every driver failure to ``TableUnavailableError``."""
+        try:
+            return action(self._client())
+        except (requests.RequestException, consul.ConsulException) as exc:
+            raise TableUnavailableError(
+                f"Consul at {self.settings.address} failed to {what} for cluster {self.cluster_id!r}: {exc}"
+            ) from exc
+
+    def _txn(self, what: str, ops: list[KVItem]) -> list[KVItem]:
+        """Run ``ops`` as one transaction: ``[]`` if committed, else why it was rolled back."""
+        body = json.dumps([{"KV": op} for op in ops])
+        return self._call(
+            what, lambda client: client.http.put(_txn_errors, "/v1/txn", data=body, headers=client.prepare_headers())
+        )
+
+    def _read_tree(self) -> _Tree:
+        _, items = self._call(
+            "read the table", lambda client: client.kv.get(self.layout.root, recurse=True, consistency="consistent")
+        )
+        tree = _Tree()
+        for item in items or ():
+            name = item["Key"][len(self.layout.root) :]
+            kind, _, silo = name.partition("/")
+            if name == "version":
+                tree.version = item
+            elif kind in ("members", "alive") and silo:
+                getattr(tree, kind)[silo] = item
+        return tree
+
+    # --- decoding ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _version(item: KVItem | None) -> TableVersion:
+        if item is None:
+            return UNINITIALIZED_VERSION
+        try:
+            number = json.loads(item["Value"] or b"")["version"]
+            return TableVersion(number, str(item["ModifyIndex"]))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise MalformedRowError(
+                f'Consul key {item["Key"]!r} must hold {{"version": N}} with N >= 0, got {item["Value"]!r} ({exc}). '
+                "Repair or delete it by hand; nothing was changed"
+            ) from exc
+
+    @staticmethod
+    def _alive_time(item: KVItem) -> datetime:
+        try:
+            return codec.parse_time((item["Value"] or b"").decode(), "IAmAlive time")
+        except (InvalidEntryError, UnicodeDecodeError) as exc:
+            raise MalformedRowError(
+                f"Consul key {item['Key']!r} must hold an ISO-8601 time, got {item['Value']!r} ({exc}). "
+                "Repair or delete it by hand; nothing was changed"
+            ) from exc
+
+    def _row(self, tree: _Tree, silo: str) -> tuple[MembershipEntry, str]:
+        """The row stored for ``silo`` with its heartbeat merged in, and its etag."""
+        item = tree.members[silo]
+        entry = codec.loads(item["Value"] or b"", f"at Consul key {item['Key']!r}")
+        if str(entry.silo_address) != silo:
+            raise MalformedRowError(
+                f"membership row at Consul key {item['Key']!r} is for silo {entry.silo_address}, not {silo}. "
+                "Repair or delete it by hand; nothing was changed"
+            )
+        beat = tree.alive.get(silo)
+        if beat is not None and (alive := self._alive_time(beat)) > entry.i_am_alive_time:
+            entry = entry.replace(i_am_alive_time=alive)
+        return entry, str(item["ModifyIndex"])
+
+    def _snapshot(self, only: SiloAddress | None = None) -> MembershipTableData:
+        tree = self._read_tree()
+        silos = [silo for silo in tree.members if only is None or silo == str(only)]
+        return MembershipTableData(tuple(self._row(tree, silo) for silo in silos), self._version(tree.version))
+
+    # --- the contract --------------------------------------------------------------------------
+
+    def initialize(self, try_init_version: bool = True) -> None:
+        if try_init_version:
+            # cas=0 creates only: racing initializers agree, and an existing version is never touched.
+            self._call("create the version key", lambda c: c.kv.put(self.layout.version, _version_value(0), cas=0))
+        else:
+            self._call("reach the agent", lambda c: c.kv.get(self.layout.version))
+
+    def read_all(self) -> MembershipTableData:
+        return self._snapshot()
+
+    def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
+        return self._snapshot(silo_address)
+
+    def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
+        based_on = _modify_index(version.etag)
+        if based_on is None:
+            return False
+        silo = entry.silo_address
+        ops = [
+            _op("cas", self.layout.version, _version_value(version.version), based_on, flags=based_on),
+            _op("cas", self.layout.member(silo), codec.dumps(entry), 0, flags=based_on),
+            _op("set", self.layout.alive(silo), codec.format_time(entry.i_am_alive_time).encode()),
+        ]
+        return not self._txn(f"insert row {silo}", ops)
+
+    def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
+        based_on, row_index = _modify_index(version.etag), _modify_index(etag)
+        if based_on is None or row_index is None:
+            return False
+        # The alive/ key is left alone: reads merge it, so a newer heartbeat is kept.
+        ops = [
+            _op("cas", self.layout.version, _version_value(version.version), based_on, flags=based_on),
+            _op("cas", self.layout.member(entry.silo_address), codec.dumps(entry), row_index, flags=based_on),
+        ]
+        return not self._txn(f"update row {entry.silo_address}", ops)
+
+    def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
+        when = ensure_utc(when, "IAmAlive time")
+        member, alive = self.layout.member(silo_address), self.layout.alive(silo_address)
+        for _ in range(HEARTBEAT_ATTEMPTS):
+            _, beat = self._call("read a heartbeat", lambda c: c.kv.get(alive, consistency="consistent"))
+            if beat is not None and self._alive_time(beat) >= when:
+                return
+            # "get" fails the transaction if the row is absent: a heartbeat never creates a row.
+            ops = [
+                _op("get", member),
+                _op("cas", alive, codec.format_time(when).encode(), beat["ModifyIndex"] if beat else 0),
+            ]
+            errors = self._txn(f"write the heartbeat of {silo_address}", ops)
+            if not errors or any(error.get("OpIndex") == 0 for error in errors):
+                return
+
+    def cleanup_defunct_entries(self, before: datetime) -> int:
+        before = ensure_utc(before, "cleanup cutoff")
+        tree = self._read_tree()
+        rows = {silo: self._row(tree, silo) for silo in tree.members}  # parse all before deleting any
+        removed = 0
+        for silo, (entry, etag) in rows.items():
+            if entry.status is not SiloStatus.DEAD or entry.last_activity >= before:
+                continue
+            member, alive, beat = self.layout.member(silo), self.layout.alive(silo), tree.alive.get(silo)
+            # check-index first: delete-cas of a key that is already gone succeeds, which would
+            # count a row that a concurrent cleanup removed.
+            ops = [
+                _op("check-index", member, index=int(etag)),
+                _op("delete-cas", member, index=int(etag)),
+                _op("delete-cas", alive, index=beat["ModifyIndex"]) if beat else _op("check-not-exists", alive),
+            ]
+            if not self._txn(f"remove defunct row {silo}", ops):
+                removed += 1
+        return removed
+
+    def delete_cluster_entries(self) -> None:
+        self._call("delete the cluster", lambda c: c.kv.delete(self.layout.root, recurse=True))
+
+    def close(self) -> None:
+        with self._clients_lock:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            client.http.session.close()

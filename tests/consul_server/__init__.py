@@ -1,0 +1,14 @@
+"""A Consul-HTTP-API-compatible test server (KV and transactions), in process or as a process.
+
+In process::
+
+    with ConsulTestServer() as server:
+        table = open_table(server.uri("silo-membership"), "c1")
+
+As a process: ``python -m tests.consul_server --port 8500``.
+"""
+
+from tests.consul_server.server import ConsulTestServer
+from tests.consul_server.store import Entry, KVOp, KVStore, TxnOutcome
+
+__all__ = ["ConsulTestServer", "Entry", "KVOp", "KVStore", "TxnOutcome"]
