@@ -1,3 +1,8 @@
 """Session-wide fixtures. Real servers live in ``tests/services/``, one module each."""
 
-pytest_plugins: list[str] = ["tests.services.zookeeper", "tests.services.postgres", "tests.services.mariadb", "tests.services.consul"]
+pytest_plugins: list[str] = [
+    "tests.services.zookeeper",
+    "tests.services.postgres",
+    "tests.services.mariadb",
+    "tests.services.consul",
+]
