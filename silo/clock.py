@@ -68,6 +68,7 @@ class FakeClock:
         After each wake-up the event loop runs until it is idle, so the woken tasks
         finish their reaction before time moves further.
         """
+        await settle()  # tasks created just before advance() get to register their sleeps
         target = self._elapsed + seconds
         while self._sleepers and self._sleepers[0][0] <= target:
             due, _, future = heapq.heappop(self._sleepers)

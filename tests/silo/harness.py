@@ -1,0 +1,177 @@
+"""Test doubles for the silo runtime: function-backed fakes, a flaky table, a fake network.
+
+Everything runs on a ``FakeClock`` and the inline table runner, so scenarios are
+deterministic and never sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, ParamSpec
+
+from membership_tables import (
+    MembershipEntry,
+    MembershipTable,
+    MembershipTableData,
+    SiloAddress,
+    SiloStatus,
+    TableUnavailableError,
+    TableVersion,
+    open_table,
+)
+from silo.probing import IndirectProbeResult, MembershipRpcHandler
+
+P = ParamSpec("P")
+CLUSTER = "test-cluster"
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def async_test(test: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
+    """Run an ``async def`` test in a fresh event loop (no pytest plugin needed)."""
+
+    @functools.wraps(test)
+    def run(*args: P.args, **kwargs: P.kwargs) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+def memory_table(cluster_id: str = CLUSTER) -> MembershipTable:
+    return open_table(f"memory://silo-test-{uuid.uuid4().hex}", cluster_id)
+
+
+def address(port: int, generation: int = 1, host: str = "127.0.0.1") -> SiloAddress:
+    return SiloAddress(host, port, generation)
+
+
+def row(silo: SiloAddress, status: SiloStatus = SiloStatus.ACTIVE, when: datetime = T0) -> MembershipEntry:
+    return MembershipEntry(silo, status, start_time=when, i_am_alive_time=when)
+
+
+def seed(table: MembershipTable, *entries: MembershipEntry) -> None:
+    """Initialize ``table`` and insert ``entries`` directly (as other silos would have)."""
+    table.initialize()
+    for entry in entries:
+        assert table.insert_row(entry, table.read_all().version.next())
+
+
+class FlakyTable(MembershipTable):
+    """A ``MembershipTable`` that raises ``TableUnavailableError`` while ``down`` is True."""
+
+    def __init__(self, inner: MembershipTable) -> None:
+        super().__init__(inner.cluster_id)
+        self.inner = inner
+        self.down = False
+        self.failed_calls = 0
+        self.calls: list[str] = []
+
+    def _check(self) -> None:
+        self.calls.append(inspect.stack()[1].function)
+        if self.down:
+            self.failed_calls += 1
+            raise TableUnavailableError("the test switched the table off") from ConnectionError("refused")
+
+    def initialize(self, try_init_version: bool = True) -> None:
+        self._check()
+        self.inner.initialize(try_init_version)
+
+    def read_all(self) -> MembershipTableData:
+        self._check()
+        return self.inner.read_all()
+
+    def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
+        self._check()
+        return self.inner.read_row(silo_address)
+
+    def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
+        self._check()
+        return self.inner.insert_row(entry, version)
+
+    def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
+        self._check()
+        return self.inner.update_row(entry, etag, version)
+
+    def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
+        self._check()
+        self.inner.update_i_am_alive(silo_address, when)
+
+    def cleanup_defunct_entries(self, before: datetime) -> int:
+        self._check()
+        return self.inner.cleanup_defunct_entries(before)
+
+    def delete_cluster_entries(self) -> None:
+        self._check()
+        self.inner.delete_cluster_entries()
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+@dataclass
+class FunctionProber:
+    """A ``Prober`` backed by plain functions; records every call."""
+
+    reachable: Callable[[SiloAddress], bool | Awaitable[bool]] = lambda target: True
+    indirect: Callable[[SiloAddress, SiloAddress], IndirectProbeResult | Awaitable[IndirectProbeResult]] | None = None
+    pings: list[SiloAddress] = field(default_factory=list)
+    indirect_calls: list[tuple[SiloAddress, SiloAddress]] = field(default_factory=list)
+
+    async def ping(self, target: SiloAddress, timeout: float) -> bool:
+        self.pings.append(target)
+        return bool(await _maybe_await(self.reachable(target)))
+
+    async def probe_indirectly(
+        self, intermediary: SiloAddress, target: SiloAddress, timeout: float
+    ) -> IndirectProbeResult:
+        self.indirect_calls.append((intermediary, target))
+        if self.indirect is None:
+            raise ConnectionError(f"no indirect probes in this test ({intermediary} -> {target})")
+        result: IndirectProbeResult = await _maybe_await(self.indirect(intermediary, target))
+        return result
+
+
+@dataclass
+class RecordingGossip:
+    """A ``GossipSender`` that records (target, version) and optionally delivers it."""
+
+    deliver: Callable[[SiloAddress, int], Awaitable[None]] | None = None
+    sent: list[tuple[SiloAddress, int]] = field(default_factory=list)
+
+    async def send(self, target: SiloAddress, version: int) -> None:
+        self.sent.append((target, version))
+        if self.deliver is not None:
+            await self.deliver(target, version)
+
+
+@dataclass
+class FakeNetwork:
+    """In-process silos reach each other unless one side is in ``partitioned``."""
+
+    nodes: dict[SiloAddress, MembershipRpcHandler] = field(default_factory=dict)
+    partitioned: set[SiloAddress] = field(default_factory=set)
+
+    def connected(self, source: SiloAddress, target: SiloAddress) -> bool:
+        return target in self.nodes and source not in self.partitioned and target not in self.partitioned
+
+    def prober(self, source: SiloAddress) -> FunctionProber:
+        async def indirect(intermediary: SiloAddress, target: SiloAddress) -> IndirectProbeResult:
+            if not self.connected(source, intermediary):
+                raise ConnectionError(f"{intermediary} is unreachable from {source}")
+            return await self.nodes[intermediary].probe_for_peer(target, 1.0)
+
+        return FunctionProber(reachable=lambda target: self.connected(source, target), indirect=indirect)
+
+    def gossip(self, source: SiloAddress) -> RecordingGossip:
+        async def deliver(target: SiloAddress, version: int) -> None:
+            if not self.connected(source, target):
+                raise ConnectionError(f"{target} is unreachable from {source}")
+            await self.nodes[target].on_gossip(version)
+
+        return RecordingGossip(deliver=deliver)
