@@ -11,8 +11,11 @@ import asyncio
 import heapq
 import itertools
 import time
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+_T = TypeVar("_T")
 
 
 class Clock(Protocol):
@@ -82,6 +85,25 @@ class FakeClock:
     @property
     def pending_sleepers(self) -> int:
         return sum(1 for _, _, future in self._sleepers if not future.done())
+
+
+async def with_timeout(clock: Clock, awaitable: Awaitable[_T], timeout: float) -> _T:
+    """Await ``awaitable`` for at most ``timeout`` seconds of ``clock`` time, else raise ``TimeoutError``.
+
+    Unlike ``asyncio.wait_for`` this honours a ``FakeClock``, so tests can script a hung peer.
+    """
+    work = asyncio.ensure_future(awaitable)
+    deadline = asyncio.ensure_future(clock.sleep(timeout))
+    try:
+        await asyncio.wait({work, deadline}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        deadline.cancel()
+        timed_out = not work.done()
+        if timed_out:
+            work.cancel()
+    if timed_out:
+        raise TimeoutError(f"no answer within {timeout}s")
+    return work.result()
 
 
 async def settle(rounds: int = 50) -> None:

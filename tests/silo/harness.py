@@ -26,6 +26,7 @@ from membership_tables import (
     open_table,
 )
 from silo.probing import IndirectProbeResult, MembershipRpcHandler
+from silo.snapshot import MembershipSnapshot
 
 P = ParamSpec("P")
 CLUSTER = "test-cluster"
@@ -52,6 +53,12 @@ def address(port: int, generation: int = 1, host: str = "127.0.0.1") -> SiloAddr
 
 def row(silo: SiloAddress, status: SiloStatus = SiloStatus.ACTIVE, when: datetime = T0) -> MembershipEntry:
     return MembershipEntry(silo, status, start_time=when, i_am_alive_time=when)
+
+
+def view(*entries: MembershipEntry, version: int = 1) -> MembershipSnapshot:
+    """A snapshot of ``entries`` at ``version`` (no table involved)."""
+    rows = tuple((entry, f"etag-{index}") for index, entry in enumerate(entries))
+    return MembershipSnapshot(MembershipTableData(rows, TableVersion(version, "v")))
 
 
 def seed(table: MembershipTable, *entries: MembershipEntry) -> None:
@@ -121,10 +128,12 @@ class FunctionProber:
     reachable: Callable[[SiloAddress], bool | Awaitable[bool]] = lambda target: True
     indirect: Callable[[SiloAddress, SiloAddress], IndirectProbeResult | Awaitable[IndirectProbeResult]] | None = None
     pings: list[SiloAddress] = field(default_factory=list)
+    timeouts: list[float] = field(default_factory=list)
     indirect_calls: list[tuple[SiloAddress, SiloAddress]] = field(default_factory=list)
 
     async def ping(self, target: SiloAddress, timeout: float) -> bool:
         self.pings.append(target)
+        self.timeouts.append(timeout)
         return bool(await _maybe_await(self.reachable(target)))
 
     async def probe_indirectly(

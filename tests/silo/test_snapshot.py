@@ -3,17 +3,12 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from membership_tables import MembershipEntry, MembershipTableData, SiloStatus, TableVersion
+from membership_tables import SiloStatus
 from silo.options import SiloOptions
-from silo.snapshot import MembershipSnapshot, SnapshotPublisher
-from tests.silo.harness import T0, address, async_test, row
+from silo.snapshot import SnapshotPublisher
+from tests.silo.harness import T0, address, async_test, row, view
 
 A, B, C = address(1), address(2), address(3)
-
-
-def snapshot(version: int, *entries: MembershipEntry) -> MembershipSnapshot:
-    rows = tuple((entry, f"etag-{index}") for index, entry in enumerate(entries))
-    return MembershipSnapshot(MembershipTableData(rows, TableVersion(version, "v")))
 
 
 def test_derived_views() -> None:
@@ -22,28 +17,28 @@ def test_derived_views() -> None:
     stale = row(B)  # heartbeat 100s old > 90s
     dead = row(C, SiloStatus.DEAD)
     newer_a = row(address(1, generation=2), SiloStatus.JOINING)
-    view = snapshot(7, fresh, stale, dead, newer_a)
+    snapshot = view(fresh, stale, dead, newer_a, version=7)
     options = SiloOptions()
-    assert view.version == 7
-    assert view.entry(A) == fresh
-    assert view.status_of(C) is SiloStatus.DEAD
-    assert view.status_of(address(9)) is SiloStatus.NONE
-    assert view.active_silos == (A, B)
-    assert view.active_non_stale(now, options) == (A,)
-    assert view.is_stale(B, now, options)
-    assert view.newer_generations_of(A) == (address(1, generation=2),)
-    assert view.older_generations_of(address(1, generation=2)) == (fresh,)
-    assert view.fresh_votes_against(A, now, options) == 0
+    assert snapshot.version == 7
+    assert snapshot.entry(A) == fresh
+    assert snapshot.status_of(C) is SiloStatus.DEAD
+    assert snapshot.status_of(address(9)) is SiloStatus.NONE
+    assert snapshot.active_silos == (A, B)
+    assert snapshot.active_non_stale(now, options) == (A,)
+    assert snapshot.is_stale(B, now, options)
+    assert snapshot.newer_generations_of(A) == (address(1, generation=2),)
+    assert snapshot.older_generations_of(address(1, generation=2)) == (fresh,)
+    assert snapshot.fresh_votes_against(A, now, options) == 0
 
 
 @async_test
 async def test_publisher_never_goes_back_in_version() -> None:
     publisher = SnapshotPublisher()
-    assert await publisher.publish(snapshot(2, row(A)))
-    assert not await publisher.publish(snapshot(1, row(A), row(B)))
+    assert await publisher.publish(view(row(A), version=2))
+    assert not await publisher.publish(view(row(A), row(B), version=1))
     assert publisher.current is not None
     assert publisher.current.version == 2
-    same_version = snapshot(2, row(A).replace(i_am_alive_time=T0 + timedelta(seconds=5)))
+    same_version = view(row(A).replace(i_am_alive_time=T0 + timedelta(seconds=5)), version=2)
     assert not await publisher.publish(same_version)
     assert publisher.current is same_version
 
@@ -54,12 +49,12 @@ async def test_subscribers_see_versions_in_order_and_end_on_close() -> None:
     seen: list[int] = []
 
     async def consume() -> None:
-        async for view in publisher.subscribe():
-            seen.append(view.version)
+        async for current in publisher.subscribe():
+            seen.append(current.version)
 
     consumer = asyncio.create_task(consume())
     for version in (1, 2, 2, 0, 3):
-        await publisher.publish(snapshot(version))
+        await publisher.publish(view(version=version))
         await asyncio.sleep(0)
         await asyncio.sleep(0)
     await publisher.close()
@@ -73,12 +68,12 @@ async def test_refresh_subscribers_also_see_same_version_rereads() -> None:
     seen: list[int] = []
 
     async def consume() -> None:
-        async for view in publisher.subscribe(include_refreshes=True):
-            seen.append(view.version)
+        async for current in publisher.subscribe(include_refreshes=True):
+            seen.append(current.version)
 
     consumer = asyncio.create_task(consume())
     for version in (1, 1, 2):
-        await publisher.publish(snapshot(version))
+        await publisher.publish(view(version=version))
         for _ in range(3):
             await asyncio.sleep(0)
     await publisher.close()
