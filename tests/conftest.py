@@ -5,4 +5,5 @@ pytest_plugins: list[str] = [
     "tests.services.postgres",
     "tests.services.mariadb",
     "tests.services.consul",
+    "tests.services.spark",
 ]
