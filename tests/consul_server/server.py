@@ -250,7 +250,10 @@ class ConsulTestServer:
         self._http = _HttpServer((self.host, self.port), self.store)
         self.port = int(self._http.server_address[1])
         self._thread = threading.Thread(
-            target=self._http.serve_forever, name=f"consul-test-server-{self.port}", daemon=True
+            target=self._http.serve_forever,
+            kwargs={"poll_interval": 0.05},  # how long stop() may wait for the loop to notice
+            name=f"consul-test-server-{self.port}",
+            daemon=True,
         )
         self._thread.start()
 
