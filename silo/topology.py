@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 
@@ -40,12 +40,17 @@ class SiloInfo:
     status: SiloStatus
     proxy_port: int
     """Gateway (client) port on ``address.host``; 0 means the silo is not a gateway."""
-    properties: Mapping[str, str]
+    properties: Mapping[str, str] = field(hash=False)
     """Metadata the silo advertises (endpoints, roles, ...); read-only."""
     start_time: datetime
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "properties", MappingProxyType(dict(self.properties)))
+
+    def __reduce__(self) -> tuple[type[SiloInfo], tuple[object, ...]]:
+        # A read-only mapping proxy cannot be pickled; Spark broadcasts views, so pickle a dict.
+        fields = (self.address, self.name, self.status, self.proxy_port, dict(self.properties), self.start_time)
+        return SiloInfo, fields
 
     @classmethod
     def from_entry(cls, entry: MembershipEntry) -> SiloInfo:

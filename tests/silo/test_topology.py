@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pickle
 from collections.abc import Mapping, Sequence
 
 import pytest
@@ -244,3 +245,13 @@ def test_a_fresh_observer_names_the_oldest_active_silo() -> None:
     update = tracker.offer(late_older)
     assert update is not None
     assert update.view.leader == addr(1, 10)
+
+
+def test_views_pickle_for_spark_broadcasts_and_hash() -> None:
+    cluster = view(9, (1, 1, A, {"zone": "a"}), (2, 2, A))
+    copy = pickle.loads(pickle.dumps(cluster))
+    assert copy == cluster
+    assert copy.leader == cluster.leader
+    assert dict(copy.silos[0].properties) == {"zone": "a"}
+    assert hash(copy) == hash(cluster)
+    assert len({*cluster.silos, *copy.silos}) == 2
