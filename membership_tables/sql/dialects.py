@@ -47,26 +47,27 @@ def write_options(dialect: str) -> dict[str, Any]:
     return {"isolation_level": "REPEATABLE READ"}
 
 
-def _error_code(exc: sa.exc.DBAPIError) -> object:
+def _error_code(dialect: str, exc: sa.exc.DBAPIError) -> object:
     orig = exc.orig
-    for attribute in ("sqlstate", "sqlite_errorcode"):
-        code = getattr(orig, attribute, None)
-        if code is not None:
-            return code & 0xFF if isinstance(code, int) else code
+    if dialect == "postgresql":
+        return getattr(orig, "sqlstate", None)
+    if dialect == "sqlite":
+        code = getattr(orig, "sqlite_errorcode", None)
+        return code & 0xFF if isinstance(code, int) else None  # the primary code, without extended bits
     args = getattr(orig, "args", ())
     return args[0] if args and isinstance(args[0], int) else None
 
 
 def is_transient(dialect: str, exc: sa.exc.DBAPIError) -> bool:
     """A deadlock, lock timeout or serialization failure: the transaction was rolled back."""
-    return _error_code(exc) in _TRANSIENT.get(dialect, _TRANSIENT["mysql"])
+    return _error_code(dialect, exc) in _TRANSIENT.get(dialect, _TRANSIENT["mysql"])
 
 
 def is_missing_table(dialect: str, exc: sa.exc.DBAPIError) -> bool:
     """The schema does not exist (yet): ``initialize()`` was never run on this database."""
     if dialect == "sqlite":
         return "no such table" in str(exc.orig)
-    return _error_code(exc) == (_PG_UNDEFINED_TABLE if dialect == "postgresql" else _MYSQL_NO_SUCH_TABLE)
+    return _error_code(dialect, exc) == (_PG_UNDEFINED_TABLE if dialect == "postgresql" else _MYSQL_NO_SUCH_TABLE)
 
 
 @contextlib.contextmanager

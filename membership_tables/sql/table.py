@@ -38,7 +38,7 @@ from membership_tables.sql.schema import UtcDateTime, membership_table, version_
 
 T = TypeVar("T")
 
-_ATTEMPTS = 5
+_ATTEMPTS = 3
 """Tries of one transaction that keeps hitting deadlocks or lock timeouts."""
 
 _members = membership_table.c
@@ -100,11 +100,15 @@ class SqlMembershipTable(MembershipTable):
 
     def _write(self, work: Callable[[sa.Connection], None]) -> bool:
         """A conditional write: ``False`` (rolled back) if ``work`` raised ``_LostRaceError``."""
+
+        def run(connection: sa.Connection) -> bool:
+            work(connection)
+            return True
+
         try:
-            self._transaction(work, write=True, if_no_schema=None)
+            return self._transaction(run, write=True, if_no_schema=False)
         except _LostRaceError:
             return False
-        return True
 
     def _key(self, silo_address: SiloAddress) -> sa.ColumnElement[bool]:
         return sa.and_(

@@ -56,6 +56,8 @@ class ThrowawayServer(abc.ABC):
     user: str | None = None
     """Unix user the server runs as (when the tests run as root)."""
     stop_signal = signal.SIGTERM
+    url: str
+    """SQLAlchemy URL of the database the tests use."""
 
     def __init__(self) -> None:
         # not under pytest's tmp dir: that is private to root, and PostgreSQL runs as another user
@@ -67,6 +69,10 @@ class ThrowawayServer(abc.ABC):
     @abc.abstractmethod
     def _argv(self) -> list[str]:
         """The command line that runs the server in the foreground."""
+
+    @abc.abstractmethod
+    def create_database(self, name: str) -> str:
+        """Create an empty database and return its SQLAlchemy URL."""
 
     @abc.abstractmethod
     def _ready(self) -> bool:

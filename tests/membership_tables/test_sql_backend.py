@@ -1,0 +1,312 @@
+"""What only the SQL backend promises: a schema people can query, clear errors, many processes."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from datetime import UTC, datetime, timedelta
+from multiprocessing import get_context
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from membership_tables import (
+    UNINITIALIZED_VERSION,
+    BackendNotInstalledError,
+    InvalidEntryError,
+    InvalidTableUriError,
+    MalformedRowError,
+    MembershipEntry,
+    MembershipTable,
+    SiloAddress,
+    SiloStatus,
+    TableUnavailableError,
+    open_table,
+)
+from membership_tables.testing import make_entry
+from membership_tables.testing.checks import T0
+from tests.services.process import free_port
+from tests.services.sql_server import ThrowawayServer
+
+SERVERS = {"postgresql": "postgres_server", "mariadb": "mariadb_server"}
+VOTER = SiloAddress("10.0.0.9", 9999, 5)
+
+
+@pytest.fixture(
+    params=["sqlite", *(pytest.param(name, marks=pytest.mark.slow) for name in SERVERS)],
+)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A new, empty database on each of the three SQL stores."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'membership.db'}"
+    server: ThrowawayServer = request.getfixturevalue(SERVERS[request.param])
+    return server.create_database(f"t_{uuid.uuid4().hex[:16]}")
+
+
+@pytest.fixture
+def admin(url: str) -> Iterator[sa.Engine]:
+    """A plain SQLAlchemy engine, as an administrator with a SQL prompt would use."""
+    engine = sa.create_engine(url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def table(url: str) -> Iterator[MembershipTable]:
+    with open_table(url, "cluster-a") as handle:
+        handle.initialize()
+        yield handle
+
+
+def insert(table: MembershipTable, *entries: MembershipEntry) -> None:
+    for entry in entries:
+        assert table.insert_row(entry, table.read_all().version.next())
+
+
+def rows(admin: sa.Engine, sql: str, **params: object) -> list[tuple[object, ...]]:
+    with admin.connect() as connection:
+        return [tuple(row) for row in connection.execute(sa.text(sql), params)]
+
+
+def test_admins_read_plain_sql(table: MembershipTable, admin: sa.Engine) -> None:
+    statuses = [SiloStatus.JOINING, SiloStatus.ACTIVE, SiloStatus.SHUTTING_DOWN, SiloStatus.STOPPING, SiloStatus.DEAD]
+    insert(table, *(make_entry(1000 + i, status=status) for i, status in enumerate(statuses)))
+    dead = make_entry(1004, status=SiloStatus.DEAD, suspect_times=((VOTER, T0 + timedelta(seconds=1)),))
+    read = table.read_all()
+    assert table.update_row(dead, read.rows[-1][1], read.version.next())
+
+    live = rows(admin, "SELECT port, status FROM silo_membership_live WHERE cluster_id = 'cluster-a' ORDER BY port")
+    assert live == [(1000, "JOINING"), (1001, "ACTIVE"), (1002, "SHUTTING_DOWN"), (1003, "STOPPING")]
+    [(votes,)] = rows(admin, "SELECT suspect_times FROM silo_membership WHERE status = 'DEAD'")
+    assert json.loads(str(votes)) == [{"by": str(VOTER), "at": "2026-01-02T03:04:06.123456+00:00"}]
+    assert rows(admin, "SELECT version FROM silo_membership_version WHERE cluster_id = 'cluster-a'") == [(6,)]
+    columns = {column["name"]: column["type"] for column in sa.inspect(admin).get_columns("silo_membership")}
+    assert isinstance(columns["i_am_alive_time"], sa.DateTime)
+    assert isinstance(columns["start_time"], sa.DateTime)
+
+
+def test_a_check_constraint_refuses_an_unknown_status(table: MembershipTable, admin: sa.Engine) -> None:
+    insert(table, make_entry())
+    before = table.read_all()
+    with pytest.raises(sa.exc.DBAPIError), admin.begin() as connection:
+        connection.execute(sa.text("UPDATE silo_membership SET status = 'ZOMBIE'"))
+    assert table.read_all() == before
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "message"),
+    [
+        ("suspect_times", "not json", "suspect_times is not valid JSON"),
+        ("suspect_times", '[{"by": "nobody", "at": "2026-01-01T00:00:00+00:00"}]', "cannot parse silo address"),
+        ("properties", '{"k": 1}', "properties must map str to str"),
+    ],
+)
+def test_a_malformed_row_is_reported_and_left_alone(
+    table: MembershipTable, admin: sa.Engine, column: str, value: str, message: str
+) -> None:
+    entry = make_entry(4242, status=SiloStatus.DEAD)
+    insert(table, entry)
+    with admin.begin() as connection:
+        connection.execute(sa.text(f"UPDATE silo_membership SET {column} = :value"), {"value": value})
+    stored = rows(admin, "SELECT * FROM silo_membership")
+    where = r"silo_membership row \(cluster_id='cluster-a', address='10.0.0.1', port=4242, generation=1\)"
+    with pytest.raises(MalformedRowError, match=f"{where} cannot be parsed: .*{message}"):
+        table.read_all()
+    with pytest.raises(MalformedRowError, match=where):
+        table.read_row(entry.silo_address)
+    if column == "suspect_times":  # cleanup looks at the votes of old Dead rows
+        with pytest.raises(MalformedRowError, match=where):
+            table.cleanup_defunct_entries(T0 + timedelta(days=1))
+    assert rows(admin, "SELECT * FROM silo_membership") == stored
+
+
+def test_a_database_without_the_schema_reads_as_uninitialized(url: str) -> None:
+    with open_table(url, "cluster-a") as table:
+        assert table.read_all().version == UNINITIALIZED_VERSION
+        assert table.read_row(make_entry().silo_address).rows == ()
+        assert not table.insert_row(make_entry(), UNINITIALIZED_VERSION.next())
+        table.update_i_am_alive(make_entry().silo_address, T0)
+        assert table.cleanup_defunct_entries(T0) == 0
+        table.delete_cluster_entries()
+        table.initialize(try_init_version=False)
+        assert table.read_all().version == UNINITIALIZED_VERSION
+        table.initialize()
+        assert table.read_all().version.version == 0
+
+
+def test_many_handles_initialize_one_database_at_once(url: str, admin: sa.Engine) -> None:
+    handles = [open_table(url, "cluster-a") for _ in range(8)]
+    barrier = threading.Barrier(len(handles))
+    errors: list[BaseException] = []
+
+    def initialize(handle: MembershipTable) -> None:
+        barrier.wait()
+        try:
+            handle.initialize()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=initialize, args=(handle,)) for handle in handles]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    versions = {handle.read_all().version for handle in handles}
+    for handle in handles:
+        handle.close()
+    assert errors == []
+    assert len(versions) == 1
+    assert versions.pop().version == 0
+    assert rows(admin, "SELECT COUNT(*) FROM silo_membership_version") == [(1,)]
+
+
+def test_values_the_columns_cannot_hold_are_refused(table: MembershipTable) -> None:
+    before = table.read_all()
+    with pytest.raises(InvalidEntryError, match="silo_name is 256 characters long"):
+        table.insert_row(make_entry(silo_name="x" * 256), before.version.next())
+    assert table.read_all() == before
+
+
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        ("sqlite://", "in-memory SQLite database"),
+        ("sqlite:///:memory:", "in-memory SQLite database"),
+        ("postgresql+psycopg2://u@localhost/db", "unsupported driver 'psycopg2'.*postgresql\\+psycopg://"),
+        ("mysql+mysqldb://u@localhost/db", "unsupported driver 'mysqldb'.*mysql\\+pymysql://"),
+        ("mysql+pymysql://u:secret@localhost", "names no database"),
+        ("postgresql+psycopg://u@localhost:port/db", "cannot parse SQL table URI"),
+    ],
+)
+def test_bad_uris_say_what_to_do(uri: str, message: str) -> None:
+    with pytest.raises(InvalidTableUriError, match=message) as caught:
+        open_table(uri, "c1")
+    assert "secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"pool": 3}, r"unknown SQL table options \['pool'\]"), ({"connect_timeout": "5"}, "must be a non-negative")],
+)
+def test_bad_options_are_refused(tmp_path: Path, options: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidTableUriError, match=message):
+        open_table(f"sqlite:///{tmp_path / 'm.db'}", "c1", **options)
+
+
+@pytest.mark.parametrize(
+    ("uri", "driver", "extra"), [("postgresql://u@h/db", "psycopg", "postgres"), ("mysql://u@h/db", "pymysql", "mysql")]
+)
+def test_a_missing_driver_names_the_extra(uri: str, driver: str, extra: str) -> None:
+    # a child interpreter in which the driver cannot be imported, as if it were not installed
+    code = (
+        f"import sys; sys.modules[{driver!r}] = None\n"
+        "from membership_tables import open_table, BackendNotInstalledError\n"
+        f"try: open_table({uri!r}, 'c1')\n"
+        "except BackendNotInstalledError as exc: print(exc)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert f"pip install 'silo-membership[{extra}]'" in result.stdout
+    assert issubclass(BackendNotInstalledError, ImportError)
+
+
+@pytest.mark.parametrize("scheme", ["postgresql+psycopg", "mysql+pymysql"])
+def test_an_unreachable_server_raises_table_unavailable(scheme: str) -> None:
+    with open_table(f"{scheme}://user:secret@127.0.0.1:{free_port()}/db", "c1", connect_timeout=2) as table:
+        for call in (table.read_all, table.initialize, lambda: table.insert_row(make_entry(), UNINITIALIZED_VERSION)):
+            with pytest.raises(TableUnavailableError, match="is unavailable") as caught:
+                call()
+            assert caught.value.__cause__ is not None
+            assert "secret" not in str(caught.value)
+
+
+def test_an_unreachable_sqlite_file_raises_table_unavailable(tmp_path: Path) -> None:
+    with open_table(f"sqlite:///{tmp_path / 'missing-dir' / 'm.db'}", "c1") as table:
+        with pytest.raises(TableUnavailableError) as caught:
+            table.initialize()
+        assert caught.value.__cause__ is not None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("server_fixture", SERVERS.values())
+def test_a_handle_recovers_when_the_server_comes_back(request: pytest.FixtureRequest, server_fixture: str) -> None:
+    server: ThrowawayServer = request.getfixturevalue(server_fixture)
+    with open_table(server.url, f"restart-{uuid.uuid4().hex[:8]}") as table:
+        table.initialize()
+        insert(table, make_entry())
+        before = table.read_all()
+        server.stop()
+        try:
+            with pytest.raises(TableUnavailableError):
+                table.read_all()
+        finally:
+            server.start()
+        assert table.read_all() == before
+
+
+def _join_and_count(url: str, index: int, updates: int) -> None:
+    """One process: initialize, insert its own row, then bump a shared row ``updates`` times."""
+    with open_table(url, "shared") as table:
+        table.initialize()
+        while not table.insert_row(make_entry(2000 + index), table.read_all().version.next()):
+            pass
+        shared = make_entry().silo_address
+        done = 0
+        while done < updates:
+            data = table.read_row(shared)
+            entry, etag = data.rows[0]
+            properties = {**entry.properties, f"p{index}-{done}": "x"}
+            done += table.update_row(entry.replace(properties=properties), etag, data.version.next())
+
+
+@pytest.mark.slow
+def test_several_processes_share_one_sqlite_file(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'membership.db'}"
+    with open_table(url, "shared") as table:
+        table.initialize()
+        insert(table, make_entry())
+    processes, updates = 4, 10
+    with ProcessPoolExecutor(processes, mp_context=get_context("spawn")) as pool:
+        for result in [pool.submit(_join_and_count, url, index, updates) for index in range(processes)]:
+            result.result()
+    with open_table(url, "shared") as table:
+        data = table.read_all()
+    assert data.version.version == 1 + processes + processes * updates
+    assert len(data.rows) == 1 + processes
+    assert len(data.get(make_entry().silo_address)[0].properties) == processes * updates  # type: ignore[index]
+
+
+DOC_TAGS = {"every database": None, "SQLite": "sqlite", "PostgreSQL": "postgresql", "MySQL / MariaDB": "mysql"}
+
+
+def doc_blocks(dialect: str) -> list[str]:
+    """The SQL blocks of docs/sql.md for ``dialect``: each opens with a comment naming its databases."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "sql.md").read_text()
+    blocks = re.findall(r"```sql\n-- ([^\n]+)\n(.*?)```", text, flags=re.DOTALL)
+    assert {tag for tag, _ in blocks} <= set(DOC_TAGS), "tag each SQL block in docs/sql.md with its databases"
+    return [sql for tag, sql in blocks if DOC_TAGS[tag] in (None, dialect)]
+
+
+def test_the_admin_queries_in_the_docs_work(url: str, admin: sa.Engine) -> None:
+    with open_table(url, "prod") as table:
+        table.initialize()
+        now = datetime.now(UTC)
+        alive = make_entry(11111, host="10.0.0.5", start_time=now - timedelta(minutes=5), i_am_alive_time=now)
+        dead = make_entry(22222, status=SiloStatus.DEAD, suspect_times=((alive.silo_address, now),))
+        insert(table, alive, dead)
+        blocks = doc_blocks("mysql" if admin.dialect.name == "mariadb" else admin.dialect.name)
+        assert len(blocks) >= 7
+        for block in blocks:
+            statements = [s.strip() for s in block.split(";") if s.strip() not in ("", "BEGIN", "COMMIT")]
+            with admin.begin() as connection:
+                for statement in statements:
+                    result = connection.execute(sa.text(statement))
+                    if statement.startswith("SELECT"):
+                        assert result.all(), f"the documented query returned nothing:\n{statement}"
+        assert table.read_all().rows == ()
