@@ -197,7 +197,9 @@ def start_spark_cluster(tmp: Path, worker_envs: Sequence[Mapping[str, str]]) -> 
 
 
 @contextlib.contextmanager
-def spark_session(cluster: SparkCluster, app_name: str, **conf: str) -> Iterator[SparkSession]:
+def spark_session(
+    cluster: SparkCluster, app_name: str, conf: Mapping[str, str] | None = None
+) -> Iterator[SparkSession]:
     """A SparkSession on ``cluster`` (``conf`` overrides ``session_conf``); stopped on exit.
 
     The driver and its executors run this interpreter (``PYSPARK_PYTHON``), and the driver
@@ -211,7 +213,7 @@ def spark_session(cluster: SparkCluster, app_name: str, **conf: str) -> Iterator
     saved = {name: os.environ.get(name) for name in settings}
     os.environ.update(settings)
     try:
-        session = SparkSession.builder.config(map={**cluster.session_conf(app_name), **conf}).getOrCreate()
+        session = SparkSession.builder.config(map={**cluster.session_conf(app_name), **(conf or {})}).getOrCreate()
         try:
             yield session
         finally:

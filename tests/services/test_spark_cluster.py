@@ -23,7 +23,8 @@ def test_both_workers_registered_with_the_master(spark_cluster: SparkCluster) ->
 
 
 def test_each_executor_inherits_its_workers_environment_and_runs_our_python(spark_cluster: SparkCluster) -> None:
-    with spark_session(spark_cluster, "fixture-env-check") as spark:
+    with spark_session(spark_cluster, "fixture-env-check", {"spark.sql.shuffle.partitions": "3"}) as spark:
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
         seen = (
             spark.sparkContext.parallelize(range(4), 4)
             .map(lambda _: (os.environ.get("SILO_TEST_WORKER"), sys.executable))
