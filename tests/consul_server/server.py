@@ -231,10 +231,6 @@ class ConsulTestServer:
         self._thread: threading.Thread | None = None
 
     @property
-    def running(self) -> bool:
-        return self._http is not None
-
-    @property
     def address(self) -> str:
         """``host:port``, the form of ``CONSUL_HTTP_ADDR``."""
         return f"{self.host}:{self.port}"

@@ -17,15 +17,16 @@ pytestmark = pytest.mark.slow
 
 
 def test_the_process_serves_kv_and_stops(consul_server_process: ConsulServerProcess) -> None:
-    client = consul.Consul(host=consul_server_process.host, port=consul_server_process.port)
+    endpoint = consul_server_process.endpoint
+    client = consul.Consul(host=endpoint.host, port=endpoint.port)
     assert client.kv.put("k", b"v", cas=0)
     assert client.kv.get("k")[1]["Value"] == b"v"
     consul_server_process.stop()
-    assert not port_is_open(consul_server_process.port)
+    assert not port_is_open(endpoint.port)
 
 
 def test_a_row_written_by_another_process_is_read_here(consul_server_process: ConsulServerProcess) -> None:
-    uri = consul_server_process.uri("shared")
+    uri = consul_server_process.endpoint.uri("shared")
     writer = (
         "from membership_tables import open_table\n"
         "from membership_tables.testing import make_entry\n"

@@ -79,25 +79,18 @@ def consul_endpoint(request: pytest.FixtureRequest) -> ConsulEndpoint:
 
 
 class ConsulServerProcess:
-    """The test server as a child process on ``port``; ``stop()`` ends it (and its data)."""
+    """The test server as a child process; ``stop()`` ends it (and its data)."""
 
     def __init__(self, log: Path, port: int | None = None) -> None:
-        self.host = "127.0.0.1"
-        self.port = port or free_port()
+        self.endpoint = ConsulEndpoint("process", "127.0.0.1", port or free_port())
         self.log = log
         self._process: ServerProcess | None = None
 
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    def uri(self, prefix: str = "") -> str:
-        return f"consul://{self.address}/{prefix}".rstrip("/")
-
     def start(self) -> None:
-        argv = [sys.executable, "-m", "tests.consul_server", "--host", self.host, "--port", str(self.port)]
+        host, port = self.endpoint.host, self.endpoint.port
+        argv = [sys.executable, "-m", "tests.consul_server", "--host", host, "--port", str(port)]
         self._process = ServerProcess(argv, self.log, env={"PYTHONPATH": str(REPOSITORY)})
-        wait_until(lambda: port_is_open(self.port, self.host), 30, f"consul test server on {self.address}", self.log)
+        wait_until(lambda: port_is_open(port, host), 30, f"consul test server on {host}:{port}", self.log)
 
     def stop(self) -> None:
         if self._process is not None:
