@@ -29,11 +29,25 @@ _TEXT = sa.String(255)
 _ETAG = sa.String(64)
 
 
+_SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
+
+
+class _SqliteText(sa.types.UserDefinedType[str]):
+    """A ``DATETIME`` column whose text SQLite hands over as it is (``UtcDateTime`` parses it)."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "DATETIME"
+
+
 class UtcDateTime(sa.types.TypeDecorator[datetime]):
     """An aware UTC datetime in and out, whatever the store keeps.
 
-    PostgreSQL stores ``timestamptz``; SQLite and MySQL have no time zones, so they store the
-    UTC wall time (MySQL as ``DATETIME(6)`` to keep microseconds) and reads attach UTC again.
+    PostgreSQL stores ``timestamptz``. MySQL has no time zones, so it stores the UTC wall time
+    as ``DATETIME(6)`` (keeping microseconds). SQLite stores text, ``YYYY-MM-DD HH:MM:SS.ffffff``
+    in UTC, which sorts and compares like the times it holds; text that is not a time (typed
+    by hand) is passed through so that the row parser reports the row by name.
     """
 
     impl = sa.DateTime(timezone=True)
@@ -42,17 +56,26 @@ class UtcDateTime(sa.types.TypeDecorator[datetime]):
     def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
         if dialect.name in ("mysql", "mariadb"):
             return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(_SqliteText())
         return dialect.type_descriptor(sa.DateTime(timezone=True))
 
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
         if value is None:
             return None
         value = value.astimezone(UTC)
+        if dialect.name == "sqlite":
+            return value.strftime(_SQLITE_TIME_FORMAT)
         return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
 
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        if isinstance(value, str):
+            try:
+                value = datetime.fromisoformat(value)
+            except ValueError:
+                return value
+        if not isinstance(value, datetime):
+            return value
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 

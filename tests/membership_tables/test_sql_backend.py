@@ -127,6 +127,21 @@ def test_a_malformed_row_is_reported_and_left_alone(
     assert rows(admin, "SELECT * FROM silo_membership") == stored
 
 
+def test_a_time_sqlite_cannot_parse_is_a_malformed_row(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'membership.db'}"
+    with open_table(url, "cluster-a") as table:
+        table.initialize()
+        insert(table, make_entry(4242))
+        engine = sa.create_engine(url)
+        with engine.begin() as connection:
+            connection.execute(sa.text("UPDATE silo_membership SET i_am_alive_time = 'yesterday'"))
+        engine.dispose()
+        with pytest.raises(
+            MalformedRowError, match=r"port=4242.*i_am_alive_time must be a datetime, got str 'yesterday'"
+        ):
+            table.read_all()
+
+
 def test_a_database_without_the_schema_reads_as_uninitialized(url: str) -> None:
     with open_table(url, "cluster-a") as table:
         assert table.read_all().version == UNINITIALIZED_VERSION
@@ -189,6 +204,21 @@ def test_bad_uris_say_what_to_do(uri: str, message: str) -> None:
     with pytest.raises(InvalidTableUriError, match=message) as caught:
         open_table(uri, "c1")
     assert "secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("uri", "shown"),
+    [
+        ("postgresql://u@h/db", "postgresql+psycopg://"),
+        ("postgres://u@h/db", "postgresql+psycopg://"),
+        ("mysql://u@h/db", "mysql+pymysql://"),
+        ("mariadb://u@h/db", "mariadb+pymysql://"),
+        ("sqlite:///m.db", "sqlite+pysqlite:///"),
+    ],
+)
+def test_a_uri_without_a_driver_gets_the_supported_one(uri: str, shown: str) -> None:
+    with open_table(uri, "c1") as table:
+        assert shown in repr(table)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import glob
+import re
 import shutil
 import signal
 import tempfile
@@ -24,7 +25,10 @@ START_TIMEOUT = 90.0
 
 def find_binary(name: str, *patterns: str) -> Path:
     """The newest installed ``name`` (on PATH or matching ``patterns``), or fail saying how to install it."""
-    candidates = sorted(path for pattern in patterns for path in glob.glob(pattern))
+    candidates = sorted(
+        (path for pattern in patterns for path in glob.glob(pattern)),
+        key=lambda path: [int(number) for number in re.findall(r"\d+", path)],  # PostgreSQL 15 after 9.6
+    )
     found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/local/sbin")
     if candidates:
         return Path(candidates[-1])
