@@ -5,5 +5,6 @@ pytest_plugins: list[str] = [
     "tests.services.postgres",
     "tests.services.mariadb",
     "tests.services.consul",
+    "tests.services.dynamodb",
     "tests.services.spark",
 ]

@@ -1,0 +1,640 @@
+"""DynamoDB membership table: ``dynamodb://TABLE?region=REGION&endpoint_url=URL``.
+
+One DynamoDB table holds any number of clusters. Hash key ``cluster_id`` (S), range key
+``silo`` (S): a silo's ``host:port@generation``, or ``~version`` for the cluster's version
+item (a silo key always holds ``:`` and ``@``, so the two can never collide).
+
+* version item: ``version`` (N) and ``etag`` (N).
+* row item: the fields of ``codec.entry_to_document`` as plain attributes (the address is
+  the ``silo`` key), a numeric ``etag``, and ``i_am_alive_time`` as an ISO-8601 UTC string,
+  which sorts like the time it names and so can be compared in condition expressions.
+
+Every canonical write is one ``TransactWriteItems`` of the version item and the row, each
+with a condition on its etag; heartbeats are a conditional ``UpdateItem`` of
+``i_am_alive_time`` alone. Reads are strongly consistent and fenced by the version item.
+Etags are random 63-bit numbers (see ``new_numeric_etag``). Throttling, 5xx, network
+errors and transaction conflicts are retried by one tenacity policy (botocore's own
+retries are off) and then raise ``TableUnavailableError``. See ``docs/dynamodb.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import secrets
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+import boto3
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
+from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
+
+from membership_tables.codec import entry_from_document, entry_to_document, format_time, parse_time
+from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable
+from membership_tables.errors import InvalidEntryError, InvalidTableUriError, MalformedRowError, TableUnavailableError
+from membership_tables.model import (
+    MembershipEntry,
+    MembershipTableData,
+    SiloAddress,
+    SiloStatus,
+    TableVersion,
+    ensure_utc,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+T = TypeVar("T")
+Item = Mapping[str, Any]
+"""A DynamoDB item in the low-level wire format (``{"etag": {"N": "17"}, ...}``)."""
+
+HASH_KEY = "cluster_id"
+RANGE_KEY = "silo"
+VERSION_KEY = "~version"
+ETAG = "etag"
+I_AM_ALIVE = "i_am_alive_time"
+_MAX_ETAG = 2**63 - 1
+_TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
+_URI_PARAMETERS = ("region", "endpoint_url")
+_THROTTLED = {
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TransactionInProgressException",
+    "InternalServerError",
+    "ServiceUnavailable",
+}
+_RETRYABLE_CANCELLATIONS = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
+_HEARTBEAT_RACES = 5
+"""How often ``update_row`` re-tries with a newer IAmAlive it found before giving up (False)."""
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+@dataclass(frozen=True)
+class DynamoDbSettings:
+    """Where the table is and how hard to try; built by ``parse_uri``.
+
+    ``retry_time`` (seconds, default 5) and ``max_attempts`` (default 8) bound the one retry
+    policy for throttling, 5xx, network errors and transaction conflicts: a short budget,
+    because the silo runtime has its own backoff above this layer. ``connect_timeout`` and
+    ``read_timeout`` (seconds) bound one HTTP request (botocore's defaults are 60 s).
+    ``table_wait_time`` (seconds) bounds the wait for a new table to become ACTIVE.
+    Credentials given here override the AWS chain (environment, profile, instance role).
+    """
+
+    table_name: str
+    region: str | None = None
+    endpoint_url: str | None = None
+    retry_time: float = 5.0
+    max_attempts: int = 8
+    connect_timeout: float = 2.0
+    read_timeout: float = 5.0
+    table_wait_time: float = 60.0
+    aws_access_key_id: str | None = None
+    aws_secret_access_key: str | None = None
+    aws_session_token: str | None = None
+
+
+_NUMBER_OPTIONS = ("retry_time", "connect_timeout", "read_timeout", "table_wait_time")
+_STRING_OPTIONS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+
+
+def parse_uri(uri: str, **options: Any) -> DynamoDbSettings:
+    """Validate ``dynamodb://TABLE?region=R&endpoint_url=U`` and the options into settings."""
+    example = "dynamodb://membership?region=eu-west-1"
+    try:
+        parts = urlsplit(uri)
+        query = parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError as exc:
+        raise InvalidTableUriError(f"cannot parse DynamoDB table URI {uri!r} ({exc}); expected e.g. {example}") from exc
+    if parts.scheme.lower() != "dynamodb" or parts.path not in ("", "/") or parts.fragment:
+        raise InvalidTableUriError(
+            f"expected 'dynamodb://TABLE?region=REGION&endpoint_url=URL' (e.g. {example}), got {uri!r}"
+        )
+    table_name = parts.netloc
+    if not table_name:
+        raise InvalidTableUriError(f"the DynamoDB table URI {uri!r} names no table; expected e.g. {example}")
+    if not _TABLE_NAME_RE.match(table_name):
+        raise InvalidTableUriError(
+            f"invalid DynamoDB table name {table_name!r} in {uri!r}: use 3-255 letters, digits, '_', '-' or '.'"
+        )
+    unknown = sorted(set(query) - set(_URI_PARAMETERS))
+    if unknown:
+        raise InvalidTableUriError(
+            f"unknown query parameter(s) {unknown} in {uri!r}; the DynamoDB URI takes only {list(_URI_PARAMETERS)}"
+        )
+    params: dict[str, str] = {}
+    for name, values in query.items():
+        if len(values) != 1 or not values[0]:
+            raise InvalidTableUriError(f"query parameter {name!r} in {uri!r} must be given once, with a value")
+        params[name] = values[0]
+    endpoint = params.get("endpoint_url")
+    if endpoint is not None and not re.match(r"^https?://[^/?#\s]+/?$", endpoint):
+        raise InvalidTableUriError(f"endpoint_url must be like 'http://127.0.0.1:8000', got {endpoint!r} in {uri!r}")
+    return DynamoDbSettings(table_name, params.get("region"), endpoint, **_checked_options(options))
+
+
+def _checked_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    known = (*_NUMBER_OPTIONS, "max_attempts", *_STRING_OPTIONS)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise InvalidTableUriError(f"unknown DynamoDB table option(s) {unknown}; known options: {sorted(known)}")
+    for name, value in options.items():
+        if name in _STRING_OPTIONS:
+            valid = isinstance(value, str) and bool(value)
+        elif name == "max_attempts":
+            valid = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+        else:
+            valid = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+        if not valid:
+            raise InvalidTableUriError(
+                f"DynamoDB option {name}={value!r} is invalid; see DynamoDbSettings for its type"
+            )
+    return dict(options)
+
+
+def new_numeric_etag() -> int:
+    """A fresh etag: a uniformly random number in 1..2**63-1.
+
+    A counter (old + 1) is fresh only within one item's life: a row deleted by cleanup and
+    inserted again, or a cluster deleted and initialized again, would restart it, and a
+    silo still holding a token from the old life could then win a write it should lose.
+    A random 63-bit etag never depends on history; two draws collide with probability
+    2**-63, far below any other failure in the system.
+    """
+    return secrets.randbelow(_MAX_ETAG) + 1
+
+
+def parse_etag(etag: str) -> int | None:
+    """The number an etag string stands for, or None if we can never have issued it."""
+    if not etag.isascii() or not etag.isdigit() or len(etag) > 19:
+        return None
+    value = int(etag)
+    return value if 0 < value <= _MAX_ETAG else None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures worth retrying: throttling, 5xx, network trouble, transaction conflicts."""
+    if isinstance(exc, _VersionMovedError):
+        return True
+    if isinstance(exc, (BotoConnectionError, HTTPClientError)):
+        return True
+    if not isinstance(exc, ClientError):
+        return False
+    if error_code(exc) in _THROTTLED or int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)) >= 500:
+        return True
+    return bool(_RETRYABLE_CANCELLATIONS & {code for code, _ in cancellation_reasons(exc)})
+
+
+def error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def cancellation_reasons(exc: ClientError) -> list[tuple[str, Item | None]]:
+    """``(code, old item or None)`` per transaction part, in request order."""
+    reasons: list[Any] = list(exc.response.get("CancellationReasons", []))
+    return [(str(reason.get("Code", "None")), reason.get("Item")) for reason in reasons]
+
+
+class _VersionMovedError(Exception):
+    """The version changed while a read was paging: the rows may be torn, so read again."""
+
+
+def _plain(value: object) -> object:
+    """DynamoDB numbers arrive as Decimal; the model wants int (others fail validation)."""
+    if isinstance(value, Decimal) and value == value.to_integral_value():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
+class DynamoDbMembershipTable(MembershipTable):
+    """A cluster's membership in one DynamoDB table shared by many clusters.
+
+    The boto3 client is created once and shared by every thread using this handle
+    (clients are thread-safe; the session that made it is never used again).
+    """
+
+    def __init__(self, settings: DynamoDbSettings, cluster_id: str) -> None:
+        super().__init__(cluster_id)
+        self.settings = settings
+        session = boto3.session.Session(
+            aws_access_key_id=settings.aws_access_key_id,
+            aws_secret_access_key=settings.aws_secret_access_key,
+            aws_session_token=settings.aws_session_token,
+            region_name=settings.region,
+        )
+        if session.region_name is None:
+            raise InvalidTableUriError(
+                f"no AWS region for DynamoDB table {settings.table_name!r}: add ?region=REGION to the URI "
+                "or set AWS_REGION (or a region in your AWS profile)"
+            )
+        self.region = session.region_name
+        self._client: DynamoDBClient = session.client(
+            "dynamodb",
+            region_name=self.region,
+            endpoint_url=settings.endpoint_url,
+            config=Config(
+                retries={"total_max_attempts": 1, "mode": "standard"},
+                connect_timeout=settings.connect_timeout,
+                read_timeout=settings.read_timeout,
+            ),
+        )
+
+    @classmethod
+    def from_uri(cls, uri: str, cluster_id: str, **options: Any) -> DynamoDbMembershipTable:
+        return cls(parse_uri(uri, **options), cluster_id)
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    def _call(self, what: str, operation: Callable[[], T]) -> T:
+        """Run ``operation`` under the retry policy; map what is left to TableUnavailableError."""
+        retrying = Retrying(
+            stop=self._should_stop,
+            wait=wait_random_exponential(multiplier=0.05, max=1.0),
+            retry=retry_if_exception(is_transient),
+            reraise=True,
+        )
+        try:
+            return retrying(operation)
+        except _VersionMovedError as exc:
+            raise TableUnavailableError(
+                f"{what} on DynamoDB table {self.settings.table_name!r}: the version kept changing while reading; "
+                "writes are too frequent to take a consistent snapshot, try again"
+            ) from exc
+        except (BotoCoreError, ClientError) as exc:
+            raise TableUnavailableError(f"{what} on DynamoDB table {self.settings.table_name!r} failed: {exc}") from exc
+
+    def _should_stop(self, state: RetryCallState) -> bool:
+        """Stop after ``retry_time``, or after ``max_attempts`` unless a read was merely fenced off.
+
+        A fenced read found no fault, only a writer in its way: it keeps trying for the whole
+        time budget, so a busy cluster does not starve its readers.
+        """
+        if (state.seconds_since_start or 0.0) >= self.settings.retry_time:
+            return True
+        failure = state.outcome.exception() if state.outcome else None
+        return state.attempt_number >= self.settings.max_attempts and not isinstance(failure, _VersionMovedError)
+
+    def _key(self, silo: str) -> dict[str, Any]:
+        return {HASH_KEY: {"S": self.cluster_id}, RANGE_KEY: {"S": silo}}
+
+    def _where(self, silo: object) -> str:
+        return f"(cluster_id={self.cluster_id!r}, silo={silo!r}) in DynamoDB table {self.settings.table_name!r}"
+
+    def _version_from_item(self, item: Item | None) -> TableVersion:
+        if not item:
+            return UNINITIALIZED_VERSION
+        try:
+            version = _plain(_deserializer.deserialize(item["version"]))
+            etag = _plain(_deserializer.deserialize(item[ETAG]))
+            if not isinstance(version, int) or not isinstance(etag, int):
+                raise TypeError("version and etag must be integers")
+            return TableVersion(version, str(etag))
+        except (KeyError, TypeError, InvalidEntryError) as exc:
+            raise MalformedRowError(
+                f"version item {self._where(VERSION_KEY)} cannot be parsed ({exc!r}): it needs numeric 'version' "
+                "and 'etag' attributes. Repair or delete it by hand; nothing was changed"
+            ) from exc
+
+    def _row_from_item(self, item: Item) -> tuple[MembershipEntry, str]:
+        silo = item.get(RANGE_KEY, {}).get("S")
+        try:
+            attributes = {name: _plain(_deserializer.deserialize(value)) for name, value in item.items()}
+        except (TypeError, ValueError) as exc:
+            raise MalformedRowError(f"membership row {self._where(silo)} has undecodable attributes ({exc})") from exc
+        etag = attributes.pop(ETAG, None)
+        if not isinstance(etag, int):
+            raise MalformedRowError(
+                f"membership row {self._where(silo)} has no numeric 'etag' attribute (got {etag!r}). "
+                "Repair or delete it by hand; nothing was changed"
+            )
+        attributes.pop(HASH_KEY, None)
+        attributes["address"] = attributes.pop(RANGE_KEY, None)
+        entry = entry_from_document(attributes, self._where(silo))
+        if str(entry.silo_address) != silo:
+            raise MalformedRowError(
+                f"membership row {self._where(silo)}: the key is not in canonical form "
+                f"(expected {str(entry.silo_address)!r}). Repair or delete it by hand; nothing was changed"
+            )
+        return entry, str(etag)
+
+    def _row_item(self, entry: MembershipEntry, etag: int) -> dict[str, Any]:
+        document = entry_to_document(entry)
+        silo = document.pop("address")
+        item = {name: _serializer.serialize(value) for name, value in document.items()}
+        return {**item, **self._key(silo), ETAG: {"N": str(etag)}}
+
+    # --- schema ---------------------------------------------------------------------------
+
+    def initialize(self, try_init_version: bool = True) -> None:
+        self._ensure_table()
+        if try_init_version:
+            self._put_if_absent(
+                {**self._key(VERSION_KEY), "version": {"N": "0"}, ETAG: {"N": str(new_numeric_etag())}},
+            )
+
+    def _describe(self) -> Mapping[str, Any] | None:
+        def describe() -> Mapping[str, Any] | None:
+            try:
+                return self._client.describe_table(TableName=self.settings.table_name)["Table"]
+            except ClientError as exc:
+                if error_code(exc) == "ResourceNotFoundException":
+                    return None
+                raise
+
+        return self._call("DescribeTable", describe)
+
+    def _ensure_table(self) -> None:
+        """Create the table (on demand) if missing and wait until it is ACTIVE."""
+        table = self._describe()
+        if table is None:
+            self._create_table()
+        deadline = time.monotonic() + self.settings.table_wait_time
+        while table is None or table.get("TableStatus") != "ACTIVE":
+            if time.monotonic() > deadline:
+                status = table.get("TableStatus") if table else "missing"
+                raise TableUnavailableError(
+                    f"DynamoDB table {self.settings.table_name!r} is still {status} after "
+                    f"{self.settings.table_wait_time}s; try again later"
+                )
+            time.sleep(0.5 if table is None or table.get("TableStatus") == "CREATING" else 2.0)
+            table = self._describe()
+        self._check_key_schema(table)
+
+    def _create_table(self) -> None:
+        def create() -> None:
+            try:
+                self._client.create_table(
+                    TableName=self.settings.table_name,
+                    KeySchema=[
+                        {"AttributeName": HASH_KEY, "KeyType": "HASH"},
+                        {"AttributeName": RANGE_KEY, "KeyType": "RANGE"},
+                    ],
+                    AttributeDefinitions=[
+                        {"AttributeName": HASH_KEY, "AttributeType": "S"},
+                        {"AttributeName": RANGE_KEY, "AttributeType": "S"},
+                    ],
+                    BillingMode="PAY_PER_REQUEST",
+                )
+            except ClientError as exc:
+                if error_code(exc) != "ResourceInUseException":  # another process is creating it
+                    raise
+
+        self._call("CreateTable", create)
+
+    def _check_key_schema(self, table: Mapping[str, Any]) -> None:
+        keys = {(k["AttributeName"], k["KeyType"]) for k in table.get("KeySchema", [])}
+        types = {a["AttributeName"]: a["AttributeType"] for a in table.get("AttributeDefinitions", [])}
+        if (
+            keys != {(HASH_KEY, "HASH"), (RANGE_KEY, "RANGE")}
+            or types.get(HASH_KEY) != "S"
+            or types.get(RANGE_KEY) != "S"
+        ):
+            raise InvalidTableUriError(
+                f"DynamoDB table {self.settings.table_name!r} exists with another key schema ({sorted(keys)}); "
+                f"a membership table needs hash key {HASH_KEY!r} (S) and range key {RANGE_KEY!r} (S): "
+                "name another table in the URI"
+            )
+
+    def _put_if_absent(self, item: Item) -> None:
+        def put() -> None:
+            try:
+                self._client.put_item(
+                    TableName=self.settings.table_name,
+                    Item=item,
+                    ConditionExpression="attribute_not_exists(#silo)",
+                    ExpressionAttributeNames={"#silo": RANGE_KEY},
+                )
+            except ClientError as exc:
+                if error_code(exc) != "ConditionalCheckFailedException":
+                    raise
+
+        self._call("PutItem (version)", put)
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def _get_version(self) -> TableVersion:
+        response = self._client.get_item(
+            TableName=self.settings.table_name, Key=self._key(VERSION_KEY), ConsistentRead=True
+        )
+        return self._version_from_item(response.get("Item"))
+
+    def _query_items(self) -> Iterator[Item]:
+        """Every item of this cluster (version item included), page by page, consistently."""
+        arguments: dict[str, Any] = {
+            "TableName": self.settings.table_name,
+            "KeyConditionExpression": "#cluster = :cluster",
+            "ExpressionAttributeNames": {"#cluster": HASH_KEY},
+            "ExpressionAttributeValues": {":cluster": {"S": self.cluster_id}},
+            "ConsistentRead": True,
+        }
+        while True:
+            page = self._client.query(**arguments)
+            yield from page.get("Items", [])
+            if "LastEvaluatedKey" not in page:
+                return
+            arguments["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def _snapshot(self, items: list[Item], version: TableVersion) -> MembershipTableData:
+        rows = [self._row_from_item(item) for item in items if item.get(RANGE_KEY, {}).get("S") != VERSION_KEY]
+        return MembershipTableData(tuple(rows), version)
+
+    def read_all(self) -> MembershipTableData:
+        def fenced_read() -> MembershipTableData:
+            # Query pages are not one snapshot; the version item brackets them. Every write
+            # changes the version etag, so an unchanged etag means no write committed meanwhile.
+            before = self._get_version()
+            items = list(self._query_items())
+            after = self._get_version()
+            if after != before:
+                raise _VersionMovedError
+            return self._snapshot(items, after)
+
+        return self._call("read_all", fenced_read)
+
+    def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
+        def transact_get() -> MembershipTableData:
+            response = self._client.transact_get_items(
+                TransactItems=[
+                    {"Get": {"TableName": self.settings.table_name, "Key": self._key(VERSION_KEY)}},
+                    {"Get": {"TableName": self.settings.table_name, "Key": self._key(str(silo_address))}},
+                ]
+            )
+            version_item, row_item = (part.get("Item") for part in response["Responses"])
+            return self._snapshot([row_item] if row_item else [], self._version_from_item(version_item))
+
+        return self._call("read_row", transact_get)
+
+    # --- canonical writes -----------------------------------------------------------------
+
+    def _transact_write(
+        self,
+        version: TableVersion,
+        version_etag: int,
+        row: dict[str, Any],
+        row_condition: str,
+        names: dict[str, str],
+        values: dict[str, Any] | None = None,
+    ) -> list[tuple[str, Item | None]]:
+        """One transaction: version item (etag must match) and row. Returns [] on success,
+        else the cancellation reasons (version first, row second)."""
+        table = self.settings.table_name
+        version_item = {
+            **self._key(VERSION_KEY),
+            "version": {"N": str(version.version)},
+            ETAG: {"N": str(new_numeric_etag())},
+        }
+        row_put: dict[str, Any] = {
+            "TableName": table,
+            "Item": row,
+            "ConditionExpression": row_condition,
+            "ExpressionAttributeNames": names,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if values:
+            row_put["ExpressionAttributeValues"] = values
+        request: dict[str, Any] = {
+            # The token makes a retry after a lost response idempotent for 10 minutes, so a
+            # committed write is never reported as a lost race.
+            "ClientRequestToken": uuid.uuid4().hex,
+            "TransactItems": [
+                {
+                    "Put": {
+                        "TableName": table,
+                        "Item": version_item,
+                        "ConditionExpression": "#etag = :version_etag",
+                        "ExpressionAttributeNames": {"#etag": ETAG},
+                        "ExpressionAttributeValues": {":version_etag": {"N": str(version_etag)}},
+                    }
+                },
+                {"Put": row_put},
+            ],
+        }
+
+        def transact() -> list[tuple[str, Item | None]]:
+            try:
+                self._client.transact_write_items(**request)
+                return []
+            except ClientError as exc:
+                reasons = cancellation_reasons(exc)
+                if any(code == "ConditionalCheckFailed" for code, _ in reasons):
+                    return reasons
+                raise
+
+        return self._call("TransactWriteItems", transact)
+
+    def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
+        version_etag = parse_etag(version.etag)
+        if version_etag is None:
+            return False
+        row = self._row_item(entry, new_numeric_etag())
+        return not self._transact_write(version, version_etag, row, "attribute_not_exists(#silo)", {"#silo": RANGE_KEY})
+
+    def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
+        version_etag, row_etag = parse_etag(version.etag), parse_etag(etag)
+        if version_etag is None or row_etag is None:
+            return False
+        for _ in range(_HEARTBEAT_RACES):
+            # The condition on IAmAlive keeps a newer heartbeat: if one landed, adopt it and retry.
+            alive = format_time(entry.i_am_alive_time)
+            reasons = self._transact_write(
+                version,
+                version_etag,
+                self._row_item(entry, new_numeric_etag()),
+                "#etag = :row_etag AND #alive <= :alive",
+                {"#etag": ETAG, "#alive": I_AM_ALIVE},
+                {":row_etag": {"N": str(row_etag)}, ":alive": {"S": alive}},
+            )
+            if not reasons:
+                return True
+            (version_code, _), (row_code, old) = reasons
+            if version_code == "ConditionalCheckFailed" or row_code != "ConditionalCheckFailed" or not old:
+                return False
+            stored_etag, stored_alive = old.get(ETAG, {}).get("N"), old.get(I_AM_ALIVE, {}).get("S")
+            if stored_etag != str(row_etag) or not isinstance(stored_alive, str) or stored_alive <= alive:
+                return False
+            try:
+                entry = entry.replace(i_am_alive_time=parse_time(stored_alive, I_AM_ALIVE))
+            except InvalidEntryError as exc:
+                raise MalformedRowError(f"membership row {self._where(str(entry.silo_address))}: {exc}") from exc
+        return False
+
+    # --- blind writes ---------------------------------------------------------------------
+
+    def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
+        alive = format_time(ensure_utc(when, "IAmAlive time"))
+
+        def heartbeat() -> None:
+            try:
+                self._client.update_item(
+                    TableName=self.settings.table_name,
+                    Key=self._key(str(silo_address)),
+                    UpdateExpression="SET #alive = :alive",
+                    ConditionExpression="attribute_exists(#silo) AND #alive < :alive",
+                    ExpressionAttributeNames={"#alive": I_AM_ALIVE, "#silo": RANGE_KEY},
+                    ExpressionAttributeValues={":alive": {"S": alive}},
+                )
+            except ClientError as exc:
+                if error_code(exc) != "ConditionalCheckFailedException":  # absent row or newer heartbeat
+                    raise
+
+        self._call("UpdateItem (IAmAlive)", heartbeat)
+
+    def cleanup_defunct_entries(self, before: datetime) -> int:
+        before = ensure_utc(before, "cleanup cutoff")
+        cutoff = format_time(before)
+        items = self._call("Query", lambda: list(self._query_items()))
+        defunct = [
+            (entry, etag)
+            for entry, etag in self._snapshot(items, UNINITIALIZED_VERSION).rows
+            if entry.status is SiloStatus.DEAD and entry.last_activity < before
+        ]
+        return sum(self._delete_if_unchanged(entry, etag, cutoff) for entry, etag in defunct)
+
+    def _delete_if_unchanged(self, entry: MembershipEntry, etag: str, cutoff: str) -> bool:
+        """Delete a defunct row unless it was rewritten or heartbeat past the cutoff meanwhile."""
+
+        def delete() -> bool:
+            try:
+                self._client.delete_item(
+                    TableName=self.settings.table_name,
+                    Key=self._key(str(entry.silo_address)),
+                    ConditionExpression="#etag = :etag AND #alive < :cutoff",
+                    ExpressionAttributeNames={"#etag": ETAG, "#alive": I_AM_ALIVE},
+                    ExpressionAttributeValues={":etag": {"N": etag}, ":cutoff": {"S": cutoff}},
+                )
+                return True
+            except ClientError as exc:
+                if error_code(exc) == "ConditionalCheckFailedException":
+                    return False
+                raise
+
+        return self._call("DeleteItem (cleanup)", delete)
+
+    def delete_cluster_entries(self) -> None:
+        def delete(silo: str) -> None:
+            self._client.delete_item(TableName=self.settings.table_name, Key=self._key(silo))
+
+        # The version item goes first: from then on no write of this cluster can commit.
+        self._call("DeleteItem (version)", lambda: delete(VERSION_KEY))
+        items = self._call("Query", lambda: list(self._query_items()))
+        for item in items:
+            self._call("DeleteItem", functools.partial(delete, item[RANGE_KEY]["S"]))
+
+    def close(self) -> None:
+        self._client.close()
