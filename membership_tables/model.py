@@ -191,6 +191,13 @@ class MembershipEntry:
         object.__setattr__(self, "suspect_times", _freeze_votes(self.suspect_times))
         object.__setattr__(self, "properties", _freeze_properties(self.properties))
 
+    def __getstate__(self) -> dict[str, object]:
+        # The read-only properties view cannot be pickled; ship a plain dict instead.
+        return {**self.__dict__, "properties": dict(self.properties)}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state, properties=_freeze_properties(state["properties"]))
+
     def replace(self, **changes: object) -> MembershipEntry:
         """A copy with ``changes`` applied (validated like a new entry)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import copy as copy_module
+import pickle
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -130,3 +132,13 @@ def test_cluster_id_of_wrong_type_is_a_type_error_too() -> None:
 def test_membership_entry_requires_a_silo_address() -> None:
     with pytest.raises(InvalidEntryError, match="SiloAddress"):
         MembershipEntry(silo_address="h:1@1", status=SiloStatus.ACTIVE, start_time=T, i_am_alive_time=T)  # type: ignore[arg-type]
+
+
+def test_rows_and_snapshots_survive_pickle_and_deepcopy() -> None:
+    voter = SiloAddress("h", 1, 1)
+    entry = make_entry(properties={"endpoint": "grpc://h:1"}, suspect_times=((voter, T),))
+    data = MembershipTableData(((entry, "etag"),), TableVersion(3, "v"))
+    for copy in (pickle.loads(pickle.dumps(data)), copy_module.deepcopy(data)):
+        assert copy == data
+        with pytest.raises(TypeError):
+            copy.entries[0].properties["endpoint"] = "x"  # type: ignore[index]
