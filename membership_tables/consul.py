@@ -225,6 +225,7 @@ class ConsulMembershipTable(MembershipTable):
                 token=settings.token,
                 connections_timeout=settings.timeout,
             )
+            client.token = settings.token  # py-consul lets CONSUL_HTTP_TOKEN override an explicit token
             with self._clients_lock:
                 self._clients.append(client)
             self._local.client = client

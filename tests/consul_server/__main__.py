@@ -18,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.consul_server", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     parser.add_argument("--port", type=int, default=8500, help="TCP port; 0 picks a free one (default: %(default)s)")
+    parser.add_argument("--acl-token", help="require this token (X-Consul-Token or ?token=) on every request")
     args = parser.parse_args(argv)
     stopping = threading.Event()
 
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    with ConsulTestServer(args.host, args.port) as server:
+    with ConsulTestServer(args.host, args.port, acl_token=args.acl_token) as server:
         print(f"consul test server listening on http://{server.address}", flush=True)
         stopping.wait()
     return 0

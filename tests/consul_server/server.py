@@ -3,8 +3,10 @@
 Endpoints: ``GET/PUT/DELETE /v1/kv/<key>`` (``recurse``, ``keys``, ``separator``, ``raw``,
 ``cas``, ``flags``; ``consistent``/``stale``/``dc`` are accepted and ignored), ``PUT /v1/txn``
 (KV operations only) and ``GET /v1/status/leader``. Reads carry ``X-Consul-Index``,
-``X-Consul-KnownLeader`` and ``X-Consul-LastContact`` like an agent's; there are no ACLs,
-sessions or blocking queries.
+``X-Consul-KnownLeader`` and ``X-Consul-LastContact`` like an agent's. There are no sessions or
+blocking queries; ACLs shrink to one optional token: with ``acl_token`` set, a request without
+it (``X-Consul-Token`` header or ``?token=``) gets 403 "Permission denied", so tests can check
+that a client sends its token on every request.
 
 The server answers with ``HTTP/1.0`` (one request per connection) so that ``stop()`` really
 stops serving: no kept-alive connection outlives the listener. ``stop()`` keeps the store, and
@@ -118,8 +120,12 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "ConsulTestServer/1"
 
     @property
+    def http_server(self) -> _HttpServer:
+        return cast(_HttpServer, self.server)
+
+    @property
     def store(self) -> KVStore:
-        return cast(_HttpServer, self.server).store
+        return self.http_server.store
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the test output should not carry one line per request."""
@@ -137,6 +143,9 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         params = parse_qs(parts.query, keep_blank_values=True)
         try:
+            required = self.http_server.acl_token
+            if required is not None and required not in (self.headers.get("X-Consul-Token"), *params.get("token", [])):
+                raise HttpError(HTTPStatus.FORBIDDEN, "Permission denied")
             if parts.path.startswith(KV_PREFIX):
                 key = unquote(parts.path[len(KV_PREFIX) :])
                 {"GET": self._kv_get, "PUT": self._kv_put, "DELETE": self._kv_delete}[method](key, params)
@@ -144,7 +153,7 @@ class _Handler(BaseHTTPRequestHandler):
                 status, body = txn_response(self.store.txn(parse_txn_ops(self._body())))
                 self._send_json(status, body)
             elif parts.path == "/v1/status/leader" and method == "GET":
-                self._send_json(HTTPStatus.OK, f"{cast(_HttpServer, self.server).host}:8300")
+                self._send_json(HTTPStatus.OK, f"{self.http_server.host}:8300")
             elif parts.path in ("/v1/txn", "/v1/status/leader"):
                 raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"method {method} not allowed")
             else:
@@ -211,10 +220,11 @@ class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128  # the default 5 resets connections when a test races 20 clients
 
-    def __init__(self, address: tuple[str, int], store: KVStore) -> None:
+    def __init__(self, address: tuple[str, int], store: KVStore, acl_token: str | None) -> None:
         super().__init__(address, _Handler)
         self.store = store
         self.host = address[0]
+        self.acl_token = acl_token
 
 
 class ConsulTestServer:
@@ -223,10 +233,13 @@ class ConsulTestServer:
     ``port=0`` picks a free port on the first ``start()``; later starts reuse it.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, store: KVStore | None = None) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, store: KVStore | None = None, acl_token: str | None = None
+    ) -> None:
         self.host = host
         self.port = port
         self.store = store if store is not None else KVStore()
+        self.acl_token = acl_token
         self._http: _HttpServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -243,7 +256,7 @@ class ConsulTestServer:
         """Serve (again) on the same port; the data of earlier runs is still there."""
         if self._http is not None:
             return
-        self._http = _HttpServer((self.host, self.port), self.store)
+        self._http = _HttpServer((self.host, self.port), self.store, self.acl_token)
         self.port = int(self._http.server_address[1])
         self._thread = threading.Thread(
             target=self._http.serve_forever,

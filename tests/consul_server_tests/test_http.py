@@ -187,6 +187,17 @@ def test_py_consul_txn_commits_and_reports_a_rollback_as_409(server: ConsulTestS
         client.txn.put([{"KV": {"Verb": "cas", "Key": "k", "Value": b64(b"v"), "Index": 0}}])
 
 
+def test_with_an_acl_token_every_request_must_carry_it() -> None:
+    with ConsulTestServer(acl_token="secret") as server:
+        assert call(server, "PUT", "/v1/kv/k", b"v").status == 403
+        assert call(server, "PUT", "/v1/kv/k?token=secret", b"v").body == b"true"
+        client = consul.Consul(host=server.host, port=server.port, token="secret")
+        client.token = "secret"  # py-consul prefers CONSUL_HTTP_TOKEN from the environment
+        assert client.kv.get("k")[1]["Value"] == b"v"
+        with pytest.raises(consul.ConsulException, match="Permission denied"):
+            client.txn.put([{"KV": {"Verb": "get", "Key": "k"}}])  # py-consul's txn.put sends no token
+
+
 def test_stop_refuses_connections_and_start_serves_the_same_data_on_the_same_port(server: ConsulTestServer) -> None:
     call(server, "PUT", "/v1/kv/k", b"kept")
     port = server.port

@@ -234,6 +234,24 @@ def test_unknown_keys_under_the_cluster_are_ignored(consul_test_server: ConsulTe
         assert table.read_all().entries == (make_entry(),)
 
 
+@pytest.mark.slow
+def test_the_token_goes_with_every_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONSUL_HTTP_TOKEN", "wrong")
+    entry = make_entry(status=SiloStatus.DEAD)
+    with ConsulTestServer(acl_token="secret") as server:
+        with open_table(server.uri("acl"), "c1") as denied, pytest.raises(TableUnavailableError, match="Permission"):
+            denied.initialize()
+        with open_table(server.uri("acl"), "c1", token="secret") as table:
+            table.initialize()
+            assert table.insert_row(entry, table.read_all().version.next())
+            table.update_i_am_alive(entry.silo_address, T0 + timedelta(seconds=1))
+            read = table.read_all()
+            assert table.update_row(entry, read.rows[0][1], read.version.next())
+            assert table.cleanup_defunct_entries(T0 + timedelta(days=1)) == 1
+            table.delete_cluster_entries()
+            assert list(server.store) == []
+
+
 # --- failures -------------------------------------------------------------------------------
 
 
