@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, TypeVar
 
 _T = TypeVar("_T")
+logger = logging.getLogger(__name__)
 
 
 class Clock(Protocol):
@@ -140,3 +142,46 @@ class Ticker:
 
     def stop(self) -> None:
         self._stopped.set()
+
+
+class Periodic:
+    """A background task that runs ``body`` on every tick of a ``Ticker`` until stopped.
+
+    With ``immediately`` the body also runs once at start. An exception in the body is
+    logged and the loop goes on: one bad round must not end a silo's failure detection.
+    """
+
+    def __init__(
+        self,
+        clock: Clock,
+        period: float,
+        body: Callable[[], Awaitable[None]],
+        *,
+        first_delay: float | None = None,
+        immediately: bool = False,
+    ) -> None:
+        self._ticker = Ticker(clock, period, first_delay)
+        self._body = body
+        self._immediately = immediately
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        if self._immediately:
+            await self._round()
+        while await self._ticker.tick():
+            await self._round()
+
+    async def _round(self) -> None:
+        try:
+            await self._body()
+        except Exception:
+            logger.exception("periodic task %s failed; it runs again on the next tick", self._body)
+
+    async def stop(self) -> None:
+        self._ticker.stop()
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)

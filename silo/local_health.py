@@ -9,11 +9,10 @@ indirect probes count as "unknown" instead of a vote.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from membership_tables import SiloAddress
-from silo.clock import Clock, Ticker
+from silo.clock import Clock, Periodic
 from silo.options import SiloOptions
 from silo.snapshot import MembershipSnapshot
 
@@ -56,8 +55,9 @@ class LocalHealth:
         self._snapshot = snapshot
         self._lag = 0.0
         self._probe_results: dict[SiloAddress, bool] = {}
-        self._ticker: Ticker | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._lag_period = options.probe_timeout / 2
+        self._last_round = 0.0
+        self._meter: Periodic | None = None
 
     def record_probe(self, target: SiloAddress, answered: bool) -> None:
         self._probe_results[target] = answered
@@ -79,19 +79,15 @@ class LocalHealth:
 
     def start(self) -> None:
         """Measure event-loop lag: how late a periodic task wakes up."""
-        period = self._options.probe_timeout / 2
-        self._ticker = Ticker(self._clock, period)
-        self._task = asyncio.create_task(self._measure(self._ticker, period))
+        self._last_round = self._clock.monotonic()
+        self._meter = Periodic(self._clock, self._lag_period, self._measure)
+        self._meter.start()
 
-    async def _measure(self, ticker: Ticker, period: float) -> None:
-        while True:
-            started = self._clock.monotonic()
-            if not await ticker.tick():
-                return
-            self.record_loop_lag(self._clock.monotonic() - started - period)
+    async def _measure(self) -> None:
+        now = self._clock.monotonic()
+        self.record_loop_lag(now - self._last_round - self._lag_period)
+        self._last_round = now
 
     async def stop(self) -> None:
-        if self._ticker is not None:
-            self._ticker.stop()
-        if self._task is not None:
-            await asyncio.gather(self._task, return_exceptions=True)
+        if self._meter is not None:
+            await self._meter.stop()

@@ -36,7 +36,7 @@ from membership_tables import (
     SiloStatus,
     TableUnavailableError,
 )
-from silo.clock import Clock, Ticker
+from silo.clock import Clock, Periodic
 from silo.options import SiloOptions
 from silo.snapshot import MembershipSnapshot, SnapshotPublisher
 from silo.votes import VoteKind, decide_vote
@@ -107,10 +107,10 @@ class MembershipTableManager:
         self.terminated = asyncio.Event()
         self.termination_reason = ""
         self._joined_version: int | None = None
+        self._leaving = False
         self._unavailable_since: float | None = None
         self._recovered_at: float | None = None
-        self._ticker: Ticker | None = None
-        self._refresh_task: asyncio.Task[None] | None = None
+        self._refresher: Periodic | None = None
         self._empty = MembershipSnapshot(MembershipTableData((), UNINITIALIZED_VERSION))
 
     @property
@@ -126,6 +126,10 @@ class MembershipTableManager:
         if self._unavailable_since is not None or self.terminated.is_set():
             return False
         return self._recovered_at is None or self._clock.monotonic() - self._recovered_at >= self._options.stale_after
+
+    def mark_leaving(self) -> None:
+        """This silo is about to write itself Dead: reading that back is not a reason to terminate."""
+        self._leaving = True
 
     def terminate(self, reason: str) -> None:
         """Signal the runtime to stop serving at once; the first reason wins."""
@@ -192,7 +196,7 @@ class MembershipTableManager:
         return self.snapshot
 
     def _check_own_row(self, entry: MembershipEntry | None, version: int) -> None:
-        if entry is not None and entry.status is SiloStatus.DEAD:
+        if entry is not None and entry.status is SiloStatus.DEAD and not self._leaving:
             killer = entry.suspect_times[-1][0] if entry.suspect_times else "itself or an operator"
             self.terminate(f"the table says this silo is Dead (declared by {killer})")
         elif entry is None and self._joined_version is not None and version > self._joined_version:
@@ -252,8 +256,8 @@ class MembershipTableManager:
                 self._check_own_row(row[0] if row else None, data.version.version)
                 if self.terminated.is_set():
                     return False
-            if row is None:
-                return False
+            if row is None or row[0].status is SiloStatus.DEAD:
+                return False  # Dead is terminal: never written over
             entry = change(row[0])
             if entry is None:
                 return False
@@ -327,20 +331,19 @@ class MembershipTableManager:
     def start(self) -> None:
         """Start re-reading the table every ``table_refresh_timeout`` (first tick randomized)."""
         period = self._options.table_refresh_timeout
-        self._ticker = Ticker(self._clock, period, first_delay=self._random.uniform(0, period))
-        self._refresh_task = asyncio.create_task(self._refresh_loop(self._ticker, period))
+        self._refresher = Periodic(
+            self._clock, period, self._refresh_round, first_delay=self._random.uniform(0, period)
+        )
+        self._refresher.start()
 
-    async def _refresh_loop(self, ticker: Ticker, period: float) -> None:
-        while await ticker.tick():
-            try:
-                await self.refresh(self.deadline_in(period))
-            except TableUnavailableError:
-                logger.warning("silo %s: table still unreachable after retrying for %ss", self._address, period)
+    async def _refresh_round(self) -> None:
+        period = self._options.table_refresh_timeout
+        try:
+            await self.refresh(self.deadline_in(period))
+        except TableUnavailableError:
+            logger.warning("silo %s: table still unreachable after retrying for %ss", self._address, period)
 
     async def stop(self) -> None:
-        if self._ticker is not None:
-            self._ticker.stop()
-        if self._refresh_task is not None:
-            self._refresh_task.cancel()
-            await asyncio.gather(self._refresh_task, return_exceptions=True)
+        if self._refresher is not None:
+            await self._refresher.stop()
         await self.publisher.close()

@@ -12,13 +12,12 @@ an unreachable table is not an error: the next probe tries again.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random as random_module
 from collections.abc import Awaitable, Callable
 
 from membership_tables import SiloAddress
-from silo.clock import Clock, Ticker, with_timeout
+from silo.clock import Clock, Periodic, with_timeout
 from silo.local_health import LocalHealth, effective_timeout
 from silo.options import SiloOptions
 from silo.probing import IndirectProbeResult, Prober
@@ -59,28 +58,15 @@ class SiloHealthMonitor:
         self.missed_probes = 0
         self._unusable: set[SiloAddress] = set()
         self._unusable_version = -1
-        self._ticker: Ticker | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._prober_loop: Periodic | None = None
 
     def start(self) -> None:
-        self._ticker = Ticker(self._clock, self._options.probe_timeout)
-        self._task = asyncio.create_task(self._run(self._ticker))
-
-    async def _run(self, ticker: Ticker) -> None:
-        while True:
-            try:
-                await self.probe_once()
-            except Exception:
-                logger.exception("silo %s: probing %s failed unexpectedly", self._local, self.target)
-            if not await ticker.tick():
-                return
+        self._prober_loop = Periodic(self._clock, self._options.probe_timeout, self.probe_once, immediately=True)
+        self._prober_loop.start()
 
     async def stop(self) -> None:
-        if self._ticker is not None:
-            self._ticker.stop()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        if self._prober_loop is not None:
+            await self._prober_loop.stop()
 
     def _timeout(self) -> float:
         return effective_timeout(self._options.probe_timeout, self._health.score())

@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import random
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ParamSpec
@@ -25,8 +26,12 @@ from membership_tables import (
     TableVersion,
     open_table,
 )
-from silo.probing import IndirectProbeResult, MembershipRpcHandler
+from silo.clock import FakeClock
+from silo.options import SiloOptions
+from silo.probing import GossipSender, IndirectProbeResult, MembershipRpcHandler, Prober
+from silo.runtime import Silo
 from silo.snapshot import MembershipSnapshot
+from silo.table_manager import run_inline
 
 P = ParamSpec("P")
 CLUSTER = "test-cluster"
@@ -184,3 +189,42 @@ class FakeNetwork:
             await self.nodes[target].on_gossip(version)
 
         return RecordingGossip(deliver=deliver)
+
+
+LOCAL = SiloOptions.local()
+
+
+def make_silo(
+    table: MembershipTable,
+    silo: SiloAddress,
+    clock: FakeClock,
+    *,
+    prober: Prober | None = None,
+    gossip: GossipSender | None = None,
+    options: SiloOptions = LOCAL,
+    **fields: Any,
+) -> Silo:
+    """A ``Silo`` on the fake clock with the inline table runner and a fixed random seed."""
+    return Silo(
+        table=table,
+        address=silo,
+        options=options,
+        prober=prober or FunctionProber(),
+        gossip=gossip or RecordingGossip(),
+        clock=clock,
+        random=random.Random(silo.port),
+        run_blocking=run_inline,
+        **fields,
+    )
+
+
+def cluster_silos(table: MembershipTable, clock: FakeClock, network: FakeNetwork, ports: Iterable[int]) -> list[Silo]:
+    """Silos wired to ``network`` (registered in it), not started."""
+    silos = []
+    for port in ports:
+        silo = make_silo(
+            table, address(port), clock, prober=network.prober(address(port)), gossip=network.gossip(address(port))
+        )
+        network.nodes[silo.silo_address] = silo
+        silos.append(silo)
+    return silos
