@@ -305,8 +305,10 @@ class MembershipTableManager:
             if row is None or row[0].status is SiloStatus.DEAD:
                 return VoteOutcome.ALREADY_GONE
             now = self._clock.now()
-            quorum_base = len(MembershipSnapshot(data).active_non_stale(now, self._options))
-            decision = decide_vote(row[0], self._address, intermediary, now, self._options, quorum_base)
+            read = MembershipSnapshot(data)
+            quorum_base = len(read.active_non_stale(now, self._options))
+            dead = {entry.silo_address for entry in read.with_status(SiloStatus.DEAD)}
+            decision = decide_vote(row[0], self._address, intermediary, now, self._options, quorum_base, dead)
             written = data.version.next()
             if not await self._attempt(functools.partial(self._table.update_row, decision.entry, row[1], written)):
                 return VoteOutcome.LOST_RACE

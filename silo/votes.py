@@ -7,7 +7,7 @@ The table manager applies the resulting ``VoteDecision`` in one conditional writ
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -67,10 +67,13 @@ def decide_vote(
     now: datetime,
     options: SiloOptions,
     active_non_stale_count: int,
+    dead_voters: Collection[SiloAddress] = (),
 ) -> VoteDecision:
     """Add ``voter``'s vote (and a healthy ``intermediary``'s) to the target's row.
 
     Expired votes are pruned; a repeated vote by the same silo replaces its older one.
+    Votes cast by ``dead_voters`` are dropped too: a silo that was itself declared Dead
+    (typically the partitioned one, which suspected everybody) must not help kill anyone.
     If the fresh votes reach ``required_votes`` the row is declared Dead and the voter
     (the killer) is recorded last in ``suspect_times``.
     """
@@ -78,7 +81,7 @@ def decide_vote(
     kept = tuple(
         vote
         for vote in fresh_votes(target_entry.suspect_times, now, options.death_vote_expiration)
-        if vote[0] not in new_voters
+        if vote[0] not in new_voters and vote[0] not in dead_voters
     )
     votes = kept + tuple((who, now) for who in new_voters)
     required = required_votes(options.num_votes_for_death_declaration, active_non_stale_count)

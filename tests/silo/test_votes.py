@@ -116,3 +116,9 @@ def test_votes_needed_to_kill_in_clusters_of_one_to_ten(cluster_size: int) -> No
         if decision.kind is VoteKind.DECLARE_DEAD:
             break
     assert kinds.index(VoteKind.DECLARE_DEAD) + 1 == min(3, max(1, (cluster_size + 1) // 2))
+
+
+def test_votes_of_dead_silos_do_not_count() -> None:
+    decision = decide_vote(target_row((B, at(-5))), A, None, NOW, OPTIONS, active_non_stale_count=5, dead_voters={B})
+    assert decision.kind is VoteKind.VOTE
+    assert decision.entry.suspect_times == ((A, NOW),)
