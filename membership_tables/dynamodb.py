@@ -277,7 +277,12 @@ class DynamoDbMembershipTable(MembershipTable):
                 "writes are too frequent to take a consistent snapshot, try again"
             ) from exc
         except (BotoCoreError, ClientError) as exc:
-            raise TableUnavailableError(f"{what} on DynamoDB table {self.settings.table_name!r} failed: {exc}") from exc
+            hint = ""
+            if isinstance(exc, ClientError) and error_code(exc) == "ResourceNotFoundException":
+                hint = "; the table does not exist: call initialize() to create it"
+            raise TableUnavailableError(
+                f"{what} on DynamoDB table {self.settings.table_name!r} failed: {exc}{hint}"
+            ) from exc
 
     def _should_stop(self, state: RetryCallState) -> bool:
         """Stop after ``retry_time``, or after ``max_attempts`` unless a read was merely fenced off.

@@ -16,11 +16,15 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import boto3
 import pytest
 
 from tests.services.process import ServerProcess, free_port, port_is_open, wait_until
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REGION = "us-east-1"
@@ -48,6 +52,17 @@ class MotoServer:
     def options(self) -> dict[str, Any]:
         """Options for ``open_table``: dummy credentials (no environment variables needed)."""
         return dict(CREDENTIALS)
+
+    def client(self) -> DynamoDBClient:
+        """A plain boto3 client on this server, to look at items as an admin would."""
+        return boto3.client(
+            "dynamodb",
+            region_name=REGION,
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=CREDENTIALS["aws_access_key_id"],
+            aws_secret_access_key=CREDENTIALS["aws_secret_access_key"],
+            aws_session_token=CREDENTIALS["aws_session_token"],
+        )
 
     def uri(self, table_name: str) -> str:
         return f"dynamodb://{table_name}?region={REGION}&endpoint_url={self.endpoint_url}"
