@@ -74,7 +74,9 @@ class SqlMembershipTable(MembershipTable):
     def _transaction(self, work: Callable[[sa.Connection], T], *, write: bool, if_no_schema: T) -> T:
         """Run ``work`` in one transaction, retrying deadlocks; map driver errors."""
         options = dialects.write_options(self._dialect) if write else dialects.read_options(self._dialect)
-        for attempt in range(1, _ATTEMPTS + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 with self._engine.connect() as connection:
                     connection.execution_options(**options)
@@ -89,7 +91,6 @@ class SqlMembershipTable(MembershipTable):
                 raise self._unavailable(exc) from exc
             except sa.exc.SQLAlchemyError as exc:
                 raise self._unavailable(exc) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def _unavailable(self, exc: sa.exc.SQLAlchemyError) -> TableUnavailableError:
         cause = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc

@@ -32,7 +32,7 @@ from membership_tables import (
 )
 from membership_tables.testing import make_entry
 from membership_tables.testing.checks import T0
-from tests.services.process import free_port
+from tests.services.process import free_port, wait_until
 from tests.services.sql_server import ThrowawayServer
 
 SERVERS = {"postgresql": "postgres_server", "mariadb": "mariadb_server"}
@@ -278,6 +278,49 @@ def test_a_handle_recovers_when_the_server_comes_back(request: pytest.FixtureReq
         finally:
             server.start()
         assert table.read_all() == before
+
+
+LOCK_WAITS = {
+    "postgresql": "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+    "mysql": "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("server_fixture", SERVERS.values())
+def test_a_deadlock_with_another_transaction_is_retried(request: pytest.FixtureRequest, server_fixture: str) -> None:
+    """An admin transaction locks the member rows, then the version row the writer holds.
+
+    The database aborts one of the two: PostgreSQL the writer (it waited first, so it detects
+    the deadlock), InnoDB the writer too (it changed fewer rows than the admin).
+    """
+    server: ThrowawayServer = request.getfixturevalue(server_fixture)
+    cluster_id = f"deadlock-{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(server.url)
+    lock_waits = LOCK_WAITS[admin.dialect.name]
+    where = {"cluster": cluster_id}
+    with open_table(server.url, cluster_id) as table, admin.connect() as blocker, admin.connect() as observer:
+        table.initialize()
+        insert(table, *(make_entry(port) for port in range(1000, 1005)))
+        read = table.read_all()
+        entry, etag = read.rows[0]
+        results: list[bool] = []
+        blocker.execute(sa.text("UPDATE silo_membership SET silo_name = 'admin' WHERE cluster_id = :cluster"), where)
+        writer = threading.Thread(
+            target=lambda: results.append(table.update_row(entry.replace(role_name="w"), etag, read.version.next()))
+        )
+        writer.start()
+        wait_until(lambda: observer.execute(sa.text(lock_waits)).scalar_one() > 0, 30, "the writer to wait for a lock")
+        try:  # closes the cycle; the database aborts one of the two transactions
+            blocker.execute(
+                sa.text("UPDATE silo_membership_version SET version = version WHERE cluster_id = :cluster"), where
+            )
+            blocker.commit()
+        except sa.exc.DBAPIError:
+            blocker.rollback()
+        writer.join()
+    admin.dispose()
+    assert results == [True]
 
 
 def _join_and_count(url: str, index: int, updates: int) -> None:

@@ -90,6 +90,7 @@ class MariaDbServer(ThrowawayServer):
             cursor.execute(f"CREATE DATABASE IF NOT EXISTS `{database}` CHARACTER SET utf8mb4")
             cursor.execute(f"CREATE USER IF NOT EXISTS '{_USER}'@'%' IDENTIFIED BY '{_PASSWORD}'")
             cursor.execute(f"GRANT ALL PRIVILEGES ON `{database}`.* TO '{_USER}'@'%'")
+            cursor.execute(f"GRANT PROCESS ON *.* TO '{_USER}'@'%'")  # lets tests see InnoDB lock waits
 
     def create_database(self, name: str) -> str:
         """Create an empty database the ``silo`` user owns and return its SQLAlchemy URL."""
