@@ -35,7 +35,10 @@ class PostgresServer(ThrowawayServer):
         self.socket_dir = self.root / "socket"
         if os.geteuid() == 0:
             self.user = "postgres"
-            user = pwd.getpwnam(self.user)
+            try:
+                user = pwd.getpwnam(self.user)
+            except KeyError:
+                pytest.fail("there is no 'postgres' user to run PostgreSQL as; run `make system-packages` (as root)")
             os.chown(self.root, user.pw_uid, user.pw_gid)
         self.socket_dir.mkdir()
         if self.user is not None:
