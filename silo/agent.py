@@ -76,6 +76,7 @@ class MembershipAgent:
         if not await self._manager.update_own_status(SiloStatus.ACTIVE, self._manager.deadline_in(limit)):
             self._check_not_terminated()
             raise JoinError(f"silo {self._address} could not mark itself Active: its row is gone")
+        self._check_not_terminated()
         logger.info("silo %s is Active", self._address)
 
     async def _validate_connectivity(self, deadline: float) -> None:

@@ -41,7 +41,8 @@ from silo.monitor.silo_health import SiloHealthMonitor
 from silo.options import SiloOptions
 from silo.probing import GossipSender, IndirectProbeResult, Prober
 from silo.snapshot import MembershipSnapshot
-from silo.table_manager import BlockingRunner, MembershipTableManager, run_in_thread
+from silo.table_access import BlockingRunner, run_in_thread
+from silo.table_manager import MembershipTableManager
 
 logger = logging.getLogger(__name__)
 
@@ -200,6 +201,8 @@ class Silo:
             logger.error("silo %s failed to start: %s", self._address, exc)
             await self._finish(exc.exit_code)
             raise
+        if self._stopping or self._finishing is not None:
+            return  # stop() or a termination raced with the last step of the join
         self._status = SiloStatus.ACTIVE
         self._agent.start_heartbeat()
         self._cleanup.start()

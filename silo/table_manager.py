@@ -21,11 +21,8 @@ import enum
 import functools
 import logging
 import random as random_module
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Protocol, TypeVar
-
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
 from membership_tables import (
     UNINITIALIZED_VERSION,
@@ -39,32 +36,10 @@ from membership_tables import (
 from silo.clock import Clock, Periodic
 from silo.options import SiloOptions
 from silo.snapshot import MembershipSnapshot, SnapshotPublisher
+from silo.table_access import BlockingRunner, TableAccess, run_in_thread
 from silo.votes import VoteKind, decide_vote
 
 logger = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
-
-
-class BlockingRunner(Protocol):
-    """Runs a blocking table call without blocking the event loop."""
-
-    def __call__(self, call: Callable[[], _T], /) -> Awaitable[_T]: ...
-
-
-async def run_in_thread(call: Callable[[], _T]) -> _T:
-    """The production runner: a worker thread."""
-    return await asyncio.to_thread(call)
-
-
-async def run_inline(call: Callable[[], _T]) -> _T:
-    """Runs the call on the loop: for in-memory tables under a fake clock (deterministic tests)."""
-    return call()
-
-
-def backoff_bounds(options: SiloOptions) -> tuple[float, float]:
-    """(first, longest) wait between retries of an unreachable table, in seconds."""
-    return options.probe_timeout / 5, options.table_refresh_timeout / 2
 
 
 class VoteOutcome(enum.Enum):
@@ -101,15 +76,15 @@ class MembershipTableManager:
         self._options = options
         self._clock = clock
         self._random = random
-        self._run = run_blocking
         self._on_write = on_write
         self.publisher = SnapshotPublisher()
         self.terminated = asyncio.Event()
+        self._access = TableAccess(
+            address=address, options=options, clock=clock, run_blocking=run_blocking, give_up=self.terminated.is_set
+        )
         self.termination_reason = ""
         self._joined_version: int | None = None
         self._leaving = False
-        self._unavailable_since: float | None = None
-        self._recovered_at: float | None = None
         self._refresher: Periodic | None = None
         self._empty = MembershipSnapshot(MembershipTableData((), UNINITIALIZED_VERSION))
 
@@ -119,13 +94,14 @@ class MembershipTableManager:
 
     @property
     def table_available(self) -> bool:
-        return self._unavailable_since is None
+        return self._access.available
 
     def can_vote(self) -> bool:
         """False while the table is unreachable and for ``stale_after`` seconds after it came back."""
-        if self._unavailable_since is not None or self.terminated.is_set():
+        if not self._access.available or self.terminated.is_set():
             return False
-        return self._recovered_at is None or self._clock.monotonic() - self._recovered_at >= self._options.stale_after
+        recovered = self._access.recovered_at
+        return recovered is None or self._clock.monotonic() - recovered >= self._options.stale_after
 
     def mark_leaving(self) -> None:
         """This silo is about to write itself Dead: reading that back is not a reason to terminate."""
@@ -139,51 +115,17 @@ class MembershipTableManager:
         logger.warning("silo %s terminates itself: %s", self._address, reason)
         self.terminated.set()
 
-    # --- table calls -------------------------------------------------------------------
-
-    async def _attempt(self, call: Callable[[], _T]) -> _T:
-        try:
-            result = await self._run(call)
-        except TableUnavailableError:
-            if self._unavailable_since is None:
-                self._unavailable_since = self._clock.monotonic()
-                logger.warning("silo %s cannot reach the membership table; retrying", self._address)
-            raise
-        if self._unavailable_since is not None:
-            self._unavailable_since = None
-            self._recovered_at = self._clock.monotonic()
-            logger.warning("silo %s reaches the membership table again", self._address)
-        return result
-
-    async def _call(self, call: Callable[[], _T], deadline: float | None) -> _T:
-        """Run ``call``; with a ``deadline`` (clock.monotonic) retry unavailability until then."""
-        if deadline is None:
-            return await self._attempt(call)
-        first, longest = backoff_bounds(self._options)
-
-        def stop(state: RetryCallState) -> bool:
-            return self.terminated.is_set() or self._clock.monotonic() >= deadline
-
-        retrying = AsyncRetrying(
-            sleep=self._clock.sleep,
-            retry=retry_if_exception_type(TableUnavailableError),
-            wait=wait_exponential_jitter(multiplier=first, max=longest, jitter=first),
-            stop=stop,
-            reraise=True,
-        )
-        return await retrying(self._attempt, call)
-
     def deadline_in(self, seconds: float) -> float:
-        return self._clock.monotonic() + seconds
+        return self._access.deadline_in(seconds)
 
     # --- reads ---------------------------------------------------------------------------
 
     async def initialize(self, deadline: float | None) -> None:
-        await self._call(functools.partial(self._table.initialize, try_init_version=True), deadline)
+        await self._access.call(functools.partial(self._table.initialize, try_init_version=True), deadline)
 
     async def refresh(self, deadline: float | None = None) -> MembershipSnapshot:
         """Read the whole table, publish it if newer, and check whether we must terminate."""
-        data = await self._call(self._table.read_all, deadline)
+        data = await self._access.call(self._table.read_all, deadline)
         return await self._accept(data)
 
     async def _accept(self, data: MembershipTableData) -> MembershipSnapshot:
@@ -224,13 +166,13 @@ class MembershipTableManager:
     async def insert_self(self, entry: MembershipEntry, deadline: float) -> None:
         """Insert this silo's row (retried until ``deadline``); an existing row of ours counts as done."""
         while True:
-            data = await self._call(self._table.read_all, deadline)
+            data = await self._access.call(self._table.read_all, deadline)
             await self._accept(data)
             if data.get(self._address) is not None:
                 self._joined_version = data.version.version
                 return
             written = data.version.next()
-            if await self._call(functools.partial(self._table.insert_row, entry, written), deadline):
+            if await self._access.call(functools.partial(self._table.insert_row, entry, written), deadline):
                 self._joined_version = written.version
                 logger.info(
                     "silo %s inserted its row as %s at version %d", self._address, entry.status.name, written.version
@@ -250,7 +192,7 @@ class MembershipTableManager:
         """
         own = silo == self._address
         while not (own and self.terminated.is_set()):
-            data = await self._call(functools.partial(self._table.read_row, silo), deadline)
+            data = await self._access.call(functools.partial(self._table.read_row, silo), deadline)
             row = data.get(silo)
             if own:
                 self._check_own_row(row[0] if row else None, data.version.version)
@@ -262,7 +204,7 @@ class MembershipTableManager:
             if entry is None:
                 return False
             written = data.version.next()
-            if await self._call(functools.partial(self._table.update_row, entry, row[1], written), deadline):
+            if await self._access.call(functools.partial(self._table.update_row, entry, row[1], written), deadline):
                 logger.info(
                     "silo %s wrote %s as %s at version %d", self._address, silo, entry.status.name, written.version
                 )
@@ -281,12 +223,12 @@ class MembershipTableManager:
     async def heartbeat(self, deadline: float) -> None:
         """Write IAmAlive now (a blind write: no version bump)."""
         now = self._clock.now()
-        await self._call(functools.partial(self._table.update_i_am_alive, self._address, now), deadline)
+        await self._access.call(functools.partial(self._table.update_i_am_alive, self._address, now), deadline)
 
     async def cleanup_defunct(self, older_than: float) -> int:
         """Remove Dead rows inactive for ``older_than`` seconds (not a versioned write)."""
         before = self._clock.now() - timedelta(seconds=older_than)
-        return await self._call(functools.partial(self._table.cleanup_defunct_entries, before), None)
+        return await self._access.call(functools.partial(self._table.cleanup_defunct_entries, before), None)
 
     async def try_vote(self, target: SiloAddress, intermediary: SiloAddress | None = None) -> VoteOutcome:
         """Vote against ``target`` (with a healthy ``intermediary``), declaring it Dead on quorum.
@@ -297,7 +239,7 @@ class MembershipTableManager:
         if not self.can_vote():
             return VoteOutcome.NOT_ALLOWED
         try:
-            data = await self._attempt(self._table.read_all)
+            data = await self._access.attempt(self._table.read_all)
             snapshot = await self._accept(data)
             if snapshot.status_of(self._address) not in (SiloStatus.JOINING, SiloStatus.ACTIVE):
                 return VoteOutcome.NOT_ALLOWED
@@ -310,7 +252,9 @@ class MembershipTableManager:
             dead = {entry.silo_address for entry in read.with_status(SiloStatus.DEAD)}
             decision = decide_vote(row[0], self._address, intermediary, now, self._options, quorum_base, dead)
             written = data.version.next()
-            if not await self._attempt(functools.partial(self._table.update_row, decision.entry, row[1], written)):
+            if not await self._access.attempt(
+                functools.partial(self._table.update_row, decision.entry, row[1], written)
+            ):
                 return VoteOutcome.LOST_RACE
         except TableUnavailableError:
             return VoteOutcome.NOT_ALLOWED

@@ -31,7 +31,7 @@ from silo.options import SiloOptions
 from silo.probing import GossipSender, IndirectProbeResult, MembershipRpcHandler, Prober
 from silo.runtime import Silo
 from silo.snapshot import MembershipSnapshot
-from silo.table_manager import run_inline
+from silo.table_access import run_inline
 
 P = ParamSpec("P")
 CLUSTER = "test-cluster"

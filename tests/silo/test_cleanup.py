@@ -6,7 +6,8 @@ from datetime import timedelta
 from membership_tables import MembershipTable, SiloAddress, SiloStatus
 from silo.cleanup import CleanupAgent, cleanup_leader
 from silo.clock import FakeClock
-from silo.table_manager import MembershipTableManager, run_inline
+from silo.table_access import run_inline
+from silo.table_manager import MembershipTableManager
 from tests.silo.harness import LOCAL, T0, address, async_test, memory_table, row, seed, view
 
 OLDEST = address(9, generation=1)

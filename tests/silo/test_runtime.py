@@ -147,17 +147,22 @@ async def test_start_twice_and_stop_before_start() -> None:
     await silo.stop()
 
 
-@async_test
-async def test_a_table_outage_never_leads_to_a_death_declaration() -> None:
+async def outage_with_one_silo_unreachable(probe_periods: int) -> tuple[FlakyTable, FakeClock, FakeNetwork, list[Silo]]:
+    """Three Active silos; then the table goes down and the third silo becomes unreachable."""
     flaky, clock, network = FlakyTable(memory_table()), FakeClock(T0), FakeNetwork()
     silos = cluster_silos(flaky, clock, network, [1, 2, 3])
     for silo in silos:
         await silo.start()
-    victim = silos[2].silo_address
     flaky.down = True
-    network.partitioned.add(victim)  # probes of the victim fail all through the outage
-    for _ in range(20):
+    network.partitioned.add(silos[2].silo_address)  # probes of it fail all through the outage
+    for _ in range(probe_periods):
         await clock.advance(LOCAL.probe_timeout)
+    return flaky, clock, network, silos
+
+
+@async_test
+async def test_a_table_outage_never_leads_to_a_death_declaration() -> None:
+    flaky, clock, network, silos = await outage_with_one_silo_unreachable(20)
     assert flaky.failed_calls > 0
     network.partitioned.clear()
     flaky.down = False
@@ -173,15 +178,8 @@ async def test_a_table_outage_never_leads_to_a_death_declaration() -> None:
 
 @async_test
 async def test_after_an_outage_a_silo_still_unreachable_is_declared_dead_after_the_grace_period() -> None:
-    flaky, clock, network = FlakyTable(memory_table()), FakeClock(T0), FakeNetwork()
-    silos = cluster_silos(flaky, clock, network, [1, 2, 3])
-    for silo in silos:
-        await silo.start()
+    flaky, clock, _, silos = await outage_with_one_silo_unreachable(10)
     victim = silos[2].silo_address
-    flaky.down = True
-    network.partitioned.add(victim)
-    for _ in range(10):
-        await clock.advance(LOCAL.probe_timeout)
     flaky.down = False
     await clock.advance(LOCAL.probe_timeout)
     found = flaky.inner.read_all().get(victim)

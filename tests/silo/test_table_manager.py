@@ -8,7 +8,8 @@ from membership_tables import MembershipEntry, MembershipTable, SiloAddress, Sil
 from silo.clock import FakeClock
 from silo.options import SiloOptions
 from silo.snapshot import MembershipSnapshot
-from silo.table_manager import MembershipTableManager, VoteOutcome, backoff_bounds, run_inline
+from silo.table_access import backoff_bounds, run_inline
+from silo.table_manager import MembershipTableManager, VoteOutcome
 from tests.silo.harness import T0, FlakyTable, address, async_test, memory_table, row, seed
 
 ME, PEER, OTHER = address(1), address(2), address(3)
