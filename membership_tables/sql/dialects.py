@@ -29,22 +29,22 @@ _MYSQL_SCHEMA_LOCK = "silo_membership_schema"
 
 
 def read_options(dialect: str) -> dict[str, Any]:
-    """Execution options of a read transaction: one consistent snapshot of version and rows."""
-    return {} if dialect == "sqlite" else {"isolation_level": "REPEATABLE READ"}
+    """Execution options of a read transaction: one consistent snapshot of version and rows.
+
+    SQLite (WAL) and MySQL (``REPEATABLE READ`` for every connection, see ``engine``) read one
+    snapshot anyway; PostgreSQL's default ``READ COMMITTED`` would take one per statement.
+    """
+    return {"isolation_level": "REPEATABLE READ"} if dialect == "postgresql" else {}
 
 
 def write_options(dialect: str) -> dict[str, Any]:
     """Execution options of a write transaction.
 
-    SQLite takes the write lock up front. PostgreSQL and MySQL use their usual levels: the
-    first statement, a conditional UPDATE of the version row, locks it and always sees the
-    latest committed version, which serialises the writers of one cluster.
+    SQLite takes the write lock up front. On PostgreSQL and MySQL the first statement, a
+    conditional UPDATE of the version row, locks that row and sees the latest committed
+    version whatever the isolation level, which serialises the writers of one cluster.
     """
-    if dialect == "sqlite":
-        return {SQLITE_BEGIN: "IMMEDIATE"}
-    if dialect == "postgresql":
-        return {"isolation_level": "READ COMMITTED"}
-    return {"isolation_level": "REPEATABLE READ"}
+    return {SQLITE_BEGIN: "IMMEDIATE"} if dialect == "sqlite" else {}
 
 
 def _error_code(dialect: str, exc: sa.exc.DBAPIError) -> object:

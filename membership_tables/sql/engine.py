@@ -87,6 +87,7 @@ def create_engine(url: URL, options: SqlOptions) -> sa.Engine:
     backend = url.get_backend_name()
     timeout = math.ceil(options.statement_timeout)
     connect_args: dict[str, Any]
+    isolation: dict[str, str] = {}
     if backend == "sqlite":
         connect_args = {"timeout": options.statement_timeout}
     elif backend == "postgresql":
@@ -95,6 +96,7 @@ def create_engine(url: URL, options: SqlOptions) -> sa.Engine:
         if "options" not in url.query:
             connect_args["options"] = f"-c statement_timeout={timeout * 1000} -c lock_timeout={timeout * 1000}"
     else:
+        isolation = {"isolation_level": "REPEATABLE READ"}  # whatever the server's default, for snapshot reads
         if "charset" not in url.query:
             url = url.update_query_dict({"charset": "utf8mb4"})
         connect_args = {
@@ -111,6 +113,7 @@ def create_engine(url: URL, options: SqlOptions) -> sa.Engine:
             pool_size=options.pool_size,
             max_overflow=options.max_overflow,
             pool_timeout=options.statement_timeout,
+            **isolation,
         )
     except ImportError as exc:
         extra = _DRIVERS[backend][1]
