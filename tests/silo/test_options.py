@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +86,9 @@ def test_options_error_is_a_silo_error_and_a_value_error() -> None:
 def test_options_are_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         SiloOptions().probe_timeout = 1.0  # type: ignore[misc]
+
+
+def test_every_option_is_documented() -> None:
+    documented = (Path(__file__).parents[2] / "docs" / "options.md").read_text()
+    missing = [field.name for field in dataclasses.fields(SiloOptions) if f"| `{field.name}` |" not in documented]
+    assert missing == []
