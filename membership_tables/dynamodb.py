@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import boto3
@@ -73,6 +73,7 @@ _THROTTLED = {
     "InternalServerError",
     "ServiceUnavailable",
 }
+_USABLE_TABLE_STATES = {"ACTIVE", "UPDATING"}  # an UPDATING table still serves reads and writes
 _RETRYABLE_CANCELLATIONS = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
 _HEARTBEAT_RACES = 5
 """How often ``update_row`` re-tries with a newer IAmAlive it found before giving up (False)."""
@@ -211,6 +212,10 @@ class _VersionMovedError(Exception):
     """The version changed while a read was paging: the rows may be torn, so read again."""
 
 
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _plain(value: object) -> object:
     """DynamoDB numbers arrive as Decimal; the model wants int (others fail validation)."""
     if isinstance(value, Decimal) and value == value.to_integral_value():
@@ -307,7 +312,7 @@ class DynamoDbMembershipTable(MembershipTable):
         try:
             version = _plain(_deserializer.deserialize(item["version"]))
             etag = _plain(_deserializer.deserialize(item[ETAG]))
-            if not isinstance(version, int) or not isinstance(etag, int):
+            if not _is_int(version) or not _is_int(etag):
                 raise TypeError("version and etag must be integers")
             return TableVersion(version, str(etag))
         except (KeyError, TypeError, InvalidEntryError) as exc:
@@ -323,7 +328,7 @@ class DynamoDbMembershipTable(MembershipTable):
         except (TypeError, ValueError) as exc:
             raise MalformedRowError(f"membership row {self._where(silo)} has undecodable attributes ({exc})") from exc
         etag = attributes.pop(ETAG, None)
-        if not isinstance(etag, int):
+        if not _is_int(etag):
             raise MalformedRowError(
                 f"membership row {self._where(silo)} has no numeric 'etag' attribute (got {etag!r}). "
                 "Repair or delete it by hand; nothing was changed"
@@ -365,20 +370,25 @@ class DynamoDbMembershipTable(MembershipTable):
         return self._call("DescribeTable", describe)
 
     def _ensure_table(self) -> None:
-        """Create the table (on demand) if missing and wait until it is ACTIVE."""
+        """Create the table (on demand) if missing and wait while it is being created."""
         table = self._describe()
         if table is None:
             self._create_table()
-        deadline = time.monotonic() + self.settings.table_wait_time
-        while table is None or table.get("TableStatus") != "ACTIVE":
-            if time.monotonic() > deadline:
-                status = table.get("TableStatus") if table else "missing"
-                raise TableUnavailableError(
-                    f"DynamoDB table {self.settings.table_name!r} is still {status} after "
-                    f"{self.settings.table_wait_time}s; try again later"
-                )
-            time.sleep(0.5 if table is None or table.get("TableStatus") == "CREATING" else 2.0)
             table = self._describe()
+        deadline = time.monotonic() + self.settings.table_wait_time
+        while table is None or table.get("TableStatus") == "CREATING":
+            if time.monotonic() > deadline:
+                raise TableUnavailableError(
+                    f"DynamoDB table {self.settings.table_name!r} is still being created after "
+                    f"{self.settings.table_wait_time}s; try initialize() again later"
+                )
+            time.sleep(0.5)
+            table = self._describe()
+        if table.get("TableStatus") not in _USABLE_TABLE_STATES:
+            raise TableUnavailableError(
+                f"DynamoDB table {self.settings.table_name!r} is {table.get('TableStatus')}, not usable; "
+                "wait for it to become ACTIVE or name another table"
+            )
         self._check_key_schema(table)
 
     def _create_table(self) -> None:

@@ -278,6 +278,7 @@ def test_clusters_share_one_table_without_touching_each_other(
     [
         ({"status": {"S": "ZOMBIE"}}, "unknown status 'ZOMBIE'"),
         ({"etag": {"S": "abc"}}, "no numeric 'etag'"),
+        ({"etag": {"BOOL": True}}, "no numeric 'etag'"),
         ({"proxy_port": {"N": "1.5"}}, "proxy_port must be a non-negative int"),
         ({"start_time": {"S": "yesterday"}}, "start_time is not an ISO-8601 time"),
     ],
