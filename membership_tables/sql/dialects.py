@@ -96,4 +96,6 @@ def create_schema(connection: sa.Connection) -> None:
     with _schema_lock(connection):
         metadata.create_all(connection, checkfirst=True)
         if not sa.inspect(connection).has_table(LIVE_VIEW):
-            connection.exec_driver_sql(f"CREATE VIEW {LIVE_VIEW} AS {LIVE_VIEW_SELECT}")
+            # MySQL views run as their creator by default, and break if that account goes away
+            invoker = "" if connection.dialect.name in ("sqlite", "postgresql") else "SQL SECURITY INVOKER "
+            connection.exec_driver_sql(f"CREATE {invoker}VIEW {LIVE_VIEW} AS {LIVE_VIEW_SELECT}")
