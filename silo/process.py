@@ -1,0 +1,111 @@
+"""One silo as an operating-system process: what ``silo run`` does after parsing arguments.
+
+Order matters: the gRPC server binds first (``--port 0`` lets the OS pick), because the
+silo's identity ``host:port@generation`` needs the port; then the silo joins, and the
+health service turns SERVING once it is Active. SIGTERM/SIGINT stop it gracefully
+(ShuttingDown, then Dead, exit 0). If the silo finds itself declared dead it stops
+serving at once and the process exits with ``ExitCode.DECLARED_DEAD``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from membership_tables import MembershipTable, SiloAddress, SiloStatus
+from silo.errors import SiloError
+from silo.exit_codes import ExitCode
+from silo.options import SiloOptions
+from silo.prober import GrpcProber
+from silo.runtime import Silo
+from silo.server import BindError, MembershipServer
+
+log = logging.getLogger("silo.process")
+
+
+@dataclass(frozen=True)
+class SiloProcessConfig:
+    cluster_id: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    gateway_port: int = 0
+    name: str | None = None
+    """Silo name; ``None`` = ``silo-PORT``."""
+    options: SiloOptions = field(default_factory=SiloOptions.production)
+
+
+def run_process(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
+    """Run the silo until it is signalled or declared dead; returns the exit code."""
+    return asyncio.run(_serve(table, config))
+
+
+async def _serve(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
+    try:
+        server = MembershipServer(config.host, config.port)
+        gateway_port = server.add_port(config.gateway_port) if config.gateway_port else 0
+    except BindError as exc:
+        log.error("%s", exc)
+        return ExitCode.BAD_CONFIGURATION
+    address = SiloAddress(config.host, server.port, generation=time.time_ns() // 1_000_000)
+    prober = GrpcProber(config.cluster_id, address, gossip_timeout=config.options.probe_timeout)
+    silo = Silo(
+        table=table,
+        address=address,
+        options=config.options,
+        prober=prober,
+        gossip=prober,
+        silo_name=config.name or f"silo-{server.port}",
+        host_name=socket.gethostname(),
+        proxy_port=gateway_port,
+    )
+    stop_requested = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop_requested.set)
+    await server.start(silo)
+    log.info("silo %s listening", address)
+    try:
+        return await _lifetime(silo, server, stop_requested)
+    finally:
+        await server.stop(None)
+        await prober.close()
+
+
+async def _lifetime(silo: Silo, server: MembershipServer, stop_requested: asyncio.Event) -> ExitCode:
+    signalled: asyncio.Future[Any] = asyncio.ensure_future(stop_requested.wait())
+    try:
+        if not await _join(silo, signalled):
+            return await silo.wait_terminated()
+        await server.set_serving(True)
+        log.info("silo %s is active", silo.silo_address)
+        terminated = asyncio.ensure_future(silo.wait_terminated())
+        await asyncio.wait({terminated, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        signalled.cancel()
+    if terminated.done():
+        log.error("silo %s terminated itself: %s", silo.silo_address, silo.termination_reason or "see above")
+        return terminated.result()
+    log.info("silo %s stopping (signalled)", silo.silo_address)
+    await server.set_serving(False)
+    await silo.stop()
+    return await terminated
+
+
+async def _join(silo: Silo, signalled: asyncio.Future[Any]) -> bool:
+    """Join the cluster; False if the join failed or a signal interrupted it (the silo is then stopped)."""
+    joining: asyncio.Future[Any] = asyncio.ensure_future(silo.start())
+    await asyncio.wait({joining, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    if not joining.done():
+        log.info("silo %s signalled while joining; leaving", silo.silo_address)
+        await silo.stop()
+    try:
+        await joining
+    except SiloError as exc:
+        log.error("silo %s could not start: %s", silo.silo_address, exc)
+        return False
+    return silo.status == SiloStatus.ACTIVE

@@ -1,0 +1,142 @@
+"""Whole clusters of real ``silo run`` processes talking gRPC over 127.0.0.1, on SQLite and PostgreSQL.
+
+Bounds come from the options (``death_bound``) plus generous slack: they check that a
+failure is detected at all and that nobody else is harmed, never how fast.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+
+from membership_tables import MembershipTableData, SiloStatus
+from silo.exit_codes import ExitCode
+from tests.silo.cluster_harness import SLACK, Cluster, death_bound
+
+pytestmark = pytest.mark.slow
+
+JOIN_TIMEOUT = 60.0
+
+
+class DatabaseServer(Protocol):
+    def create_database(self, name: str) -> str: ...
+    def stop(self) -> None: ...
+    def start(self) -> None: ...
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def table_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'membership.db'}"
+    server: DatabaseServer = request.getfixturevalue("postgres_server")
+    return server.create_database(f"silo_{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def clusters(tmp_path: Path) -> Iterator[Callable[[str, str], Cluster]]:
+    """A factory of clusters; every process any of them started is killed at teardown."""
+    made: list[Cluster] = []
+
+    def make(table_uri: str, cluster_id: str = "main") -> Cluster:
+        cluster = Cluster(tmp_path, table_uri, cluster_id)
+        made.append(cluster)
+        return cluster
+
+    try:
+        yield make
+    finally:
+        for cluster in made:
+            cluster.close()
+
+
+def no_votes(snapshot: MembershipTableData) -> bool:
+    return all(not entry.suspect_times for entry in snapshot.entries)
+
+
+def test_five_silos_join_a_killed_one_is_declared_dead_and_sigterm_leaves_its_own_dead_row(
+    table_uri: str, clusters: Callable[[str, str], Cluster]
+) -> None:
+    cluster = clusters(table_uri, "main")
+    neighbour = clusters(table_uri, "neighbour")
+    silos = cluster.start(5)
+    (stranger,) = neighbour.start(1)
+    cluster.wait_statuses(silos, SiloStatus.ACTIVE, JOIN_TIMEOUT)
+    neighbour.wait_statuses([stranger], SiloStatus.ACTIVE, JOIN_TIMEOUT)
+
+    leaving, victim, survivors = silos[4], silos[0], silos[1:4]
+    leaving.send(signal.SIGTERM)
+    assert leaving.wait_exit(JOIN_TIMEOUT) == ExitCode.OK
+    own_row = cluster.row(leaving)
+    assert own_row.status == SiloStatus.DEAD
+    assert own_row.suspect_times == (), "a graceful stop must not need anybody's votes"
+
+    victim.kill()
+    cluster.wait_statuses([victim], SiloStatus.DEAD, death_bound(cluster.options))
+    assert cluster.statuses(survivors) == [SiloStatus.ACTIVE] * 3
+    assert all(silo.running for silo in survivors)
+
+    # The other cluster on the same table was never probed or gossiped to, and never refused anything.
+    assert neighbour.statuses([stranger]) == [SiloStatus.ACTIVE]
+    assert no_votes(neighbour.read())
+    for silo in [*silos, stranger]:
+        assert "refused" not in silo.log_text(), silo.log_tail()
+        assert "FAILED_PRECONDITION" not in silo.log_text(), silo.log_tail()
+
+
+def test_three_of_five_killed_at_once_are_all_declared_dead(
+    table_uri: str, clusters: Callable[[str, str], Cluster]
+) -> None:
+    cluster = clusters(table_uri, "main")
+    silos = cluster.start(5)
+    cluster.wait_statuses(silos, SiloStatus.ACTIVE, JOIN_TIMEOUT)
+
+    victims, survivors = silos[:3], silos[3:]
+    for victim in victims:
+        victim.kill()
+    cluster.wait_statuses(victims, SiloStatus.DEAD, death_bound(cluster.options))
+    assert cluster.statuses(survivors) == [SiloStatus.ACTIVE] * 2
+
+
+def test_a_frozen_silo_is_declared_dead_and_exits_by_itself_once_thawed(
+    table_uri: str, clusters: Callable[[str, str], Cluster]
+) -> None:
+    cluster = clusters(table_uri, "main")
+    silos = cluster.start(4)
+    cluster.wait_statuses(silos, SiloStatus.ACTIVE, JOIN_TIMEOUT)
+
+    frozen = silos[0]
+    frozen.freeze()
+    cluster.wait_statuses([frozen], SiloStatus.DEAD, death_bound(cluster.options))
+    frozen.thaw()
+    assert frozen.wait_exit(cluster.options.table_refresh_timeout + SLACK) == ExitCode.DECLARED_DEAD
+    assert cluster.statuses(silos[1:]) == [SiloStatus.ACTIVE] * 3
+
+
+def test_a_table_outage_longer_than_detection_declares_nobody_dead(
+    postgres_server: DatabaseServer, clusters: Callable[[str, str], Cluster]
+) -> None:
+    cluster = clusters(postgres_server.create_database(f"silo_{uuid.uuid4().hex[:12]}"), "main")
+    silos = cluster.start(3)
+    cluster.wait_statuses(silos, SiloStatus.ACTIVE, JOIN_TIMEOUT)
+    options = cluster.options
+    outage = max(options.detection_time, options.stale_after) + options.table_refresh_timeout + 2.0
+
+    postgres_server.stop()
+    try:
+        time.sleep(outage)  # every silo keeps running and probing; none may give up or be voted against
+        assert all(silo.running for silo in silos), cluster.describe()
+    finally:
+        postgres_server.start()
+
+    # Give the silos time to reach the table again and act on anything they might have concluded.
+    cluster.wait_for(no_votes, options.table_refresh_timeout + SLACK, "a table with no votes")
+    time.sleep(options.detection_time + options.table_refresh_timeout)
+    assert cluster.statuses(silos) == [SiloStatus.ACTIVE] * 3
+    assert no_votes(cluster.read())
+    assert all(silo.running for silo in silos)
