@@ -106,6 +106,9 @@ async def _join(silo: Silo, signalled: asyncio.Future[Any]) -> bool:
     try:
         await joining
     except SiloError as exc:
-        log.error("silo %s could not start: %s", silo.silo_address, exc)
+        # the runtime has logged why; say what the process does about it
+        log.error(
+            "silo %s could not start: exiting with code %d (%s)", silo.silo_address, exc.exit_code, exc.exit_code.name
+        )
         return False
     return silo.status == SiloStatus.ACTIVE

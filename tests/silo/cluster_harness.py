@@ -125,14 +125,14 @@ class Cluster:
             self._table = open_table(self.table_uri, self.cluster_id)
         return self._table
 
-    def start(self, count: int) -> list[SiloProcess]:
-        """Start ``count`` silos at once and wait until each has bound its port."""
-        started = [self._spawn() for _ in range(count)]
+    def start(self, count: int, *extra_args: str) -> list[SiloProcess]:
+        """Start ``count`` silos at once (``extra_args`` go to ``silo run``) and wait until each has bound its port."""
+        started = [self._spawn(extra_args) for _ in range(count)]
         for silo in started:
             silo.wait_listening()
         return started
 
-    def _spawn(self) -> SiloProcess:
+    def _spawn(self, extra_args: Sequence[str]) -> SiloProcess:
         name = f"{self.cluster_id}-{len(self.silos)}"
         argv = [
             sys.executable,
@@ -149,6 +149,7 @@ class Cluster:
             name,
             "--log-level",
             self.log_level,
+            *extra_args,
         ]
         silo = SiloProcess(argv, self.workdir / f"{name}.log")
         self.silos.append(silo)

@@ -13,6 +13,7 @@ import pytest
 from membership_tables import MembershipTable, SiloAddress, SiloStatus, open_table
 from membership_tables.memory import InMemoryMembershipTable
 from silo.cli import main, redact
+from silo.exit_codes import ExitCode
 from tests.services.process import free_port
 from tests.silo.rpc_fakes import entry
 
@@ -129,3 +130,15 @@ def test_python_dash_m_silo_is_the_same_command() -> None:
     assert result.returncode == 0, result.stderr
     assert "--gateway-port" in result.stdout
     assert "--preset {local,production}" in result.stdout
+
+
+@pytest.mark.slow
+def test_run_exits_5_when_the_table_is_unreachable_while_joining() -> None:
+    uri = f"postgresql+psycopg://silo:s3cret@127.0.0.1:{free_port()}/silo"
+    argv = ["run", "--table", uri, "--cluster", CLUSTER, "--preset", "local", "--set", "max_join_attempt_time=1s"]
+    result = subprocess.run(
+        [sys.executable, "-m", "silo", *argv], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert result.returncode == ExitCode.TABLE_UNAVAILABLE_AT_START, result.stderr
+    assert "listening" in result.stderr
+    assert "s3cret" not in result.stderr

@@ -6,18 +6,25 @@ failure is detected at all and that nobody else is harmed, never how fast.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from membership_tables import MembershipTableData, SiloStatus
 from silo.exit_codes import ExitCode
-from tests.silo.cluster_harness import SLACK, Cluster, death_bound
+from tests.services.process import free_port
+from tests.silo.cluster_harness import ROOT, SLACK, Cluster, death_bound
 
 pytestmark = pytest.mark.slow
 
@@ -140,3 +147,38 @@ def test_a_table_outage_longer_than_detection_declares_nobody_dead(
     assert cluster.statuses(silos) == [SiloStatus.ACTIVE] * 3
     assert no_votes(cluster.read())
     assert all(silo.running for silo in silos)
+
+
+def test_a_gateway_silo_advertises_its_gateway_serves_health_there_and_shows_in_status(
+    tmp_path: Path, clusters: Callable[[str, str], Cluster]
+) -> None:
+    table_uri = f"sqlite:///{tmp_path / 'gateway.db'}"
+    cluster = clusters(table_uri, "gw")
+    gateway = free_port()
+    (silo,) = cluster.start(1, "--gateway-port", str(gateway))
+    cluster.wait_statuses([silo], SiloStatus.ACTIVE, JOIN_TIMEOUT)
+
+    assert cluster.row(silo).proxy_port == gateway
+    assert asyncio.run(health_status(gateway)) == health_pb2.HealthCheckResponse.SERVING
+    status = subprocess.run(
+        [sys.executable, "-m", "silo", "status", "--table", table_uri, "--cluster", "gw", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert status.returncode == 0, status.stderr
+    document = json.loads(status.stdout)
+    assert [(s["address"], s["status"], s["proxy_port"]) for s in document["silos"]] == [
+        (str(silo.address), "ACTIVE", gateway)
+    ]
+
+    silo.send(signal.SIGTERM)
+    assert silo.wait_exit(JOIN_TIMEOUT) == ExitCode.OK
+
+
+async def health_status(port: int) -> int:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        response = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10.0)
+        return int(response.status)
