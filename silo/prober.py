@@ -103,7 +103,14 @@ class GrpcProber:
         """``target``'s current view (raises ``grpc.aio.AioRpcError`` on failure)."""
         return await self._call(target, wire.GET_MEMBERSHIP, pb.GetMembershipRequest(header=self._header()), timeout)
 
+    async def __aenter__(self) -> GrpcProber:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
     async def close(self) -> None:
+        """Close every cached channel."""
         channels, self._channels = self._channels, {}
         for channel in channels.values():
             await channel.close()
@@ -122,10 +129,4 @@ class GrpcProber:
         if channel is None:
             channel = grpc.aio.insecure_channel(target.endpoint, options=CHANNEL_OPTIONS)
             self._channels[target.endpoint] = channel
-        call = channel.unary_unary(
-            method.path,
-            request_serializer=method.request.SerializeToString,
-            response_deserializer=method.response.FromString,
-        )
-        response: wire.Response = await call(request, timeout=timeout)
-        return response
+        return await method.bind(channel)(request, timeout=timeout)

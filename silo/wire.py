@@ -8,9 +8,10 @@ numbers equal ``membership_tables.SiloStatus``.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from google.protobuf.message import Message
 
@@ -37,6 +38,15 @@ class Method(Generic[Request, Response]):
     @property
     def path(self) -> str:
         return f"/{SERVICE_NAME}/{self.name}"
+
+    def bind(self, channel: Any) -> Callable[..., Awaitable[Response]]:
+        """The callable for this RPC on a ``grpc.aio`` channel: ``await rpc(request, timeout=...)``."""
+        rpc: Callable[..., Awaitable[Response]] = channel.unary_unary(
+            self.path,
+            request_serializer=self.request.SerializeToString,
+            response_deserializer=self.response.FromString,
+        )
+        return rpc
 
 
 PING = Method("Ping", pb.PingRequest, pb.PingResponse)

@@ -132,6 +132,12 @@ class Cluster:
             silo.wait_listening()
         return started
 
+    def start_active(self, count: int, *extra_args: str, timeout: float = START_TIMEOUT) -> list[SiloProcess]:
+        """``start`` and wait until every new silo is Active in the table."""
+        started = self.start(count, *extra_args)
+        self.wait_statuses(started, SiloStatus.ACTIVE, timeout)
+        return started
+
     def _spawn(self, extra_args: Sequence[str]) -> SiloProcess:
         name = f"{self.cluster_id}-{len(self.silos)}"
         argv = [

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
 from silo.probing import IndirectProbeResult
@@ -13,6 +15,12 @@ from silo.server import MembershipServer
 
 CLUSTER = "test-cluster"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+T = TypeVar("T")
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run one async scenario in a fresh event loop (grpc.aio objects belong to their loop)."""
+    return asyncio.run(coroutine)
 
 
 async def _never_probed(target: SiloAddress, timeout: float) -> IndirectProbeResult:

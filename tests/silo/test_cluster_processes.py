@@ -100,8 +100,7 @@ def test_three_of_five_killed_at_once_are_all_declared_dead(
     table_uri: str, clusters: Callable[[str, str], Cluster]
 ) -> None:
     cluster = clusters(table_uri, "main")
-    silos = cluster.start(5)
-    cluster.wait_statuses(silos, SiloStatus.ACTIVE, JOIN_TIMEOUT)
+    silos = cluster.start_active(5)
 
     victims, survivors = silos[:3], silos[3:]
     for victim in victims:
@@ -114,8 +113,7 @@ def test_a_frozen_silo_is_declared_dead_and_exits_by_itself_once_thawed(
     table_uri: str, clusters: Callable[[str, str], Cluster]
 ) -> None:
     cluster = clusters(table_uri, "main")
-    silos = cluster.start(4)
-    cluster.wait_statuses(silos, SiloStatus.ACTIVE, JOIN_TIMEOUT)
+    silos = cluster.start_active(4)
 
     frozen = silos[0]
     frozen.freeze()
@@ -129,8 +127,7 @@ def test_a_table_outage_longer_than_detection_declares_nobody_dead(
     postgres_server: DatabaseServer, clusters: Callable[[str, str], Cluster]
 ) -> None:
     cluster = clusters(postgres_server.create_database(f"silo_{uuid.uuid4().hex[:12]}"), "main")
-    silos = cluster.start(3)
-    cluster.wait_statuses(silos, SiloStatus.ACTIVE, JOIN_TIMEOUT)
+    silos = cluster.start_active(3)
     options = cluster.options
     outage = max(options.detection_time, options.stale_after) + options.table_refresh_timeout + 2.0
 
@@ -155,8 +152,7 @@ def test_a_gateway_silo_advertises_its_gateway_serves_health_there_and_shows_in_
     table_uri = f"sqlite:///{tmp_path / 'gateway.db'}"
     cluster = clusters(table_uri, "gw")
     gateway = free_port()
-    (silo,) = cluster.start(1, "--gateway-port", str(gateway))
-    cluster.wait_statuses([silo], SiloStatus.ACTIVE, JOIN_TIMEOUT)
+    (silo,) = cluster.start_active(1, "--gateway-port", str(gateway))
 
     assert cluster.row(silo).proxy_port == gateway
     assert asyncio.run(health_status(gateway)) == health_pb2.HealthCheckResponse.SERVING

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import socket
-from collections.abc import Coroutine, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
 
 import pytest
 
@@ -14,16 +12,11 @@ from membership_tables import SiloAddress
 from silo import wire
 from silo.prober import GrpcProber, IntermediaryUnreachableError
 from silo.probing import GossipSender, IndirectProbeResult, Prober
-from tests.silo.rpc_fakes import CLUSTER, FakeHandler, serving
+from tests.silo.rpc_fakes import CLUSTER, FakeHandler, run, serving
 
 pytestmark = pytest.mark.slow
 
 ME = SiloAddress("127.0.0.1", 1, 99)
-T = TypeVar("T")
-
-
-def run(coroutine: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(coroutine)
 
 
 @contextlib.contextmanager
@@ -50,12 +43,8 @@ def test_grpc_prober_implements_the_probing_seams() -> None:
 
 def test_ping_of_a_live_silo_succeeds() -> None:
     async def scenario() -> bool:
-        async with serving(FakeHandler) as (_, handler):
-            prober = GrpcProber(CLUSTER, ME)
-            try:
-                return await prober.ping(handler.silo_address, 2.0)
-            finally:
-                await prober.close()
+        async with serving(FakeHandler) as (_, handler), GrpcProber(CLUSTER, ME) as prober:
+            return await prober.ping(handler.silo_address, 2.0)
 
     assert run(scenario()) is True
 
@@ -63,46 +52,36 @@ def test_ping_of_a_live_silo_succeeds() -> None:
 def test_ping_of_another_generation_at_the_same_endpoint_is_a_miss() -> None:
     async def scenario() -> bool:
         async with serving(FakeHandler) as (_, handler):
-            prober = GrpcProber(CLUSTER, ME)
             older = SiloAddress(handler.silo_address.host, handler.silo_address.port, 0)
-            try:
+            async with GrpcProber(CLUSTER, ME) as prober:
                 return await prober.ping(older, 2.0)
-            finally:
-                await prober.close()
 
     assert run(scenario()) is False
 
 
 def test_ping_of_a_silo_of_another_cluster_is_a_miss() -> None:
     async def scenario() -> bool:
-        async with serving(lambda me: FakeHandler(me, cluster_id="other")) as (_, handler):
-            prober = GrpcProber(CLUSTER, ME)
-            try:
-                return await prober.ping(handler.silo_address, 2.0)
-            finally:
-                await prober.close()
+        async with (
+            serving(lambda me: FakeHandler(me, cluster_id="other")) as (_, handler),
+            GrpcProber(CLUSTER, ME) as prober,
+        ):
+            return await prober.ping(handler.silo_address, 2.0)
 
     assert run(scenario()) is False
 
 
 def test_ping_of_a_closed_port_is_a_miss() -> None:
     async def scenario() -> bool:
-        prober = GrpcProber(CLUSTER, ME)
-        try:
+        async with GrpcProber(CLUSTER, ME) as prober:
             return await prober.ping(closed_port(), 2.0)
-        finally:
-            await prober.close()
 
     assert run(scenario()) is False
 
 
 def test_ping_that_gets_no_answer_within_the_timeout_is_a_miss() -> None:
     async def scenario(target: SiloAddress) -> bool:
-        prober = GrpcProber(CLUSTER, ME)
-        try:
+        async with GrpcProber(CLUSTER, ME) as prober:
             return await prober.ping(target, 0.3)
-        finally:
-            await prober.close()
 
     with silent_listener() as frozen:
         assert run(scenario(frozen)) is False
@@ -113,23 +92,16 @@ def test_probe_indirectly_reports_the_intermediarys_result() -> None:
         return IndirectProbeResult(True, intermediary_health_score=1, response_time=0.01)
 
     async def scenario() -> IndirectProbeResult:
-        async with serving(lambda me: FakeHandler(me, probe=probe)) as (_, handler):
-            prober = GrpcProber(CLUSTER, ME)
-            try:
-                return await prober.probe_indirectly(handler.silo_address, SiloAddress("127.0.0.1", 9, 9), 1.0)
-            finally:
-                await prober.close()
+        async with serving(lambda me: FakeHandler(me, probe=probe)) as (_, handler), GrpcProber(CLUSTER, ME) as prober:
+            return await prober.probe_indirectly(handler.silo_address, SiloAddress("127.0.0.1", 9, 9), 1.0)
 
     assert run(scenario()) == IndirectProbeResult(True, intermediary_health_score=1, response_time=0.01)
 
 
 def test_an_unreachable_intermediary_raises_instead_of_reporting_a_failed_probe() -> None:
     async def scenario() -> None:
-        prober = GrpcProber(CLUSTER, ME)
-        try:
+        async with GrpcProber(CLUSTER, ME) as prober:
             await prober.probe_indirectly(closed_port(), SiloAddress("127.0.0.1", 9, 9), 0.5)
-        finally:
-            await prober.close()
 
     with pytest.raises(IntermediaryUnreachableError, match="cannot ask"):
         run(scenario())
@@ -137,13 +109,9 @@ def test_an_unreachable_intermediary_raises_instead_of_reporting_a_failed_probe(
 
 def test_gossip_is_delivered_and_failures_are_swallowed() -> None:
     async def scenario() -> list[int]:
-        async with serving(FakeHandler) as (_, handler):
-            prober = GrpcProber(CLUSTER, ME, gossip_timeout=1.0)
-            try:
-                await prober.send(handler.silo_address, 12)
-                await prober.send(closed_port(), 13)
-            finally:
-                await prober.close()
+        async with serving(FakeHandler) as (_, handler), GrpcProber(CLUSTER, ME, gossip_timeout=1.0) as prober:
+            await prober.send(handler.silo_address, 12)
+            await prober.send(closed_port(), 13)
             return handler.gossiped
 
     assert run(scenario()) == [12]
@@ -151,12 +119,8 @@ def test_gossip_is_delivered_and_failures_are_swallowed() -> None:
 
 def test_get_membership_reads_a_peers_view() -> None:
     async def scenario() -> int:
-        async with serving(FakeHandler) as (_, handler):
-            prober = GrpcProber(CLUSTER, None)
-            try:
-                response = await prober.get_membership(handler.silo_address, 2.0)
-            finally:
-                await prober.close()
+        async with serving(FakeHandler) as (_, handler), GrpcProber(CLUSTER, None) as prober:
+            response = await prober.get_membership(handler.silo_address, 2.0)
             return wire.address_from_proto(response.responder).port
 
     assert run(scenario()) > 0

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 import pytest
@@ -17,29 +15,18 @@ from silo import wire
 from silo.probing import IndirectProbeResult
 from silo.proto.silo.v1 import membership_pb2 as pb
 from silo.server import BindError, MembershipServer
-from tests.silo.rpc_fakes import CLUSTER, T0, FakeHandler, entry, serving
+from tests.silo.rpc_fakes import CLUSTER, T0, FakeHandler, entry, run, serving
 
 pytestmark = pytest.mark.slow
 
 PEER = SiloAddress("127.0.0.1", 4242, 7)
-T = TypeVar("T")
-
-
-def run(coroutine: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(coroutine)
 
 
 async def call(
     port: int, method: wire.Method[wire.Request, wire.Response], request: wire.Request, timeout: float = 5.0
 ) -> wire.Response:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = channel.unary_unary(
-            method.path,
-            request_serializer=method.request.SerializeToString,
-            response_deserializer=method.response.FromString,
-        )
-        response: wire.Response = await stub(request, timeout=timeout)
-        return response
+        return await method.bind(channel)(request, timeout=timeout)
 
 
 def header(cluster_id: str = CLUSTER) -> pb.RequestHeader:
