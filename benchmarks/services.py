@@ -1,0 +1,96 @@
+"""Throwaway stores for the benchmarks, started with the test suite's own server classes.
+
+Each function is a context manager that starts one server in a temp dir on a free
+127.0.0.1 port and stops it (and removes its files) afterwards. ``postgres(stats=True)``
+also loads ``pg_stat_statements``, so a benchmark can count the statements silos run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+
+from tests.services.consul import ConsulServerProcess
+from tests.services.dynamodb import MotoServer
+from tests.services.mariadb import MariaDbServer
+from tests.services.postgres import PostgresServer
+from tests.services.process import free_port
+from tests.services.zookeeper import ZooKeeperServer
+
+
+class BenchPostgresServer(PostgresServer):
+    """The test suite's PostgreSQL, optionally with ``pg_stat_statements`` preloaded."""
+
+    def __init__(self, stats: bool) -> None:
+        self.stats = stats
+        super().__init__()
+
+    def _argv(self) -> list[str]:
+        extra = ["-c", "shared_preload_libraries=pg_stat_statements"] if self.stats else []
+        return [*super()._argv(), *extra]
+
+    def connect(self, database: str) -> psycopg.Connection[tuple[object, ...]]:
+        """An autocommit superuser connection to ``database``."""
+        return self._connect(database)
+
+
+@contextlib.contextmanager
+def postgres(stats: bool = False) -> Iterator[BenchPostgresServer]:
+    server = BenchPostgresServer(stats)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+@contextlib.contextmanager
+def mariadb() -> Iterator[MariaDbServer]:
+    server = MariaDbServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+@contextlib.contextmanager
+def zookeeper(workdir: Path) -> Iterator[ZooKeeperServer]:
+    path = workdir / "zookeeper"
+    path.mkdir(exist_ok=True)
+    server = ZooKeeperServer(path, free_port())
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def moto(workdir: Path) -> Iterator[MotoServer]:
+    server = MotoServer(workdir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def consul(workdir: Path) -> Iterator[ConsulServerProcess]:
+    """The Consul test server as its own process (its threads do not share the benchmark's GIL)."""
+    server = ConsulServerProcess(workdir / "consul.log")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+def unique(prefix: str) -> str:
+    """A fresh name for a database, table or chroot."""
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
