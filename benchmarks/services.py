@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -89,6 +89,18 @@ def consul(workdir: Path) -> Iterator[ConsulServerProcess]:
         yield server
     finally:
         server.stop()
+
+
+@contextlib.contextmanager
+def table_uris(backend: str, root: Path, stats: bool = False) -> Iterator[Callable[[], str]]:
+    """A maker of fresh, empty table URIs on ``sqlite`` (files under ``root``) or ``postgres`` (one server)."""
+    if backend == "sqlite":
+        yield lambda: f"sqlite:///{root / unique('table')}.db"
+    elif backend == "postgres":
+        with postgres(stats) as server:
+            yield lambda: server.create_database(unique("bench"))
+    else:
+        raise ValueError(f"no silo benchmark backend {backend!r}; use sqlite or postgres")
 
 
 def unique(prefix: str) -> str:
