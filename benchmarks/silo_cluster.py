@@ -78,8 +78,13 @@ def excludes(data: MembershipTableData, victim: SiloAddress) -> bool:
 class BenchCluster:
     """N silos of one cluster; keeps N running by replacing the ones that die."""
 
-    def __init__(self, workdir: Path, table_uri: str, cluster_id: str, extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self, workdir: Path, table_uri: str, cluster_id: str, extra_args: Sequence[str] = (), poll_table: bool = True
+    ) -> None:
         self.cluster = Cluster(workdir, table_uri, cluster_id)
+        self.poll_table = poll_table
+        """False: take the Dead write from the survivors' views and never read the table during a trial
+        (so that store-side statement counts are the silos' alone)."""
         self.extra_args = tuple(extra_args)
         self.prober = GrpcProber(cluster_id, None)
         self.bound = death_bound(self.cluster.options)
@@ -131,10 +136,8 @@ class BenchCluster:
         trial = KillTrial(str(victim.address), len(survivors))
         killed_at = wall()
         victim.send(signal.SIGSTOP if freeze else signal.SIGKILL)
-        await asyncio.gather(
-            self._watch_table(trial, victim.address, killed_at),
-            *(self._watch_view(trial, silo, victim.address, killed_at) for silo in survivors),
-        )
+        table = [self._watch_table(trial, victim.address, killed_at)] if self.poll_table else []
+        await asyncio.gather(*table, *(self._watch_view(trial, silo, victim.address, killed_at) for silo in survivors))
         if freeze:
             await asyncio.to_thread(victim.close)  # SIGKILL works on a stopped process too
         return trial
@@ -160,6 +163,9 @@ class BenchCluster:
             if view is not None and excludes(view, victim):
                 trial.views[str(silo.address)] = wall() - killed_at
                 trial.view_versions[str(silo.address)] = view.version.version
+                row = view.get(victim)
+                if not self.poll_table and trial.table_dead is None and row is not None and row[0].suspect_times:
+                    trial.table_dead = max(when.timestamp() for _, when in row[0].suspect_times) - killed_at
                 return
             await asyncio.sleep(POLL)
 

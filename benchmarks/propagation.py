@@ -1,0 +1,219 @@
+"""Propagation: from a membership write to every silo's view, gossip on vs off, and what it costs the store.
+
+N real silos (local preset) on PostgreSQL with ``pg_stat_statements``. Each trial first
+counts the silos' statements over a quiet window of W seconds (periodic refreshes only),
+then SIGKILLs a random silo and counts again over the W seconds after the kill. The
+change's cost is the difference: table reads caused by one death (votes, the Dead write's
+own re-read, gossip-triggered re-reads). Propagation is the time from the Dead write (the
+killer's vote time, read from the survivors' views) to the last survivor's view without
+the victim. Gossip off = ``--set use_liveness_gossip=false``: views then follow only the
+periodic re-read every ``table_refresh_timeout``.
+
+Statement shapes counted (from the SQL backend): a full read is the members SELECT filtered
+by cluster only (``read_all``); every read (``read_all`` and ``read_row``) SELECTs the version
+row once; a canonical write UPDATEs it once. The benchmark reads nothing from the table
+during a trial (it watches the silos over gRPC), so the counts are the silos' own.
+
+    python -m benchmarks.propagation [--quick]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import services
+from benchmarks.common import Recorder, common_arguments, grouped_bars, print_table, pyplot, summarize, wall, workdir
+from benchmarks.silo_cluster import BenchCluster, KillTrial
+from silo.options import SiloOptions
+
+NAME = "propagation"
+
+
+@dataclass(frozen=True)
+class Config:
+    sizes: tuple[int, ...] = (5, 10, 20)
+    trials: int = 6
+    window: float = 6.0
+    seed: int = 7
+
+    @classmethod
+    def quick(cls) -> Config:
+        return cls(sizes=(5,), trials=1, window=4.0)
+
+
+Counts = dict[str, int]
+
+
+def statement_counts(server: services.BenchPostgresServer, database: str) -> Counts:
+    """Calls so far of the statement shapes we count, in ``database`` (see the module docstring)."""
+    with server.connect(database) as connection:
+        rows = connection.execute(
+            "SELECT query, calls FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)",
+            (database,),
+        ).fetchall()
+    counts = {"full_reads": 0, "all_reads": 0, "version_writes": 0, "statements": 0}
+    for query, calls in rows:
+        text = " ".join(str(query).split())
+        number = int(str(calls))
+        counts["statements"] += number
+        if text.startswith("SELECT silo_membership_version.version"):
+            counts["all_reads"] += number
+        elif text.startswith("UPDATE silo_membership_version"):
+            counts["version_writes"] += number
+        elif (
+            text.startswith("SELECT")
+            and "FROM silo_membership WHERE" in text
+            and "address" not in text.split("WHERE")[1]
+        ):
+            counts["full_reads"] += number
+    return counts
+
+
+def difference(after: Counts, before: Counts) -> Counts:
+    return {key: after[key] - before[key] for key in after}
+
+
+async def one_config(
+    server: services.BenchPostgresServer, size: int, gossip: bool, config: Config, root: Path, rng: random.Random
+) -> dict[str, Any]:
+    database = services.unique("propagation")
+    uri = server.create_database(database)
+    with server.connect(database) as connection:
+        connection.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    root.mkdir(parents=True, exist_ok=True)
+    extra = () if gossip else ("--set", "use_liveness_gossip=false")
+    bench = BenchCluster(root, uri, f"prop{size}", extra, poll_table=False)
+    trials: list[KillTrial] = []
+    caused: list[Counts] = []
+
+    def counts() -> Counts:
+        return statement_counts(server, database)
+
+    try:
+        await bench.start(size)
+        for index in range(config.trials):
+            quiet = await window_counts(counts, config.window)
+            started, killed_at = counts(), wall()
+            trial = await bench.kill_one(rng)
+            await asyncio.sleep(max(0.0, killed_at + config.window - wall()))
+            change = difference(counts(), started)
+            caused.append({key: change[key] - quiet[key] for key in change})
+            trials.append(trial)
+            await bench.replace_missing(size)
+            print(
+                f"  N={size} gossip={'on' if gossip else 'off'} trial {index + 1}: propagation "
+                f"{trial.propagation}, reads caused {caused[-1]['full_reads']}",
+                flush=True,
+            )
+    finally:
+        await bench.close()
+    return summarize_config(trials, caused)
+
+
+async def window_counts(counts: Callable[[], Counts], seconds: float) -> Counts:
+    before = await asyncio.to_thread(counts)
+    await asyncio.sleep(seconds)
+    return difference(await asyncio.to_thread(counts), before)
+
+
+def summarize_config(trials: list[KillTrial], caused: list[Counts]) -> dict[str, Any]:
+    propagation = [t.propagation for t in trials if t.propagation is not None]
+    per_silo = [view - t.table_dead for t in trials if t.table_dead is not None for view in t.views.values()]
+    return {
+        "propagation_last_silo": summarize(propagation),
+        "propagation_each_silo": summarize(per_silo),
+        "crash_to_last_view": summarize([t.last_view for t in trials if t.last_view is not None]),
+        "caused_per_death": {
+            key: {
+                "mean": statistics.fmean(c[key] for c in caused),
+                "stdev": statistics.stdev(c[key] for c in caused) if len(caused) > 1 else 0.0,
+                "samples": [c[key] for c in caused],
+            }
+            for key in caused[0]
+        }
+        if caused
+        else {},
+        "trials": [t.to_json() for t in trials],
+    }
+
+
+async def run(config: Config) -> dict[str, Any]:
+    rng = random.Random(config.seed)
+    results: dict[str, Any] = {}
+    with workdir(NAME) as root, services.postgres(stats=True) as server:
+        for gossip in (True, False):
+            label = "gossip_on" if gossip else "gossip_off"
+            results[label] = {}
+            for size in config.sizes:
+                print(f"[propagation] N={size} {label}", flush=True)
+                results[label][str(size)] = await one_config(
+                    server, size, gossip, config, root / f"{label}-{size}", rng
+                )
+    return results
+
+
+def report(results: dict[str, Any]) -> None:
+    rows: list[list[object]] = []
+    for label, by_size in results.items():
+        for size, entry in by_size.items():
+            stats = entry["propagation_last_silo"]
+            reads = entry["caused_per_death"]
+            rows.append(
+                [label, size, stats["median"], stats["p95"], stats["p99"], entry["propagation_each_silo"]["median"],
+                 reads["full_reads"]["mean"], reads["all_reads"]["mean"], reads["version_writes"]["mean"]]
+            )  # fmt: skip
+    print_table(
+        "Dead write to every silo's view (s), and store statements caused by one death (mean over trials)",
+        ["mode", "N", "last median", "last p95", "last p99", "each median", "full reads", "all reads", "writes"],
+        rows,
+    )
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    plt = pyplot()
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    sizes = list(next(iter(results.values())))
+    groups = [f"N={s}" for s in sizes]
+    grouped_bars(
+        axes[0],
+        groups,
+        {
+            f"{label}: {stat}": [results[label][s]["propagation_last_silo"][stat] for s in sizes]
+            for label in results
+            for stat in ("median", "p99")
+        },
+        "seconds from the Dead write to the last view",
+    )
+    axes[0].set_title("propagation of a death to every silo")
+    grouped_bars(
+        axes[1],
+        groups,
+        {f"{label}": [results[label][s]["caused_per_death"]["full_reads"]["mean"] for s in sizes] for label in results},
+        "full-table reads caused by one death (mean)",
+    )
+    axes[1].set_title("store reads per membership change (PostgreSQL pg_stat_statements)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = common_arguments(__doc__ or NAME, argv)
+    config = Config.quick() if settings.quick else Config()
+    recorder = Recorder(NAME, settings, {**asdict(config), "options": asdict(SiloOptions.local())})
+    results = asyncio.run(run(config))
+    report(results)
+    plot(results, recorder.plot_path)
+    print(f"\nwrote {recorder.write(results)} and {recorder.plot_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
