@@ -1,0 +1,54 @@
+"""Work handlers built into every silo, and the handler signature.
+
+A handler turns a batch of ``(key, payload)`` items into one result per item, in order. It
+runs inside a silo when a client calls ``Work.Process``. Delivery is at-least-once (a
+caller that loses a silo mid-call sends the batch again to the key's next owner), so a
+handler must be idempotent: the same item processed twice must leave the same effect as once.
+
+Built-ins (``BUILTIN_HANDLERS``), registered on every silo under these names:
+
+``example.checksum``
+    For each item, ``checksum(key, payload)``: an 8-byte big-endian blake2b digest of the key
+    and the payload. Pure, so a job can check what the silos returned against the same
+    computation done locally (``checksum_total``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
+
+__all__ = ["BUILTIN_HANDLERS", "CHECKSUM_HANDLER", "Handler", "checksum", "checksum_handler", "checksum_total"]
+
+Handler = Callable[[Sequence[tuple[str, bytes]]], Sequence[bytes]]
+"""``handler(items) -> results``: one result per ``(key, payload)`` item, same order."""
+
+CHECKSUM_HANDLER = "example.checksum"
+_CHECKSUM_BYTES = 8
+_MODULUS = 1 << (8 * _CHECKSUM_BYTES)
+
+
+def checksum(key: str, payload: bytes) -> bytes:
+    """The digest of one item; the key is length-prefixed so ``("ab", b"c")`` differs from ``("a", b"bc")``."""
+    key_bytes = key.encode()
+    digest = hashlib.blake2b(digest_size=_CHECKSUM_BYTES)
+    digest.update(len(key_bytes).to_bytes(4, "big"))
+    digest.update(key_bytes)
+    digest.update(payload)
+    return digest.digest()
+
+
+def checksum_handler(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    """The ``example.checksum`` handler: ``checksum`` of every item."""
+    return [checksum(key, payload) for key, payload in items]
+
+
+def checksum_total(digests: Iterable[bytes]) -> int:
+    """Order-independent sum (mod 2**64) of digests: equal totals mean the same multiset, barring
+    collisions, and a lost or duplicated record changes it."""
+    return sum(int.from_bytes(digest, "big") for digest in digests) % _MODULUS
+
+
+BUILTIN_HANDLERS: Mapping[str, Handler] = MappingProxyType({CHECKSUM_HANDLER: checksum_handler})
+"""Handlers every silo serves without ``--handler``; read-only."""
