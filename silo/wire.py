@@ -1,15 +1,15 @@
 """The gRPC wire format: typed RPC method descriptors and model <-> protobuf conversion.
 
-``silo.server`` and ``silo.prober`` build their handlers and calls from ``METHODS``
-here, so each RPC's path and message types are declared exactly once. Times travel as
+``silo.server``, ``silo.prober`` and the clients build their handlers and calls from the
+method descriptors here, so each RPC's path and message types are declared exactly once. Times travel as
 microseconds since the Unix epoch (UTC); statuses as ``silo.v1.SiloStatus``, whose
 numbers equal ``membership_tables.SiloStatus``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
@@ -19,7 +19,9 @@ from membership_tables import MembershipEntry, MembershipTableData, SiloAddress,
 from silo.proto.silo.v1 import membership_pb2 as pb
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Membership"].full_name
-"""``silo.v1.Membership``: also the service name the health service reports on."""
+"""``silo.v1.Membership``: also a service name the health service reports on."""
+WORK_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Work"].full_name
+"""``silo.v1.Work``: application work routed to silos."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -29,7 +31,39 @@ Response = TypeVar("Response", bound=Message)
 
 @dataclass(frozen=True)
 class Method(Generic[Request, Response]):
-    """One unary RPC of the Membership service."""
+    """One unary RPC (of the Membership service unless ``service`` says otherwise)."""
+
+    name: str
+    request: type[Request]
+    response: type[Response]
+    service: str = field(default=SERVICE_NAME, kw_only=True)
+
+    @property
+    def path(self) -> str:
+        return f"/{self.service}/{self.name}"
+
+    def bind(self, channel: Any) -> Callable[..., Awaitable[Response]]:
+        """The callable for this RPC on a ``grpc.aio`` channel: ``await rpc(request, timeout=...)``."""
+        rpc: Callable[..., Awaitable[Response]] = channel.unary_unary(
+            self.path,
+            request_serializer=self.request.SerializeToString,
+            response_deserializer=self.response.FromString,
+        )
+        return rpc
+
+    def bind_sync(self, channel: Any) -> Callable[..., Response]:
+        """The callable for this RPC on a blocking ``grpc`` channel: ``rpc(request, timeout=...)``."""
+        rpc: Callable[..., Response] = channel.unary_unary(
+            self.path,
+            request_serializer=self.request.SerializeToString,
+            response_deserializer=self.response.FromString,
+        )
+        return rpc
+
+
+@dataclass(frozen=True)
+class StreamMethod(Generic[Request, Response]):
+    """One server-streaming RPC of the Membership service."""
 
     name: str
     request: type[Request]
@@ -39,9 +73,9 @@ class Method(Generic[Request, Response]):
     def path(self) -> str:
         return f"/{SERVICE_NAME}/{self.name}"
 
-    def bind(self, channel: Any) -> Callable[..., Awaitable[Response]]:
-        """The callable for this RPC on a ``grpc.aio`` channel: ``await rpc(request, timeout=...)``."""
-        rpc: Callable[..., Awaitable[Response]] = channel.unary_unary(
+    def bind(self, channel: Any) -> Callable[..., AsyncIterator[Response]]:
+        """The callable on a ``grpc.aio`` channel: ``async for message in rpc(request, timeout=...)``."""
+        rpc: Callable[..., AsyncIterator[Response]] = channel.unary_stream(
             self.path,
             request_serializer=self.request.SerializeToString,
             response_deserializer=self.response.FromString,
@@ -53,6 +87,8 @@ PING = Method("Ping", pb.PingRequest, pb.PingResponse)
 PROBE_INDIRECTLY = Method("ProbeIndirectly", pb.ProbeIndirectlyRequest, pb.ProbeIndirectlyResponse)
 GOSSIP = Method("Gossip", pb.GossipRequest, pb.GossipResponse)
 GET_MEMBERSHIP = Method("GetMembership", pb.GetMembershipRequest, pb.GetMembershipResponse)
+WATCH_MEMBERSHIP = StreamMethod("WatchMembership", pb.WatchMembershipRequest, pb.MembershipView)
+PROCESS = Method("Process", pb.ProcessRequest, pb.ProcessResponse, service=WORK_SERVICE_NAME)
 
 
 def to_micros(when: datetime) -> int:
@@ -118,15 +154,24 @@ def entry_from_proto(row: pb.MembershipRow) -> tuple[MembershipEntry, str]:
 
 
 def snapshot_to_proto(snapshot: MembershipTableData, responder: SiloAddress) -> pb.GetMembershipResponse:
-    return pb.GetMembershipResponse(
-        version=snapshot.version.version,
-        version_etag=snapshot.version.etag,
-        rows=[entry_to_proto(entry, etag) for entry, etag in snapshot.rows],
-        responder=address_to_proto(responder),
-    )
+    return pb.GetMembershipResponse(**_snapshot_fields(snapshot, responder))
 
 
-def snapshot_from_proto(message: pb.GetMembershipResponse) -> MembershipTableData:
+def view_to_proto(snapshot: MembershipTableData, responder: SiloAddress) -> pb.MembershipView:
+    """One message of the ``WatchMembership`` stream (the same fields as ``GetMembershipResponse``)."""
+    return pb.MembershipView(**_snapshot_fields(snapshot, responder))
+
+
+def _snapshot_fields(snapshot: MembershipTableData, responder: SiloAddress) -> dict[str, Any]:
+    return {
+        "version": snapshot.version.version,
+        "version_etag": snapshot.version.etag,
+        "rows": [entry_to_proto(entry, etag) for entry, etag in snapshot.rows],
+        "responder": address_to_proto(responder),
+    }
+
+
+def snapshot_from_proto(message: pb.GetMembershipResponse | pb.MembershipView) -> MembershipTableData:
     return MembershipTableData(
         rows=tuple(entry_from_proto(row) for row in message.rows),
         version=TableVersion(message.version, message.version_etag),

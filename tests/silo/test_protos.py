@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from membership_tables import SiloStatus
 from silo import wire
@@ -44,11 +45,23 @@ def test_wire_statuses_mirror_the_model() -> None:
     }
 
 
-def test_every_rpc_of_the_service_has_a_typed_method() -> None:
-    service = pb.DESCRIPTOR.services_by_name["Membership"]
-    declared = {method.name: method for method in (wire.PING, wire.PROBE_INDIRECTLY, wire.GOSSIP, wire.GET_MEMBERSHIP)}
-    assert set(declared) == set(service.methods_by_name)
-    for name, method in declared.items():
-        descriptor = service.methods_by_name[name]
+TYPED_METHODS: list[wire.Method[Any, Any] | wire.StreamMethod[Any, Any]] = [
+    wire.PING,
+    wire.PROBE_INDIRECTLY,
+    wire.GOSSIP,
+    wire.GET_MEMBERSHIP,
+    wire.WATCH_MEMBERSHIP,
+    wire.PROCESS,
+]
+
+
+def test_every_rpc_of_every_service_has_a_typed_method() -> None:
+    declared = {method.path: method for method in TYPED_METHODS}
+    services = pb.DESCRIPTOR.services_by_name.values()
+    in_proto = {f"/{service.full_name}/{rpc.name}": rpc for service in services for rpc in service.methods}
+    assert set(declared) == set(in_proto)
+    for path, method in declared.items():
+        descriptor = in_proto[path]
         assert method.request.DESCRIPTOR.full_name == descriptor.input_type.full_name
         assert method.response.DESCRIPTOR.full_name == descriptor.output_type.full_name
+        assert isinstance(method, wire.StreamMethod) == descriptor.server_streaming

@@ -153,3 +153,51 @@ class GetMembershipResponse(_message.Message):
     rows: _containers.RepeatedCompositeFieldContainer[MembershipRow]
     responder: SiloAddress
     def __init__(self, version: _Optional[int] = ..., version_etag: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[MembershipRow, _Mapping]]] = ..., responder: _Optional[_Union[SiloAddress, _Mapping]] = ...) -> None: ...
+
+class WatchMembershipRequest(_message.Message):
+    __slots__ = ("header", "after_version")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    AFTER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    header: RequestHeader
+    after_version: int
+    def __init__(self, header: _Optional[_Union[RequestHeader, _Mapping]] = ..., after_version: _Optional[int] = ...) -> None: ...
+
+class MembershipView(_message.Message):
+    __slots__ = ("version", "version_etag", "rows", "responder")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_ETAG_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    RESPONDER_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    version_etag: str
+    rows: _containers.RepeatedCompositeFieldContainer[MembershipRow]
+    responder: SiloAddress
+    def __init__(self, version: _Optional[int] = ..., version_etag: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[MembershipRow, _Mapping]]] = ..., responder: _Optional[_Union[SiloAddress, _Mapping]] = ...) -> None: ...
+
+class WorkItem(_message.Message):
+    __slots__ = ("key", "payload")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    payload: bytes
+    def __init__(self, key: _Optional[str] = ..., payload: _Optional[bytes] = ...) -> None: ...
+
+class ProcessRequest(_message.Message):
+    __slots__ = ("cluster_id", "sender", "handler", "items")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    HANDLER_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    sender: str
+    handler: str
+    items: _containers.RepeatedCompositeFieldContainer[WorkItem]
+    def __init__(self, cluster_id: _Optional[str] = ..., sender: _Optional[str] = ..., handler: _Optional[str] = ..., items: _Optional[_Iterable[_Union[WorkItem, _Mapping]]] = ...) -> None: ...
+
+class ProcessResponse(_message.Message):
+    __slots__ = ("silo", "results")
+    SILO_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    silo: str
+    results: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, silo: _Optional[str] = ..., results: _Optional[_Iterable[bytes]] = ...) -> None: ...
