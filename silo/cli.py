@@ -21,6 +21,7 @@ from silo.errors import OptionsError
 from silo.exit_codes import ExitCode
 from silo.options import PRESETS, SiloOptions
 from silo.status import render_json, render_text
+from silo.work import HandlerRegistry, HandlerSpecError, split_handler_spec
 
 log = logging.getLogger("silo")
 
@@ -80,6 +81,24 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="OPTION=VALUE",
         help="override one option, e.g. --set probe_timeout=2s (repeatable)",
     )
+    run.add_argument(
+        "--property",
+        dest="properties",
+        action="append",
+        default=[],
+        type=property_pair,
+        metavar="KEY=VALUE",
+        help="advertise a property in this silo's row, e.g. --property zone=eu-1 (repeatable)",
+    )
+    run.add_argument(
+        "--handler",
+        dest="handlers",
+        action="append",
+        default=[],
+        type=handler_spec,
+        metavar="NAME=MODULE:FUNCTION",
+        help="serve a Work handler, e.g. --handler wordcount=myjobs:count (repeatable)",
+    )
 
     status = commands.add_parser("status", parents=[common], help="print the membership table of a cluster")
     status.add_argument("--json", action="store_true", help="print JSON (see docs/cli.md for the shape)")
@@ -103,6 +122,32 @@ def override(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
+def property_pair(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not equals or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, e.g. zone=eu-1, got {text!r}")
+    return key.strip(), value
+
+
+def handler_spec(text: str) -> str:
+    """Check the shape of ``NAME=module:function`` now; the module is imported by ``silo run``."""
+    try:
+        split_handler_spec(text)
+    except HandlerSpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def build_properties(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """``--property`` pairs as a mapping; a key given twice is an ``OptionsError``."""
+    properties: dict[str, str] = {}
+    for key, value in pairs:
+        if key in properties:
+            raise OptionsError(f"--property {key} is given twice ({properties[key]!r} and {value!r}); keep one")
+        properties[key] = value
+    return properties
+
+
 def build_options(preset: str, overrides: Sequence[tuple[str, str]]) -> SiloOptions:
     """The preset with ``--set`` overrides applied (raises ``OptionsError`` naming the field)."""
     return PRESETS[preset]().with_overrides(dict(overrides))
@@ -115,6 +160,8 @@ def redact(text: str) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     options = build_options(args.preset, args.overrides)
+    properties = build_properties(args.properties)
+    handlers = HandlerRegistry.from_specs(args.handlers)
     table = open_table(args.table, args.cluster)
     # gRPC's C core logs connection chatter (e.g. GOAWAY from a peer that stopped) at INFO to
     # stderr; keep the silo's log to its own lines unless the user asks otherwise.
@@ -128,6 +175,8 @@ def _run(args: argparse.Namespace) -> int:
         gateway_port=args.gateway_port,
         name=args.name,
         options=options,
+        properties=properties,
+        handlers=handlers,
     )
     return int(run_process(table, config))
 

@@ -14,6 +14,7 @@ import logging
 import signal
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from silo.options import SiloOptions
 from silo.prober import GrpcProber
 from silo.runtime import Silo
 from silo.server import BindError, MembershipServer
+from silo.work import HandlerRegistry
 
 log = logging.getLogger("silo.process")
 
@@ -37,6 +39,10 @@ class SiloProcessConfig:
     name: str | None = None
     """Silo name; ``None`` = ``silo-PORT``."""
     options: SiloOptions = field(default_factory=SiloOptions.production)
+    properties: Mapping[str, str] = field(default_factory=dict)
+    """Advertised in the silo's row (``--property``)."""
+    handlers: HandlerRegistry = field(default_factory=HandlerRegistry)
+    """The Work handlers served (``--handler``); the built-ins are always there."""
 
 
 def run_process(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
@@ -46,7 +52,7 @@ def run_process(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
 
 async def _serve(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
     try:
-        server = MembershipServer(config.host, config.port)
+        server = MembershipServer(config.host, config.port, handlers=config.handlers)
         gateway_port = server.add_port(config.gateway_port) if config.gateway_port else 0
     except BindError as exc:
         log.error("%s", exc)
@@ -62,6 +68,7 @@ async def _serve(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
         silo_name=config.name or f"silo-{server.port}",
         host_name=socket.gethostname(),
         proxy_port=gateway_port,
+        properties=config.properties,
     )
     stop_requested = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,4 +1,4 @@
-"""The gRPC server of one silo: the ``silo.v1.Membership`` service and the standard health service.
+"""The gRPC server of one silo: the ``silo.v1.Membership`` and ``silo.v1.Work`` services and health.
 
 The server is bound before the silo exists, because the silo's address needs the port
 the OS picked (``--port 0``); ``start(handler)`` then serves the silo. Every request
@@ -6,31 +6,57 @@ names its cluster: a request for another cluster is refused with ``FAILED_PRECON
 and logged, so two clusters that share a table or a network never mix. The health
 service (``grpc.health.v1.Health``) reports ``NOT_SERVING`` until ``set_serving(True)``
 (the silo is Active) and again once the silo stops.
+
+``WatchMembership`` streams the silo's snapshots (``Silo.snapshots()``): the current one,
+then every newer version; when the silo stops the stream ends with ``UNAVAILABLE`` so a
+client moves to another gateway. ``Work.Process`` runs a handler from the
+``HandlerRegistry`` in a thread pool (never on the event loop), only while the silo is Active.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NoReturn, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from membership_tables import InvalidEntryError
+from membership_tables import InvalidEntryError, SiloStatus
 from silo import wire
 from silo.probing import MembershipRpcHandler
 from silo.proto.silo.v1 import membership_pb2 as pb
+from silo.snapshot import MembershipSnapshot
+from silo.work import HandlerRegistry
 
 log = logging.getLogger(__name__)
 
-HEALTH_SERVICES = ("", wire.SERVICE_NAME)
-"""Health is reported for the whole server ("") and for the Membership service."""
+HEALTH_SERVICES = ("", wire.SERVICE_NAME, wire.WORK_SERVICE_NAME)
+"""Health is reported for the whole server ("") and for each service."""
 
 _SERVER_OPTIONS = [
     # gRPC sets SO_REUSEPORT by default, which would let two silos "bind" the same port.
     ("grpc.so_reuseport", 0),
+    # Clients keep long WatchMembership streams alive with keepalive pings (every 10 s, see
+    # silo.gateway); accept them instead of answering GOAWAY "too_many_pings".
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5000),
+    ("grpc.keepalive_permit_without_calls", 1),
 ]
+
+
+class SiloRpcHandler(MembershipRpcHandler, Protocol):
+    """What the server needs from the local silo beyond the silo-to-silo RPCs."""
+
+    @property
+    def status(self) -> SiloStatus:
+        """This silo's own lifecycle status; Work is served only while it is Active."""
+        ...
+
+    def snapshots(self) -> AsyncIterator[MembershipSnapshot]:
+        """The current snapshot, then every newer one in version order, until the silo stops."""
+        ...
 
 
 class BindError(OSError):
@@ -40,13 +66,25 @@ class BindError(OSError):
 class MembershipServer:
     """One ``grpc.aio`` server for a silo (create it inside the running event loop)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        handlers: HandlerRegistry | None = None,
+        work_threads: int | None = None,
+    ) -> None:
+        """``handlers``: the Work handlers (default: the built-ins); ``work_threads``: the size of the
+        pool they run in (default: Python's ``ThreadPoolExecutor`` default)."""
         self._host = host
-        self._handler: MembershipRpcHandler | None = None
+        self._handler: SiloRpcHandler | None = None
         self._server = grpc.aio.server(options=_SERVER_OPTIONS)
         self._health = health.aio.HealthServicer()
+        self.handlers = handlers if handlers is not None else HandlerRegistry()
+        """The Work handlers served; ``server.handlers.register(name, function)`` adds one."""
+        self._work_pool = ThreadPoolExecutor(max_workers=work_threads, thread_name_prefix="silo-work")
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
-        self._server.add_generic_rpc_handlers((self._membership_handler(),))
+        self._server.add_generic_rpc_handlers((self._membership_handler(), self._work_handler()))
         self.ports: list[int] = []
         self.port = self.add_port(port)
 
@@ -62,7 +100,7 @@ class MembershipServer:
         self.ports.append(bound)
         return bound
 
-    async def start(self, handler: MembershipRpcHandler) -> None:
+    async def start(self, handler: SiloRpcHandler) -> None:
         """Serve ``handler``; health stays NOT_SERVING until ``set_serving(True)``."""
         self._handler = handler
         await self.set_serving(False)
@@ -77,6 +115,7 @@ class MembershipServer:
         """Stop serving; in-flight calls get ``grace`` seconds (None = cancel them at once)."""
         await self._health.enter_graceful_shutdown()
         await self._server.stop(grace)
+        self._work_pool.shutdown(wait=False, cancel_futures=True)
 
     def _membership_handler(self) -> Any:
         handlers = {
@@ -84,28 +123,39 @@ class MembershipServer:
             wire.PROBE_INDIRECTLY.name: _unary(wire.PROBE_INDIRECTLY, self._probe_indirectly),
             wire.GOSSIP.name: _unary(wire.GOSSIP, self._gossip),
             wire.GET_MEMBERSHIP.name: _unary(wire.GET_MEMBERSHIP, self._get_membership),
+            wire.WATCH_MEMBERSHIP.name: grpc.unary_stream_rpc_method_handler(
+                self._watch_membership,
+                request_deserializer=wire.WATCH_MEMBERSHIP.request.FromString,
+                response_serializer=wire.WATCH_MEMBERSHIP.response.SerializeToString,
+            ),
         }
         return grpc.method_handlers_generic_handler(wire.SERVICE_NAME, handlers)
 
-    async def _admit(self, request_header: pb.RequestHeader, context: Any, method: str) -> MembershipRpcHandler:
+    def _work_handler(self) -> Any:
+        handlers = {wire.PROCESS.name: _unary(wire.PROCESS, self._process)}
+        return grpc.method_handlers_generic_handler(wire.WORK_SERVICE_NAME, handlers)
+
+    async def _admit(self, request_header: pb.RequestHeader, context: Any, method: str) -> SiloRpcHandler:
         """The handler if the request is for our cluster; otherwise abort the call."""
+        return await self._admit_cluster(request_header.cluster_id, _describe_sender(request_header), context, method)
+
+    async def _admit_cluster(self, cluster_id: str, sender: str, context: Any, method: str) -> SiloRpcHandler:
         handler = self._handler
         if handler is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "the silo is still starting; retry shortly")
-            raise AssertionError("unreachable: abort raises")
-        if request_header.cluster_id != handler.cluster_id:
-            sender = _describe_sender(request_header)
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, "the silo is still starting; retry shortly")
+        if cluster_id != handler.cluster_id:
             log.warning(
                 "refused %s from %s: it is for cluster %r but this silo belongs to cluster %r",
                 method,
                 sender,
-                request_header.cluster_id,
+                cluster_id,
                 handler.cluster_id,
             )
-            await context.abort(
+            await _abort(
+                context,
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"wrong cluster: {handler.silo_address} belongs to cluster {handler.cluster_id!r}, "
-                f"not {request_header.cluster_id!r}; check the --cluster of {sender}",
+                f"not {cluster_id!r}; check the --cluster of {sender}",
             )
         return handler
 
@@ -120,8 +170,7 @@ class MembershipServer:
         try:
             target = wire.address_from_proto(request.target)
         except InvalidEntryError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid probe target: {exc}")
-            raise AssertionError("unreachable: abort raises") from exc
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"invalid probe target: {exc}")
         if not request.timeout_seconds > 0:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "timeout_seconds must be positive")
         result = await handler.probe_for_peer(target, request.timeout_seconds)
@@ -141,6 +190,49 @@ class MembershipServer:
         handler = await self._admit(request.header, context, "GetMembership")
         return wire.snapshot_to_proto(handler.membership_snapshot(), handler.silo_address)
 
+    async def _watch_membership(
+        self, request: pb.WatchMembershipRequest, context: Any
+    ) -> AsyncIterator[pb.MembershipView]:
+        handler = await self._admit(request.header, context, "WatchMembership")
+        after = request.after_version if request.HasField("after_version") else None
+        async for snapshot in handler.snapshots():
+            if after is None or snapshot.version > after:
+                yield wire.view_to_proto(snapshot.data, handler.silo_address)
+        await _abort(
+            context, grpc.StatusCode.UNAVAILABLE, f"silo {handler.silo_address} stopped; watch another gateway"
+        )
+
+    async def _process(self, request: pb.ProcessRequest, context: Any) -> pb.ProcessResponse:
+        sender = request.sender or "an unnamed client"
+        silo = await self._admit_cluster(request.cluster_id, sender, context, "Process")
+        if silo.status is not SiloStatus.ACTIVE:
+            await _abort(
+                context,
+                grpc.StatusCode.UNAVAILABLE,
+                f"silo {silo.silo_address} is {silo.status.name}, not ACTIVE; send the batch to another silo",
+            )
+        work = self.handlers.get(request.handler)
+        if work is None:
+            await _abort(
+                context,
+                grpc.StatusCode.NOT_FOUND,
+                f"no handler {request.handler!r} on silo {silo.silo_address} "
+                f"(it has: {', '.join(self.handlers.names)}); start the silo with --handler NAME=module:function",
+            )
+        items = [(item.key, item.payload) for item in request.items]
+        try:
+            results = await asyncio.get_running_loop().run_in_executor(self._work_pool, work, items)
+        except Exception as exc:
+            log.exception("handler %r failed on a batch of %d items from %s", request.handler, len(items), sender)
+            await _abort(
+                context, grpc.StatusCode.INTERNAL, f"handler {request.handler!r} raised {type(exc).__name__}: {exc}"
+            )
+        problem = _check_results(results, len(items))
+        if problem:
+            log.error("handler %r: %s", request.handler, problem)
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"handler {request.handler!r} {problem}")
+        return pb.ProcessResponse(silo=str(silo.silo_address), results=list(results))
+
 
 def _unary(method: wire.Method[wire.Request, wire.Response], behaviour: Callable[..., Awaitable[Any]]) -> Any:
     return grpc.unary_unary_rpc_method_handler(
@@ -148,6 +240,23 @@ def _unary(method: wire.Method[wire.Request, wire.Response], behaviour: Callable
         request_deserializer=method.request.FromString,
         response_serializer=method.response.SerializeToString,
     )
+
+
+async def _abort(context: Any, code: grpc.StatusCode, details: str) -> NoReturn:
+    await context.abort(code, details)
+    raise AssertionError("unreachable: abort raises")
+
+
+def _check_results(results: object, expected: int) -> str:
+    """What is wrong with a handler's results ("" if nothing): one ``bytes`` per item, in order."""
+    if not isinstance(results, Sequence) or isinstance(results, (bytes, str)):
+        return f"returned {type(results).__name__}, not a sequence of bytes (one result per item)"
+    if len(results) != expected:
+        return f"returned {len(results)} results for {expected} items; it must return one per item"
+    wrong = next((result for result in results if not isinstance(result, bytes)), None)
+    if wrong is not None:
+        return f"returned a {type(wrong).__name__} result; every result must be bytes"
+    return ""
 
 
 def _describe_sender(request_header: pb.RequestHeader) -> str:

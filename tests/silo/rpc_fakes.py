@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
 from silo.probing import IndirectProbeResult
 from silo.server import MembershipServer
+from silo.snapshot import MembershipSnapshot
 
 CLUSTER = "test-cluster"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -37,6 +38,9 @@ class FakeHandler:
     probe: Callable[[SiloAddress, float], Awaitable[IndirectProbeResult]] = _never_probed
     snapshot: MembershipTableData = field(default_factory=lambda: MembershipTableData((), TableVersion(0, "")))
     gossiped: list[int] = field(default_factory=list)
+    status: SiloStatus = SiloStatus.ACTIVE
+    stream: tuple[MembershipTableData, ...] = ()
+    """What ``snapshots()`` yields before it ends (default: ``snapshot`` alone)."""
 
     def health_score(self) -> int:
         return self.score
@@ -49,6 +53,10 @@ class FakeHandler:
 
     def membership_snapshot(self) -> MembershipTableData:
         return self.snapshot
+
+    async def snapshots(self) -> AsyncIterator[MembershipSnapshot]:
+        for data in self.stream or (self.snapshot,):
+            yield MembershipSnapshot(data)
 
 
 def entry(address: SiloAddress, status: SiloStatus = SiloStatus.ACTIVE, **changes: object) -> MembershipEntry:

@@ -1,9 +1,11 @@
-"""The Membership gRPC service and the health service, over real gRPC on 127.0.0.1."""
+"""The Membership and Work gRPC services and the health service, over real gRPC on 127.0.0.1."""
 
 from __future__ import annotations
 
 import logging
 import socket
+import threading
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -12,9 +14,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from membership_tables import MembershipTableData, SiloAddress, SiloStatus, TableVersion
 from silo import wire
+from silo.handlers import CHECKSUM_HANDLER, checksum
 from silo.probing import IndirectProbeResult
 from silo.proto.silo.v1 import membership_pb2 as pb
 from silo.server import BindError, MembershipServer
+from silo.work import HandlerRegistry
 from tests.silo.rpc_fakes import CLUSTER, T0, FakeHandler, entry, run, serving
 
 pytestmark = pytest.mark.slow
@@ -49,6 +53,7 @@ REQUESTS_OF_ANOTHER_CLUSTER: list[tuple[wire.Method[Any, Any], Any]] = [
     (wire.PROBE_INDIRECTLY, pb.ProbeIndirectlyRequest(header=header("other-cluster"), timeout_seconds=1.0)),
     (wire.GOSSIP, pb.GossipRequest(header=header("other-cluster"), version=9)),
     (wire.GET_MEMBERSHIP, pb.GetMembershipRequest(header=header("other-cluster"))),
+    (wire.PROCESS, pb.ProcessRequest(cluster_id="other-cluster", sender=str(PEER), handler=CHECKSUM_HANDLER)),
 ]
 
 
@@ -186,3 +191,128 @@ def test_binding_a_port_in_use_fails_with_a_clear_error() -> None:
         taken.listen()
         with pytest.raises(BindError, match="pick another --port"):
             run(scenario(taken.getsockname()[1]))
+
+
+def table_data(version: int, *silos: SiloAddress) -> MembershipTableData:
+    return MembershipTableData(tuple((entry(silo), f"e{silo.port}") for silo in silos), TableVersion(version, "v"))
+
+
+async def watch(port: int, request: pb.WatchMembershipRequest) -> tuple[list[int], grpc.aio.AioRpcError]:
+    """The versions streamed, and the error that ended the stream."""
+    versions: list[int] = []
+
+    async def read_stream(channel: grpc.aio.Channel) -> None:
+        async for view in wire.WATCH_MEMBERSHIP.bind(channel)(request, timeout=5.0):
+            versions.append(view.version)
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            await read_stream(channel)
+    return versions, ended.value
+
+
+def test_watch_streams_every_snapshot_then_ends_with_unavailable_when_the_silo_stops() -> None:
+    stream = (table_data(3, PEER), table_data(4, PEER, SiloAddress("127.0.0.1", 4243, 8)), table_data(6))
+
+    async def scenario() -> tuple[list[int], grpc.aio.AioRpcError]:
+        async with serving(lambda me: FakeHandler(me, stream=stream)) as (server, _):
+            return await watch(server.port, pb.WatchMembershipRequest(header=header()))
+
+    versions, ended = run(scenario())
+    assert versions == [3, 4, 6]
+    assert ended.code() == grpc.StatusCode.UNAVAILABLE
+    assert "watch another gateway" in ended.details()
+
+
+def test_watch_after_a_version_skips_it_and_older_ones() -> None:
+    stream = (table_data(3), table_data(4), table_data(5))
+
+    async def scenario() -> list[int]:
+        async with serving(lambda me: FakeHandler(me, stream=stream)) as (server, _):
+            versions, _ = await watch(server.port, pb.WatchMembershipRequest(header=header(), after_version=4))
+            return versions
+
+    assert run(scenario()) == [5]
+
+
+def test_watch_of_another_cluster_is_refused() -> None:
+    async def scenario() -> tuple[list[int], grpc.aio.AioRpcError]:
+        async with serving(FakeHandler) as (server, _):
+            return await watch(server.port, pb.WatchMembershipRequest(header=header("other-cluster")))
+
+    versions, refused = run(scenario())
+    assert versions == []
+    assert refused.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "'other-cluster'" in refused.details()
+
+
+def process_request(handler: str, *keys: str) -> pb.ProcessRequest:
+    items = [pb.WorkItem(key=key, payload=key.encode() * 2) for key in keys]
+    return pb.ProcessRequest(cluster_id=CLUSTER, sender="a test", handler=handler, items=items)
+
+
+async def process_on(registry: HandlerRegistry, request: pb.ProcessRequest, **fake: Any) -> pb.ProcessResponse:
+    server = MembershipServer("127.0.0.1", 0, handlers=registry)
+    await server.start(FakeHandler(SiloAddress("127.0.0.1", server.port, 1), **fake))
+    try:
+        return await call(server.port, wire.PROCESS, request)
+    finally:
+        await server.stop(None)
+
+
+def test_process_runs_a_registered_handler_in_a_worker_thread_one_result_per_item_in_order() -> None:
+    threads: list[str] = []
+
+    def shout(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+        threads.append(threading.current_thread().name)
+        return [key.upper().encode() + payload for key, payload in items]
+
+    response = run(process_on(HandlerRegistry({"shout": shout}), process_request("shout", "a", "b", "c")))
+    assert list(response.results) == [b"Aaa", b"Bbb", b"Ccc"]
+    assert response.silo.startswith("127.0.0.1:")
+    assert len(threads) == 1
+    assert threads[0].startswith("silo-work"), "handlers must not run on the event loop"
+
+
+def test_the_builtin_checksum_handler_is_always_registered() -> None:
+    response = run(process_on(HandlerRegistry(), process_request(CHECKSUM_HANDLER, "k1", "k2")))
+    assert list(response.results) == [checksum("k1", b"k1k1"), checksum("k2", b"k2k2")]
+
+
+def fails(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    raise ZeroDivisionError("the handler divided by zero")
+
+
+def too_few(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    return [b"only one"]
+
+
+def not_bytes(items: Sequence[tuple[str, bytes]]) -> list[str]:
+    return ["text" for _ in items]
+
+
+@pytest.mark.parametrize(
+    ("handler", "fake", "code", "message"),
+    [
+        ("nosuch", {}, grpc.StatusCode.NOT_FOUND, "no handler 'nosuch'"),
+        ("fails", {}, grpc.StatusCode.INTERNAL, "ZeroDivisionError: the handler divided by zero"),
+        ("too_few", {}, grpc.StatusCode.INVALID_ARGUMENT, "returned 1 results for 2 items"),
+        ("not_bytes", {}, grpc.StatusCode.INVALID_ARGUMENT, "every result must be bytes"),
+        (CHECKSUM_HANDLER, {"status": SiloStatus.JOINING}, grpc.StatusCode.UNAVAILABLE, "is JOINING, not ACTIVE"),
+        (CHECKSUM_HANDLER, {"status": SiloStatus.DEAD}, grpc.StatusCode.UNAVAILABLE, "send the batch to another"),
+    ],
+    ids=["unknown-handler", "handler-raises", "wrong-count", "not-bytes", "joining", "dead"],
+)
+def test_process_errors_carry_the_agreed_status_codes(
+    handler: str, fake: dict[str, Any], code: grpc.StatusCode, message: str
+) -> None:
+    registry = HandlerRegistry({"fails": fails, "too_few": too_few, "not_bytes": not_bytes})  # type: ignore[dict-item]
+
+    async def scenario() -> grpc.aio.AioRpcError:
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            await process_on(registry, process_request(handler, "a", "b"), **fake)
+        return failure.value
+
+    error = run(scenario())
+    assert error.code() == code
+    assert message in error.details()
