@@ -11,6 +11,9 @@ Built-ins (``BUILTIN_HANDLERS``), registered on every silo under these names:
     For each item, ``checksum(key, payload)``: an 8-byte big-endian blake2b digest of the key
     and the payload. Pure, so a job can check what the silos returned against the same
     computation done locally (``checksum_total``).
+
+``example.echo``
+    Each item's payload, unchanged: shows where records went without computing anything.
 """
 
 from __future__ import annotations
@@ -19,12 +22,22 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 
-__all__ = ["BUILTIN_HANDLERS", "CHECKSUM_HANDLER", "Handler", "checksum", "checksum_handler", "checksum_total"]
+__all__ = [
+    "BUILTIN_HANDLERS",
+    "CHECKSUM_HANDLER",
+    "ECHO_HANDLER",
+    "Handler",
+    "checksum",
+    "checksum_handler",
+    "checksum_total",
+    "echo_handler",
+]
 
 Handler = Callable[[Sequence[tuple[str, bytes]]], Sequence[bytes]]
 """``handler(items) -> results``: one result per ``(key, payload)`` item, same order."""
 
 CHECKSUM_HANDLER = "example.checksum"
+ECHO_HANDLER = "example.echo"
 _CHECKSUM_BYTES = 8
 _MODULUS = 1 << (8 * _CHECKSUM_BYTES)
 
@@ -50,5 +63,12 @@ def checksum_total(digests: Iterable[bytes]) -> int:
     return sum(int.from_bytes(digest, "big") for digest in digests) % _MODULUS
 
 
-BUILTIN_HANDLERS: Mapping[str, Handler] = MappingProxyType({CHECKSUM_HANDLER: checksum_handler})
+def echo_handler(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    """The ``example.echo`` handler: every item's payload."""
+    return [payload for _, payload in items]
+
+
+BUILTIN_HANDLERS: Mapping[str, Handler] = MappingProxyType(
+    {CHECKSUM_HANDLER: checksum_handler, ECHO_HANDLER: echo_handler}
+)
 """Handlers every silo serves without ``--handler``; read-only."""
