@@ -11,8 +11,9 @@ periodic re-read every ``table_refresh_timeout``.
 
 Statement shapes counted (from the SQL backend): a full read is the members SELECT filtered
 by cluster only (``read_all``); every read (``read_all`` and ``read_row``) SELECTs the version
-row once; a canonical write UPDATEs it once. The benchmark reads nothing from the table
-during a trial (it watches the silos over gRPC), so the counts are the silos' own.
+row once; a canonical write UPDATEs it once; a heartbeat UPDATEs ``i_am_alive_time`` alone.
+The benchmark reads nothing from the table during a trial (it watches the silos over gRPC),
+so the counts are the silos' own.
 
     python -m benchmarks.propagation [--quick]
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -49,6 +51,8 @@ class Config:
 
 
 Counts = dict[str, int]
+_FULL_READ = re.compile(r"^SELECT .* FROM silo_membership WHERE silo_membership\.cluster_id = \$1(::VARCHAR)?$")
+"""``read_all``'s members query: filtered by cluster only (``read_row`` adds the key, cleanup the status)."""
 
 
 def statement_counts(server: services.BenchPostgresServer, database: str) -> Counts:
@@ -58,20 +62,18 @@ def statement_counts(server: services.BenchPostgresServer, database: str) -> Cou
             "SELECT query, calls FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)",
             (database,),
         ).fetchall()
-    counts = {"full_reads": 0, "all_reads": 0, "version_writes": 0, "statements": 0}
+    counts = {"full_reads": 0, "all_reads": 0, "version_writes": 0, "heartbeats": 0, "statements": 0}
     for query, calls in rows:
         text = " ".join(str(query).split())
         number = int(str(calls))
         counts["statements"] += number
-        if text.startswith("SELECT silo_membership_version.version"):
+        if text.startswith("SELECT silo_membership_version.version, silo_membership_version.etag"):
             counts["all_reads"] += number
         elif text.startswith("UPDATE silo_membership_version"):
             counts["version_writes"] += number
-        elif (
-            text.startswith("SELECT")
-            and "FROM silo_membership WHERE" in text
-            and "address" not in text.split("WHERE")[1]
-        ):
+        elif text.startswith("UPDATE silo_membership SET i_am_alive_time"):
+            counts["heartbeats"] += number
+        elif _FULL_READ.search(text):
             counts["full_reads"] += number
     return counts
 

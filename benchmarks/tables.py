@@ -100,7 +100,8 @@ def target(name: str, root: Path) -> Iterator[Target]:
             yield Target(
                 name,
                 moto.uri("bench"),
-                moto.options,
+                # moto serialises requests and copies the table per transaction: give it time
+                {**moto.options, "read_timeout": 120.0, "retry_time": 120.0},
                 lambda: RawDynamoDb(moto.endpoint_url, REGION, "bench", CLUSTER, dict(CREDENTIALS)),
             )
     elif name == "consul":

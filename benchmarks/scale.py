@@ -1,0 +1,225 @@
+"""Scale: as many silos as this machine holds, joining one PostgreSQL table at once.
+
+``benchmarks.silo_host`` processes hold several silos each (full Silo runtime, own gRPC
+server and port per silo). All start together; the benchmark polls the table until every
+silo is Active (time to all Active, and the curve), then counts the silos' statements in
+steady state with ``pg_stat_statements`` (reads, full reads, canonical writes, heartbeats
+per second), measures resident memory per silo, and finally starts one more silo as its
+own ``silo run`` process and SIGKILLs it, a few times, timing crash to Dead at that size.
+
+Timings are scaled up from the local preset so that probing fits two cores (see
+``OVERRIDES``; the JSON records them), so the detection floor here is
+``num_missed_probes_limit x probe_timeout`` of those options.
+
+    python -m benchmarks.scale [--quick]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import services
+from benchmarks.common import ROOT, Recorder, common_arguments, print_table, pyplot, ratio, summarize, wall, workdir
+from benchmarks.propagation import statement_counts
+from benchmarks.silo_cluster import BenchCluster, KillTrial
+from membership_tables import SiloStatus, TableUnavailableError, open_table
+from silo.options import SiloOptions
+from tests.services.process import ServerProcess
+
+NAME = "scale"
+OVERRIDES = {
+    "probe_timeout": "2s",
+    "num_probed_silos": "3",
+    "death_vote_expiration": "60s",
+    "i_am_alive_table_publish_timeout": "10s",
+    "table_refresh_timeout": "30s",
+    "max_join_attempt_time": "600s",
+}
+"""Per silo: 3 probes every 2 s, a heartbeat every 10 s, a full re-read every 30 s."""
+
+
+@dataclass(frozen=True)
+class Config:
+    silos: int = 200
+    per_process: int = 20
+    join_timeout: float = 900.0
+    steady_window: float = 20.0
+    detection_trials: int = 5
+    seed: int = 3
+
+    @classmethod
+    def quick(cls) -> Config:
+        return cls(silos=20, per_process=10, join_timeout=300.0, steady_window=5.0, detection_trials=1)
+
+
+def options() -> SiloOptions:
+    return SiloOptions.local().with_overrides(OVERRIDES)
+
+
+def set_arguments() -> list[str]:
+    return [argument for name, value in OVERRIDES.items() for argument in ("--set", f"{name}={value}")]
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return math.nan
+
+
+def start_hosts(uri: str, config: Config, root: Path) -> list[ServerProcess]:
+    hosts = []
+    remaining = config.silos
+    index = 0
+    while remaining > 0:
+        count = min(config.per_process, remaining)
+        argv = [
+            sys.executable,
+            "-m",
+            "benchmarks.silo_host",
+            "--table",
+            uri,
+            "--cluster",
+            "scale",
+            "--count",
+            str(count),
+        ]
+        env = {"PYTHONPATH": str(ROOT), "GRPC_VERBOSITY": "ERROR"}
+        hosts.append(ServerProcess([*argv, *set_arguments()], root / f"host-{index}.log", env=env))
+        remaining -= count
+        index += 1
+    return hosts
+
+
+def wait_all_active(uri: str, config: Config, started: float, hosts: list[ServerProcess]) -> list[tuple[float, int]]:
+    """(seconds since start, Active silos) once a second until all are Active; raises on timeout."""
+
+    table = open_table(uri, "scale")
+    curve: list[tuple[float, int]] = []
+    while wall() < started + config.join_timeout:
+        try:
+            active = sum(entry.status is SiloStatus.ACTIVE for entry in table.read_all().entries)
+        except TableUnavailableError:
+            active = -1
+        curve.append((wall() - started, active))
+        if active >= config.silos:
+            return curve
+        if not all(host.running for host in hosts):
+            raise RuntimeError("a silo host exited during the join; see its log")
+        time.sleep(1.0)
+    raise RuntimeError(f"only {curve[-1][1]} of {config.silos} silos Active after {config.join_timeout}s")
+
+
+async def detection_at_scale(uri: str, config: Config, root: Path) -> list[KillTrial]:
+    """Start one separate ``silo run`` and SIGKILL it, ``detection_trials`` times; the table's view of it."""
+    bench = BenchCluster(root, uri, "scale", set_arguments())
+    rng = random.Random(config.seed)
+    trials = []
+    try:
+        for _ in range(config.detection_trials):
+            await asyncio.to_thread(bench.cluster.start_active, 1, *set_arguments(), timeout=config.join_timeout)
+            await asyncio.sleep(2 * options().probe_timeout)  # gossip told every hosted silo; its probers are on
+            trials.append(await bench.kill_one(rng))
+    finally:
+        await bench.close()
+    return trials
+
+
+async def run(config: Config, root: Path) -> dict[str, Any]:
+    with services.postgres(stats=True) as server:
+        database = services.unique("scale")
+        uri = server.create_database(database)
+        with server.connect(database) as connection:
+            connection.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        open_table(uri, "scale").initialize()
+        started = wall()
+        hosts = start_hosts(uri, config, root)
+        try:
+            curve = await asyncio.to_thread(wait_all_active, uri, config, started, hosts)
+            all_active = curve[-1][0]
+            print(f"[scale] {config.silos} silos Active after {all_active:.1f}s", flush=True)
+            await asyncio.sleep(5.0)
+            before = statement_counts(server, database)
+            await asyncio.sleep(config.steady_window)
+            after = statement_counts(server, database)
+            per_second = {key: (after[key] - before[key]) / config.steady_window for key in after}
+            host_rss = [rss_mb(host.process.pid) for host in hosts]
+            trials = await detection_at_scale(uri, config, root)
+        finally:
+            for host in hosts:
+                host.stop(timeout=20)
+    floor = options().detection_time
+    dead = summarize([t.table_dead for t in trials if t.table_dead is not None])
+    return {
+        "silos": config.silos,
+        "processes": len(hosts),
+        "all_active_s": all_active,
+        "join_curve": curve,
+        "steady_ops_per_s": per_second,
+        "steady_ops_per_s_per_silo": {key: value / config.silos for key, value in per_second.items()},
+        "rss_mb_per_process": host_rss,
+        "rss_mb_per_silo": sum(host_rss) / config.silos,
+        "floor_s": floor,
+        "detection_table_dead": dead,
+        "detection_ratio_to_floor": {"median": ratio(dead["median"], floor), "p99": ratio(dead["p99"], floor)},
+        "detection_trials": [t.to_json() for t in trials],
+    }
+
+
+def report(results: dict[str, Any]) -> None:
+    ops = results["steady_ops_per_s"]
+    print_table(
+        f"{results['silos']} silos in {results['processes']} processes on one PostgreSQL table",
+        ["all Active s", "MB/silo", "full reads/s", "reads/s", "writes/s", "statements/s", "Dead median s", "floor s"],
+        [
+            [results["all_active_s"], results["rss_mb_per_silo"], ops["full_reads"], ops["all_reads"],
+             ops["version_writes"], ops["statements"], results["detection_table_dead"]["median"], results["floor_s"]]
+        ],
+    )  # fmt: skip
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    plt = pyplot()
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    times = [point[0] for point in results["join_curve"]]
+    active = [point[1] for point in results["join_curve"]]
+    axes[0].plot(times, active, marker=".")
+    axes[0].axhline(results["silos"], color="grey", linestyle="--")
+    axes[0].set_xlabel("seconds after all silo processes were started")
+    axes[0].set_ylabel("Active silos in the table")
+    axes[0].set_title(f"{results['silos']} silos joining at once")
+    ops = results["steady_ops_per_s"]
+    names = ["full_reads", "all_reads", "version_writes", "statements"]
+    axes[1].bar(names, [ops[name] for name in names])
+    axes[1].set_ylabel("per second, steady state")
+    axes[1].set_title("store load (pg_stat_statements)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = common_arguments(__doc__ or NAME, argv)
+    config = Config.quick() if settings.quick else Config()
+    recorder = Recorder(NAME, settings, {**asdict(config), "overrides": OVERRIDES, "options": asdict(options())})
+    with workdir(NAME) as root:
+        results = asyncio.run(run(config, root))
+    report(results)
+    plot(results, recorder.plot_path)
+    print(f"\nwrote {recorder.write(results)} and {recorder.plot_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
