@@ -37,7 +37,7 @@ class Config:
     backends: tuple[str, ...] = ("sqlite", "postgres")
     sizes: tuple[int, ...] = (5, 10, 20)
     trials: int = 20
-    freeze_trials: int = 10
+    freeze_trials: int = 5
     """Extra trials per size where the victim is SIGSTOPped (hung: probes time out) instead of killed."""
     seed: int = 20261122
     preset: str = "local"
@@ -56,6 +56,7 @@ async def silo_trials(uri: str, size: int, config: Config, root: Path, rng: rand
     bench = BenchCluster(root, uri, f"det{size}")
     trials: dict[str, list[KillTrial]] = {"kill": [], "freeze": []}
     extra_deaths = 0
+    error = None
     try:
         await bench.start(size)
         plan = ["kill"] * config.trials + ["freeze"] * config.freeze_trials
@@ -68,12 +69,16 @@ async def silo_trials(uri: str, size: int, config: Config, root: Path, rng: rand
                 f"last view after {trial.last_view}",
                 flush=True,
             )
+    except (RuntimeError, AssertionError) as exc:  # a cluster that would not converge: keep the trials so far, say why
+        error = str(exc)[:2000]
+        print(f"  N={size} stopped early: {error[:300]}", flush=True)
     finally:
         await bench.close()
     return {
         "kill": summarize_trials(trials["kill"]),
         "freeze": summarize_trials(trials["freeze"]),
         "other_silos_declared_dead": extra_deaths,
+        "error": error,
     }
 
 

@@ -93,8 +93,11 @@ class BenchCluster:
     def running(self) -> list[SiloProcess]:
         return [silo for silo in self.cluster.silos if silo.running]
 
-    async def start(self, count: int) -> None:
-        await asyncio.to_thread(self.cluster.start_active, count, *self.extra_args, timeout=JOIN_TIMEOUT)
+    async def start(self, count: int, batch: int = 5) -> None:
+        """Start ``count`` silos, ``batch`` at a time (a two-core machine starts 20 Python processes slowly)."""
+        while len(self.running) < count:
+            size = min(batch, count - len(self.running))
+            await asyncio.to_thread(self.cluster.start_active, size, *self.extra_args, timeout=JOIN_TIMEOUT)
         await self.wait_converged()
 
     async def view(self, silo: SiloProcess) -> MembershipTableData | None:
