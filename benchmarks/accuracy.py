@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import services
-from benchmarks.common import Recorder, common_arguments, grouped_bars, print_table, pyplot, workdir
+from benchmarks.common import common_arguments, grouped_bars, print_table, pyplot, run_benchmark, workdir
 from benchmarks.silo_cluster import BenchCluster
 from benchmarks.stress import CpuHog, Jitter, Staller, pin
 from benchmarks.zk_group import ZkGroup
@@ -229,12 +229,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     settings = common_arguments(__doc__ or NAME, argv)
     config = Config.quick() if settings.quick else Config()
-    recorder = Recorder(NAME, settings, {**asdict(config), "options": asdict(SiloOptions.local()), "netem": False})
-    results = asyncio.run(run(config))
-    report(results, config)
-    plot(results, recorder.plot_path)
-    print(f"\nwrote {recorder.write(results)} and {recorder.plot_path}")
-    return 0
+    extra = {"options": asdict(SiloOptions.local()), "netem": False}
+    return run_benchmark(
+        NAME, settings, config, lambda: asyncio.run(run(config)), lambda r: report(r, config), plot, extra
+    )
 
 
 if __name__ == "__main__":

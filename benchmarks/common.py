@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.metadata
 import json
 import math
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -185,6 +186,24 @@ def _json_default(value: object) -> object:
     if isinstance(value, datetime):
         return value.isoformat()
     raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def run_benchmark(
+    name: str,
+    settings: RunSettings,
+    config: Any,
+    measure: Callable[[], dict[str, Any]],
+    report: Callable[[dict[str, Any]], None],
+    plot: Callable[[dict[str, Any], Path], None],
+    extra_config: Mapping[str, Any] | None = None,
+) -> int:
+    """Measure, print the table, draw the plot and write the JSON (config = the dataclass ``config``)."""
+    recorder = Recorder(name, settings, {**dataclasses.asdict(config), **(extra_config or {})})
+    results = measure()
+    report(results)
+    plot(results, recorder.plot_path)
+    print(f"\nwrote {recorder.write(results)} and {recorder.plot_path}")
+    return 0
 
 
 def command_line(name: str, quick: bool) -> str:

@@ -24,7 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import services
-from benchmarks.common import Recorder, common_arguments, grouped_bars, print_table, pyplot, ratio, summarize, workdir
+from benchmarks.common import (
+    common_arguments,
+    grouped_bars,
+    print_table,
+    pyplot,
+    ratio,
+    run_benchmark,
+    summarize,
+    workdir,
+)
 from benchmarks.silo_cluster import BenchCluster, KillTrial
 from benchmarks.zk_group import ZkGroup
 from silo.options import SiloOptions
@@ -204,12 +213,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     settings = common_arguments(__doc__ or NAME, argv)
     config = Config.quick() if settings.quick else Config()
-    recorder = Recorder(NAME, settings, {**asdict(config), "options": asdict(SiloOptions.local())})
-    results = asyncio.run(run(config))
-    report(results)
-    plot(results, recorder.plot_path)
-    print(f"\nwrote {recorder.write(results)} and {recorder.plot_path}")
-    return 0
+    extra = {"options": asdict(SiloOptions.local())}
+    return run_benchmark(NAME, settings, config, lambda: asyncio.run(run(config)), report, plot, extra)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import services
-from benchmarks.common import ROOT, Recorder, common_arguments, print_table, pyplot, ratio, summarize, wall, workdir
+from benchmarks.common import (
+    ROOT,
+    common_arguments,
+    print_table,
+    pyplot,
+    ratio,
+    run_benchmark,
+    summarize,
+    wall,
+    workdir,
+)
 from benchmarks.propagation import statement_counts
 from benchmarks.silo_cluster import BenchCluster, KillTrial
 from membership_tables import SiloStatus, TableUnavailableError, open_table
@@ -212,13 +222,13 @@ def plot(results: dict[str, Any], path: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     settings = common_arguments(__doc__ or NAME, argv)
     config = Config.quick() if settings.quick else Config()
-    recorder = Recorder(NAME, settings, {**asdict(config), "overrides": OVERRIDES, "options": asdict(options())})
-    with workdir(NAME) as root:
-        results = asyncio.run(run(config, root))
-    report(results)
-    plot(results, recorder.plot_path)
-    print(f"\nwrote {recorder.write(results)} and {recorder.plot_path}")
-    return 0
+
+    def measure() -> dict[str, Any]:
+        with workdir(NAME) as root:
+            return asyncio.run(run(config, root))
+
+    extra = {"overrides": OVERRIDES, "options": asdict(options())}
+    return run_benchmark(NAME, settings, config, measure, report, plot, extra)
 
 
 if __name__ == "__main__":

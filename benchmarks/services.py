@@ -11,6 +11,7 @@ import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import psycopg
 
@@ -38,57 +39,48 @@ class BenchPostgresServer(PostgresServer):
         return self._connect(database)
 
 
+class _Server(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Server)
+
+
 @contextlib.contextmanager
-def postgres(stats: bool = False) -> Iterator[BenchPostgresServer]:
+def running(server: S, close: Callable[[], None] | None = None) -> Iterator[S]:
+    """``server`` started, then stopped (``close`` instead of ``stop`` when given) whatever happens."""
+    try:
+        server.start()
+        yield server
+    finally:
+        (close or server.stop)()
+
+
+def postgres(stats: bool = False) -> contextlib.AbstractContextManager[BenchPostgresServer]:
     server = BenchPostgresServer(stats)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
+    return running(server, server.close)
 
 
-@contextlib.contextmanager
-def mariadb() -> Iterator[MariaDbServer]:
+def mariadb() -> contextlib.AbstractContextManager[MariaDbServer]:
     server = MariaDbServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
+    return running(server, server.close)
 
 
-@contextlib.contextmanager
-def zookeeper(workdir: Path) -> Iterator[ZooKeeperServer]:
+def zookeeper(workdir: Path) -> contextlib.AbstractContextManager[ZooKeeperServer]:
     path = workdir / "zookeeper"
     path.mkdir(exist_ok=True)
-    server = ZooKeeperServer(path, free_port())
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
+    return running(ZooKeeperServer(path, free_port()))
 
 
-@contextlib.contextmanager
-def moto(workdir: Path) -> Iterator[MotoServer]:
-    server = MotoServer(workdir)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
+def moto(workdir: Path) -> contextlib.AbstractContextManager[MotoServer]:
+    return running(MotoServer(workdir))
 
 
-@contextlib.contextmanager
-def consul(workdir: Path) -> Iterator[ConsulServerProcess]:
+def consul(workdir: Path) -> contextlib.AbstractContextManager[ConsulServerProcess]:
     """The Consul test server as its own process (its threads do not share the benchmark's GIL)."""
-    server = ConsulServerProcess(workdir / "consul.log")
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
+    return running(ConsulServerProcess(workdir / "consul.log"))
 
 
 @contextlib.contextmanager

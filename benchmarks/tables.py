@@ -28,12 +28,12 @@ from typing import Any
 
 from benchmarks import services
 from benchmarks.common import (
-    Recorder,
     RunSettings,
     common_arguments,
     print_table,
     pyplot,
     ratio,
+    run_benchmark,
     summarize,
     workdir,
 )
@@ -398,20 +398,19 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, tuple[str, ...]]:
 def main(argv: Sequence[str] | None = None) -> int:
     settings, backends = parse(argv)
     config = Config.quick(backends) if settings.quick else Config(backends)
-    recorder = Recorder(
-        NAME, settings, {**config.__dict__, "read_samples": {str(k): v for k, v in config.read_samples.items()}}
+
+    def measure_all() -> dict[str, Any]:
+        results: dict[str, Any] = {}
+        with workdir(NAME) as root:
+            for name in config.backends:
+                print(f"[tables] {name} ...", flush=True)
+                with target(name, root) as chosen:
+                    results[name] = measure(chosen, config)
+        return results
+
+    return run_benchmark(
+        NAME, settings, config, measure_all, lambda r: report(r, config), lambda r, path: plot(r, config, path)
     )
-    results: dict[str, dict[str, Any]] = {}
-    with workdir(NAME) as root:
-        for name in config.backends:
-            print(f"[tables] {name} ...", flush=True)
-            with target(name, root) as chosen:
-                results[name] = measure(chosen, config)
-    report(results, config)
-    plot(results, config, recorder.plot_path)
-    path = recorder.write(results)
-    print(f"\nwrote {path} and {recorder.plot_path}")
-    return 0
 
 
 if __name__ == "__main__":
