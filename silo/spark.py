@@ -1,0 +1,287 @@
+"""PySpark integration: send each record of a DataFrame to the silo that owns its key.
+
+::
+
+    from silo.spark import route_to_silos
+
+    out = route_to_silos(df, "user_id", "example.checksum", table="sqlite:///m.db", cluster="prod")
+    # out: user_id, result (binary), silo (string), rerouted (bool), via_sidecar (bool)
+
+The driver reads the live view once (``read_view``: the Active silos of the membership table)
+and broadcasts it with the job settings. Each task hashes its records' keys onto the same
+consistent-hash ring, sends them to their owners in batches over gRPC (``Work.Process``) and
+yields one output row per input record. When a silo dies mid-job the task re-reads the view
+from the table (a newer version only) and moves that silo's keys to their next owners; see
+``silo.routing`` for the failover rules. Delivery is at least once: handlers must be
+idempotent. The output is lazy like any DataFrame: every action on it routes the records
+again, so ``persist()`` it or write it out once.
+
+**Sidecars.** An executor whose environment has ``SILO_SIDECAR_ADDRESS=host:port`` (the
+advertised address of a silo on the same host, e.g. from a Kubernetes pod template or the
+Spark worker's environment) recognises that silo in the view; records it owns go to it
+without leaving the host, and their rows say ``via_sidecar``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from membership_tables import open_table
+from silo.hashring import DEFAULT_VIRTUAL_NODES
+from silo.routing import DEFAULT_BATCH_SIZE, DEFAULT_MAX_ATTEMPTS, NoLiveSiloError, Record, Router
+from silo.topology import ClusterView
+from silo.work_client import SyncWorkClient
+
+if TYPE_CHECKING:
+    from pyspark.broadcast import Broadcast
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "OUTPUT_COLUMNS",
+    "SIDECAR_ENV",
+    "RoutingJob",
+    "TableViewSource",
+    "encode_payload",
+    "local_session",
+    "read_view",
+    "route_to_silos",
+    "routing_key",
+]
+
+SIDECAR_ENV = "SILO_SIDECAR_ADDRESS"
+"""Executor environment variable: the local sidecar silo's advertised ``host:port``."""
+
+OUTPUT_COLUMNS = ("silo", "rerouted", "via_sidecar")
+"""Columns ``route_to_silos`` adds after the key and result columns."""
+
+DEFAULT_TIMEOUT = 30.0
+"""Seconds one ``Work.Process`` call may take before the batch fails over to another silo."""
+
+
+def read_view(table: str, cluster: str) -> ClusterView:
+    """The cluster's current view (its Active silos) read from the membership table at ``table``."""
+    with open_table(table, cluster) as opened:
+        return ClusterView.from_table_data(cluster, opened.read_all())
+
+
+@dataclass(frozen=True)
+class TableViewSource:
+    """Where executors re-read the view after a failure: the membership table (picklable)."""
+
+    table: str
+    cluster: str
+
+    def read(self) -> ClusterView:
+        return read_view(self.table, self.cluster)
+
+
+def routing_key(value: object, column: str = "key") -> str:
+    """The string a key is hashed and sent as: strings as they are, anything else as ``str(value)``."""
+    if value is None:
+        raise ValueError(
+            f"key column {column!r} is null in a record; every record needs a key to be routed: "
+            "filter nulls out or fill them (df.na.fill) first"
+        )
+    return value if isinstance(value, str) else str(value)
+
+
+def encode_payload(values: Sequence[Any]) -> bytes:
+    """The payload sent for one record: its value columns as a compact JSON array (UTF-8).
+
+    Values JSON cannot hold (dates, decimals, ...) are sent as their ``str()``. A single
+    binary value column is sent as its raw bytes instead (see ``route_to_silos``).
+    """
+    return json.dumps(list(values), separators=(",", ":"), ensure_ascii=False, default=str).encode()
+
+
+@dataclass(frozen=True)
+class RoutingJob:
+    """Everything a task needs, broadcast once by the driver."""
+
+    view: ClusterView
+    source: TableViewSource
+    handler: str
+    key_column: str
+    raw_payload: bool
+    """True when the payload is one binary column, sent as is."""
+    batch_size: int = DEFAULT_BATCH_SIZE
+    timeout: float = DEFAULT_TIMEOUT
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    virtual_nodes: int = DEFAULT_VIRTUAL_NODES
+
+    def records(self, rows: Iterable[Sequence[Any]]) -> Iterator[Record[Any]]:
+        """``(key, value...)`` rows as routing records."""
+        for row in rows:
+            key, *values = row
+            payload = bytes(values[0] or b"") if self.raw_payload else encode_payload(values)
+            yield Record(key, routing_key(key, self.key_column), payload)
+
+    def route_partition(
+        self, rows: Iterable[Sequence[Any]], sidecar: str | None
+    ) -> Iterator[tuple[Any, bytes, str, bool, bool]]:
+        """One task: route ``rows`` and yield output rows (key, result, silo, rerouted, via_sidecar)."""
+        with SyncWorkClient(self.view.cluster_id) as client:
+            router: Router[Any] = Router(
+                self.view,
+                self.handler,
+                partial(client.process, timeout=self.timeout),
+                self.source.read,
+                sidecar=sidecar,
+                virtual_nodes=self.virtual_nodes,
+                max_attempts=self.max_attempts,
+            )
+            for routed in router.route(self.records(rows), self.batch_size):
+                yield routed.key, routed.result, str(routed.silo), routed.rerouted, routed.via_sidecar
+
+
+def route_to_silos(
+    df: DataFrame,
+    key_column: str,
+    handler: str,
+    *,
+    table: str,
+    cluster: str,
+    view: ClusterView | None = None,
+    value_columns: Sequence[str] | None = None,
+    result_column: str = "result",
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    timeout: float = DEFAULT_TIMEOUT,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    virtual_nodes: int = DEFAULT_VIRTUAL_NODES,
+) -> DataFrame:
+    """Run silo handler ``handler`` over every record of ``df``, each on the silo that owns its key.
+
+    - ``key_column``: routing key; strings are hashed as they are, other types as ``str(value)``;
+      a null key fails the task.
+    - ``value_columns``: what is sent as each record's payload (default: every other column),
+      as a JSON array (``encode_payload``); one binary column is sent as its raw bytes.
+    - ``table``/``cluster``: the membership table the view is read from, on the driver now and
+      on executors after a failure. ``view`` overrides the driver's first read (e.g. a view
+      from a ``MembershipClient`` watching gateways).
+    - ``batch_size`` records per call, ``timeout`` seconds per call, ``max_attempts`` failed
+      calls per batch before the task fails with ``NoLiveSiloError``.
+
+    Returns a DataFrame with one row per input record: ``key_column`` (as given),
+    ``result_column`` (binary, the handler's result), ``silo`` (``host:port@generation`` that
+    processed it), ``rerouted`` (not the key's owner in the starting view: its owner died or a
+    silo joined) and ``via_sidecar``. Raises ``NoLiveSiloError`` at once if no silo is Active.
+    """
+    values = [column for column in df.columns if column != key_column] if value_columns is None else [*value_columns]
+    _check_columns(df, key_column, values, result_column)
+    source = TableViewSource(table, cluster)
+    start = view if view is not None else source.read()
+    if not len(start):
+        raise NoLiveSiloError(
+            f"no silo of cluster {cluster!r} is Active in the membership table (version {start.version}); "
+            "start silos (silo run) before routing work to them"
+        )
+    raw = len(values) == 1 and df.schema[values[0]].dataType.typeName() == "binary"
+    job = RoutingJob(start, source, handler, key_column, raw, batch_size, timeout, max_attempts, virtual_nodes)
+    session = df.sparkSession
+    broadcast = session.sparkContext.broadcast(job)
+    rows = df.select(key_column, *values).rdd.mapPartitions(partial(_route_partition, broadcast))
+    return session.createDataFrame(rows, _output_schema(df, key_column, result_column))
+
+
+def _route_partition(job: Broadcast[RoutingJob], rows: Iterable[Sequence[Any]]) -> Iterator[tuple[Any, ...]]:
+    routing: RoutingJob = job.value
+    return routing.route_partition(rows, os.environ.get(SIDECAR_ENV) or None)
+
+
+def _check_columns(df: DataFrame, key_column: str, values: Sequence[str], result_column: str) -> None:
+    known = set(df.columns)
+    missing = [column for column in (key_column, *values) if column not in known]
+    if missing:
+        raise ValueError(f"no column {', '.join(map(repr, missing))} in the DataFrame; its columns: {df.columns}")
+    taken = {key_column, result_column} & set(OUTPUT_COLUMNS) or ({key_column} & {result_column})
+    if taken:
+        raise ValueError(
+            f"column name {', '.join(map(repr, sorted(taken)))} would clash in the output "
+            f"(key, {result_column!r}, {', '.join(OUTPUT_COLUMNS)}); rename it or pass another result_column"
+        )
+
+
+def _output_schema(df: DataFrame, key_column: str, result_column: str) -> StructType:
+    from pyspark.sql.types import BinaryType, BooleanType, StringType, StructField, StructType
+
+    key = df.schema[key_column]
+    return StructType(
+        [
+            StructField(key_column, key.dataType, nullable=False),
+            StructField(result_column, BinaryType(), nullable=False),
+            StructField("silo", StringType(), nullable=False),
+            StructField("rerouted", BooleanType(), nullable=False),
+            StructField("via_sidecar", BooleanType(), nullable=False),
+        ]
+    )
+
+
+_QUIET_LOG4J = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+# the shell's logger at the root's level, so Spark does not announce a default log level
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+"""
+
+
+@contextlib.contextmanager
+def local_session(app_name: str, cores: int = 2, conf: Mapping[str, str] | None = None) -> Iterator[SparkSession]:
+    """A quiet local-mode SparkSession (``local[cores]``) on 127.0.0.1, running this interpreter.
+
+    For demos and tests on one machine: no UI, no progress bar, only errors logged, executors
+    run ``sys.executable`` (so they import this package). Stopped on exit. The JVM launches
+    once per Python process; its log settings are those of the first session.
+    """
+    from pyspark.sql import SparkSession
+
+    if SparkSession.getActiveSession() is not None:
+        raise RuntimeError("a SparkSession is already running in this process; stop it before starting another")
+    settings = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    saved = {name: os.environ.get(name) for name in settings}
+    with tempfile.TemporaryDirectory(prefix="silo-spark-") as scratch:
+        log_config = os.path.join(scratch, "log4j2.properties")
+        with open(log_config, "w") as file:
+            file.write(_QUIET_LOG4J)
+        os.environ.update(settings)
+        try:
+            builder = SparkSession.builder.config(
+                map={
+                    "spark.master": f"local[{cores}]",
+                    "spark.app.name": app_name,
+                    "spark.driver.host": "127.0.0.1",
+                    "spark.driver.bindAddress": "127.0.0.1",
+                    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log_config}",
+                    "spark.local.dir": scratch,
+                    "spark.ui.enabled": "false",
+                    "spark.ui.showConsoleProgress": "false",
+                    "spark.sql.shuffle.partitions": str(max(2, cores)),
+                    **(conf or {}),
+                }
+            )
+            session = builder.getOrCreate()
+            try:
+                yield session
+            finally:
+                session.stop()
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
