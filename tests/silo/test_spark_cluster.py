@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -41,7 +41,7 @@ def test_each_executor_sends_the_keys_its_sidecar_owns_to_that_sidecar(tmp_path:
             spark_session(spark_cluster, "sidecar-test") as spark,
         ):
 
-            def tag(numbers: Iterator[int]) -> Iterator[tuple[str, str]]:
+            def tag(numbers: Iterable[int]) -> Iterator[tuple[str, str]]:
                 local = os.environ[SIDECAR_ENV]
                 for number in numbers:
                     yield f"k{number}", local
