@@ -5,6 +5,9 @@ silo's identity ``host:port@generation`` needs the port; then the silo joins, an
 health service turns SERVING once it is Active. SIGTERM/SIGINT stop it gracefully
 (ShuttingDown, then Dead, exit 0). If the silo finds itself declared dead it stops
 serving at once and the process exits with ``ExitCode.DECLARED_DEAD``.
+
+``assemble`` builds the same stack (server, prober, silo) for silos that run inside another
+program, e.g. tests: ``await stack.start()`` ... ``await stack.silo.stop(); await stack.close()``.
 """
 
 from __future__ import annotations
@@ -50,13 +53,32 @@ def run_process(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
     return asyncio.run(_serve(table, config))
 
 
-async def _serve(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
-    try:
-        server = MembershipServer(config.host, config.port, handlers=config.handlers)
-        gateway_port = server.add_port(config.gateway_port) if config.gateway_port else 0
-    except BindError as exc:
-        log.error("%s", exc)
-        return ExitCode.BAD_CONFIGURATION
+@dataclass(frozen=True)
+class SiloStack:
+    """A silo wired to its gRPC server and prober, not started yet (``assemble``)."""
+
+    silo: Silo
+    server: MembershipServer
+    prober: GrpcProber
+    gateway_port: int
+    """The extra gateway port (``0`` = none); the silo port serves the same services."""
+
+    async def start(self) -> None:
+        """Serve, join, and report SERVING once Active (raises a ``SiloError`` if the join fails)."""
+        await self.server.start(self.silo)
+        await self.silo.start()
+        await self.server.set_serving(self.silo.status == SiloStatus.ACTIVE)
+
+    async def close(self) -> None:
+        """Stop serving and close the prober's channels (after ``silo.stop()`` for a graceful leave)."""
+        await self.server.stop(None)
+        await self.prober.close()
+
+
+def assemble(table: MembershipTable, config: SiloProcessConfig) -> SiloStack:
+    """Bind the server (so the address has the real port), then build the silo; raises ``BindError``."""
+    server = MembershipServer(config.host, config.port, handlers=config.handlers)
+    gateway_port = server.add_port(config.gateway_port) if config.gateway_port else 0
     address = SiloAddress(config.host, server.port, generation=time.time_ns() // 1_000_000)
     prober = GrpcProber(config.cluster_id, address, gossip_timeout=config.options.probe_timeout)
     silo = Silo(
@@ -70,17 +92,26 @@ async def _serve(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
         proxy_port=gateway_port,
         properties=config.properties,
     )
+    return SiloStack(silo, server, prober, gateway_port)
+
+
+async def _serve(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
+    try:
+        stack = assemble(table, config)
+    except BindError as exc:
+        log.error("%s", exc)
+        return ExitCode.BAD_CONFIGURATION
+    silo, server = stack.silo, stack.server
     stop_requested = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop_requested.set)
     await server.start(silo)
-    log.info("silo %s listening", address)
+    log.info("silo %s listening", silo.silo_address)
     try:
         return await _lifetime(silo, server, stop_requested)
     finally:
-        await server.stop(None)
-        await prober.close()
+        await stack.close()
 
 
 async def _lifetime(silo: Silo, server: MembershipServer, stop_requested: asyncio.Event) -> ExitCode:
