@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from google.protobuf.message import Message
 
@@ -27,6 +27,15 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 Request = TypeVar("Request", bound=Message)
 Response = TypeVar("Response", bound=Message)
+Message_co = TypeVar("Message_co", bound=Message, covariant=True)
+
+
+class StreamCall(Protocol[Message_co]):
+    """A server-streaming call in flight: iterate it for the messages; ``cancel()`` ends it."""
+
+    def __aiter__(self) -> AsyncIterator[Message_co]: ...
+
+    def cancel(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -73,9 +82,9 @@ class StreamMethod(Generic[Request, Response]):
     def path(self) -> str:
         return f"/{SERVICE_NAME}/{self.name}"
 
-    def bind(self, channel: Any) -> Callable[..., AsyncIterator[Response]]:
+    def bind(self, channel: Any) -> Callable[..., StreamCall[Response]]:
         """The callable on a ``grpc.aio`` channel: ``async for message in rpc(request, timeout=...)``."""
-        rpc: Callable[..., AsyncIterator[Response]] = channel.unary_stream(
+        rpc: Callable[..., StreamCall[Response]] = channel.unary_stream(
             self.path,
             request_serializer=self.request.SerializeToString,
             response_deserializer=self.response.FromString,
