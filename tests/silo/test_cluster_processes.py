@@ -23,6 +23,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from membership_tables import MembershipTableData, SiloStatus
 from silo.exit_codes import ExitCode
+from silo.handlers import CHECKSUM_HANDLER, checksum
+from silo.work_client import SyncWorkClient, WorkError
 from tests.services.process import free_port
 from tests.silo.cluster_harness import ROOT, SLACK, Cluster, death_bound
 
@@ -178,3 +180,25 @@ async def health_status(port: int) -> int:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         response = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10.0)
         return int(response.status)
+
+
+def test_a_silo_serves_the_handlers_given_by_handler_flags_and_the_builtins(
+    tmp_path: Path, clusters: Callable[[str, str], Cluster]
+) -> None:
+    cluster = clusters(f"sqlite:///{tmp_path / 'work.db'}", "work")
+    handlers = [
+        "--handler",
+        "rev=tests.silo.work_handlers:reverse",
+        "--handler",
+        "crash=tests.silo.work_handlers:crash",
+    ]
+    (silo,) = cluster.start_active(1, *handlers)
+    assert silo.address is not None
+    with SyncWorkClient("work") as client:
+        assert client.process(silo.address, "rev", [("k", b"abc")], timeout=30) == [b"cba"]
+        assert client.process(silo.address, CHECKSUM_HANDLER, [("k", b"abc")], timeout=30) == [checksum("k", b"abc")]
+        with pytest.raises(WorkError, match="INTERNAL: handler 'crash' raised RuntimeError"):
+            client.process(silo.address, "crash", [("k", b"")], timeout=30)
+        with pytest.raises(WorkError, match="NOT_FOUND"):
+            client.process(silo.address, "nosuch", [("k", b"")], timeout=30)
+    assert "crash handler always fails" in silo.log_text(), "a failing handler is logged with its traceback"
