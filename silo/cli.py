@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from membership_tables import MembershipTableError, open_table
+from silo.demo import add_arguments as add_demo_arguments
+from silo.demo import run as run_demo
 from silo.errors import OptionsError
 from silo.exit_codes import ExitCode
 from silo.options import PRESETS, SiloOptions
@@ -41,6 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "demo":
+            return run_demo(args)
         return _status(args)
     except (OptionsError, MembershipTableError) as exc:
         # Configuration and URI errors; the table being down is handled per command.
@@ -102,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser("status", parents=[common], help="print the membership table of a cluster")
     status.add_argument("--json", action="store_true", help="print JSON (see docs/cli.md for the shape)")
+
+    demo = commands.add_parser("demo", help="4 silos, a PySpark job, one silo killed mid-job (see docs/spark.md)")
+    add_demo_arguments(demo)
     return parser
 
 

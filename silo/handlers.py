@@ -30,6 +30,7 @@ __all__ = [
     "checksum",
     "checksum_handler",
     "checksum_total",
+    "combine_totals",
     "echo_handler",
 ]
 
@@ -60,7 +61,12 @@ def checksum_handler(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
 def checksum_total(digests: Iterable[bytes]) -> int:
     """Order-independent sum (mod 2**64) of digests: equal totals mean the same multiset, barring
     collisions, and a lost or duplicated record changes it."""
-    return sum(int.from_bytes(digest, "big") for digest in digests) % _MODULUS
+    return combine_totals(int.from_bytes(digest, "big") for digest in digests)
+
+
+def combine_totals(totals: Iterable[int]) -> int:
+    """The total of several partial ``checksum_total``s (e.g. one per Spark partition)."""
+    return sum(totals) % _MODULUS
 
 
 def echo_handler(items: Sequence[tuple[str, bytes]]) -> list[bytes]:

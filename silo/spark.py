@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -227,16 +228,17 @@ def _output_schema(df: DataFrame, key_column: str, result_column: str) -> Struct
 
 
 _QUIET_LOG4J = """\
-rootLogger.level = error
+# Loggers at WARN (Spark announces a "default log level" when the root is anything else),
+# but the console shows errors only.
+rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-# the shell's logger at the root's level, so Spark does not announce a default log level
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
+appender.console.filter.threshold.type = ThresholdFilter
+appender.console.filter.threshold.level = error
 """
 
 
@@ -245,8 +247,8 @@ def local_session(app_name: str, cores: int = 2, conf: Mapping[str, str] | None 
     """A quiet local-mode SparkSession (``local[cores]``) on 127.0.0.1, running this interpreter.
 
     For demos and tests on one machine: no UI, no progress bar, only errors logged, executors
-    run ``sys.executable`` (so they import this package). Stopped on exit. The JVM launches
-    once per Python process; its log settings are those of the first session.
+    run ``sys.executable`` (so they import this package). On exit the session stops and so does
+    the JVM pyspark launched for it, so nothing is left running.
     """
     from pyspark.sql import SparkSession
 
@@ -279,9 +281,32 @@ def local_session(app_name: str, cores: int = 2, conf: Mapping[str, str] | None 
                 yield session
             finally:
                 session.stop()
+                _stop_jvm()
         finally:
             for name, value in saved.items():
                 if value is None:
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
+
+
+def _stop_jvm(timeout: float = 30.0) -> None:
+    """End the driver JVM that pyspark launched in this process (a later session launches a new one)."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    process = getattr(gateway, "proc", None)
+    if gateway is None or process is None:
+        return  # not launched by us (e.g. spark-submit started this Python)
+    with contextlib.suppress(Exception):
+        gateway.shutdown()
+    # The gateway exits when its stdin closes; kill it if it does not.
+    with contextlib.suppress(OSError):
+        process.stdin.close()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout)
+    SparkContext._gateway = None
+    SparkContext._jvm = None

@@ -11,6 +11,7 @@ from silo.handlers import (
     checksum,
     checksum_handler,
     checksum_total,
+    combine_totals,
     echo_handler,
 )
 
@@ -51,6 +52,7 @@ def test_checksum_total_ignores_order_but_counts_duplicates_and_losses() -> None
     assert checksum_total(digests[1:]) != total
     assert 0 <= total < 2**64
     assert checksum_total([]) == 0
+    assert combine_totals([checksum_total(digests[:40]), checksum_total(digests[40:])]) == total
 
 
 def test_echo_returns_payloads() -> None:

@@ -1,0 +1,101 @@
+"""A cluster of real ``silo run`` processes on this machine, for the demo and local experiments.
+
+Each silo is a child process (this interpreter, ``-m silo run``) in its own process group with
+its log in a file, so a terminal's Ctrl-C reaches only the parent, which then decides what to
+stop. ``close()`` SIGKILLs every group it started and reaps it: nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Self
+
+from membership_tables import MembershipTable, MembershipTableData, SiloAddress, SiloStatus, TableUnavailableError
+
+__all__ = ["LocalCluster", "LocalClusterError"]
+
+POLL = 0.1
+
+
+class LocalClusterError(RuntimeError):
+    """A silo exited while starting, or the silos did not become Active in time."""
+
+
+class LocalCluster:
+    """Silos named by the caller, on one table and cluster id, started with a preset (default ``local``)."""
+
+    def __init__(
+        self, table: MembershipTable, table_uri: str, cluster: str, log_dir: Path, preset: str = "local"
+    ) -> None:
+        self.table = table
+        self.table_uri = table_uri
+        self.cluster = cluster
+        self.log_dir = log_dir
+        self.preset = preset
+        self._processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, names: Sequence[str]) -> None:
+        """Start one silo per name at once (returns without waiting for them to join)."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRPC_VERBOSITY": "ERROR"}
+        for name in names:
+            argv = [sys.executable, "-m", "silo", "run", "--table", self.table_uri, "--cluster", self.cluster]
+            argv += ["--preset", self.preset, "--name", name]
+            with (self.log_dir / f"{name}.log").open("ab") as log:
+                self._processes[name] = subprocess.Popen(
+                    argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
+
+    def wait_active(self, timeout: float) -> dict[str, SiloAddress]:
+        """Each started silo's address once all are Active in the table; raises ``LocalClusterError``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_running()
+            with contextlib.suppress(TableUnavailableError):
+                active = self.active(self.table.read_all())
+                if set(self._processes) <= set(active):
+                    return {name: active[name] for name in self._processes}
+            if time.monotonic() > deadline:
+                raise LocalClusterError(
+                    f"the silos were not all Active after {timeout:.0f}s; see their logs in {self.log_dir}"
+                )
+            time.sleep(POLL)
+
+    def active(self, snapshot: MembershipTableData) -> dict[str, SiloAddress]:
+        """Name -> address of this cluster's Active silos that this object started."""
+        return {
+            entry.silo_name: entry.silo_address
+            for entry in snapshot.entries
+            if entry.status is SiloStatus.ACTIVE and entry.silo_name in self._processes
+        }
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one silo's process group (no goodbye: the others must notice it died)."""
+        process = self._processes[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+    def close(self) -> None:
+        """SIGKILL every silo started and reap it."""
+        for name in list(self._processes):
+            self.kill(name)
+
+    def _check_running(self) -> None:
+        for name, process in self._processes.items():
+            if process.poll() is not None:
+                log = self.log_dir / f"{name}.log"
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:]) if log.exists() else ""
+                raise LocalClusterError(f"silo {name} exited with code {process.returncode} while starting:\n{tail}")
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
