@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
 from membership_tables import MembershipTableError, SiloAddress
+from silo.client_errors import MembershipClientError
 from silo.errors import SiloError
 from silo.hashring import DEFAULT_VIRTUAL_NODES, HashRing
 from silo.topology import ClusterView, ViewTracker
@@ -234,7 +235,7 @@ class Router(Generic[K]):
     def _adopt_newer_view(self) -> None:
         try:
             candidate = self._refresh()
-        except MembershipTableError as exc:
+        except (MembershipTableError, MembershipClientError) as exc:
             log.warning("could not re-read the cluster view (%s); keeping version %d", exc, self._view.version)
         else:
             update = self._tracker.offer(candidate)

@@ -51,7 +51,7 @@ __all__ = [
     "OUTPUT_COLUMNS",
     "SIDECAR_ENV",
     "RoutingJob",
-    "TableViewSource",
+    "ViewSource",
     "encode_payload",
     "local_session",
     "read_view",
@@ -76,14 +76,31 @@ def read_view(table: str, cluster: str) -> ClusterView:
 
 
 @dataclass(frozen=True)
-class TableViewSource:
-    """Where executors re-read the view after a failure: the membership table (picklable)."""
+class ViewSource:
+    """Where the driver reads the view and executors re-read it after a failure (picklable).
 
-    table: str
+    The table (``read_view``) when ``table`` is set, else the silos' gateways through a
+    ``silo.client.MembershipClient``.
+    """
+
     cluster: str
+    table: str | None = None
+    gateways: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.table is None) == (not self.gateways):
+            raise ValueError(
+                "give the membership table (table='URI') or the silos' gateways (gateways=['host:port']), "
+                "exactly one of them"
+            )
 
     def read(self) -> ClusterView:
-        return read_view(self.table, self.cluster)
+        if self.table is not None:
+            return read_view(self.table, self.cluster)
+        from silo.client import MembershipClient
+
+        with MembershipClient(self.cluster, self.gateways) as client:
+            return client.view()
 
 
 def routing_key(value: object, column: str = "key") -> str:
@@ -110,7 +127,7 @@ class RoutingJob:
     """Everything a task needs, broadcast once by the driver."""
 
     view: ClusterView
-    source: TableViewSource
+    source: ViewSource
     handler: str
     key_column: str
     raw_payload: bool
@@ -150,8 +167,9 @@ def route_to_silos(
     key_column: str,
     handler: str,
     *,
-    table: str,
     cluster: str,
+    table: str | None = None,
+    gateways: Sequence[str] | str = (),
     view: ClusterView | None = None,
     value_columns: Sequence[str] | None = None,
     result_column: str = "result",
@@ -166,9 +184,10 @@ def route_to_silos(
       a null key fails the task.
     - ``value_columns``: what is sent as each record's payload (default: every other column),
       as a JSON array (``encode_payload``); one binary column is sent as its raw bytes.
-    - ``table``/``cluster``: the membership table the view is read from, on the driver now and
-      on executors after a failure. ``view`` overrides the driver's first read (e.g. a view
-      from a ``MembershipClient`` watching gateways).
+    - ``cluster`` and either ``table`` (a membership table URI) or ``gateways`` (silos'
+      ``host:port`` gateway endpoints): where the view is read, on the driver now and on
+      executors after a failure. ``view`` overrides the driver's first read (e.g. the latest
+      view of a ``MembershipClient`` the driver already watches).
     - ``batch_size`` records per call, ``timeout`` seconds per call, ``max_attempts`` failed
       calls per batch before the task fails with ``NoLiveSiloError``.
 
@@ -179,7 +198,8 @@ def route_to_silos(
     """
     values = [column for column in df.columns if column != key_column] if value_columns is None else [*value_columns]
     _check_columns(df, key_column, values, result_column)
-    source = TableViewSource(table, cluster)
+    endpoints = tuple(gateways.split(",")) if isinstance(gateways, str) else tuple(gateways)
+    source = ViewSource(cluster, table, endpoints)
     start = view if view is not None else source.read()
     if not len(start):
         raise NoLiveSiloError(

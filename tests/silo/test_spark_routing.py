@@ -23,7 +23,8 @@ from silo.hashring import HashRing
 from silo.routing import NoLiveSiloError
 from silo.spark import encode_payload, local_session, read_view, route_to_silos, routing_key
 from silo.topology import ClusterView
-from tests.silo.cluster_harness import Cluster
+from tests.services.process import free_port
+from tests.silo.cluster_harness import Cluster, SiloProcess
 
 CLUSTER = "spark-routing"
 RECORDS = 4000
@@ -88,19 +89,25 @@ def test_every_record_goes_to_its_owner_and_comes_back_once(spark: Any, cluster:
     assert not any(row["rerouted"] or row["via_sidecar"] for row in out)
 
 
+def start_silos(cluster: Cluster, count: int, source: str) -> tuple[list[SiloProcess], dict[str, Any]]:
+    """``count`` Active silos, and how ``route_to_silos`` should read their view: ``table`` or ``gateways``."""
+    if source == "table":
+        return cluster.start_active(count), {"table": cluster.table_uri}
+    ports = [free_port() for _ in range(count)]
+    silos = [silo for port in ports for silo in cluster.start(1, "--gateway-port", str(port))]
+    cluster.wait_statuses(silos, SiloStatus.ACTIVE, 60)
+    return silos, {"gateways": [f"127.0.0.1:{port}" for port in ports]}
+
+
 @pytest.mark.slow
-def test_a_silo_killed_mid_job_loses_and_duplicates_nothing(spark: Any, cluster: Cluster) -> None:
-    silos = cluster.start_active(3)
+@pytest.mark.parametrize("source", ["table", "gateways"])
+def test_a_silo_killed_mid_job_loses_and_duplicates_nothing(spark: Any, cluster: Cluster, source: str) -> None:
+    silos, where = start_silos(cluster, 3, source)
     victim = silos[1]
     assert victim.address is not None
     view = read_view(cluster.table_uri, CLUSTER)
     out = route_to_silos(
-        keyed_records(spark, kill_pid=victim.pid),
-        "key",
-        CHECKSUM_HANDLER,
-        table=cluster.table_uri,
-        cluster=CLUSTER,
-        batch_size=50,
+        keyed_records(spark, kill_pid=victim.pid), "key", CHECKSUM_HANDLER, cluster=CLUSTER, batch_size=50, **where
     ).collect()
     assert not victim.running
     keys = [row["key"] for row in out]
@@ -166,3 +173,5 @@ def test_bad_columns_are_refused_before_any_work(spark: Any) -> None:
         route_to_silos(frame, "nope", CHECKSUM_HANDLER, table="sqlite://", cluster=CLUSTER)
     with pytest.raises(ValueError, match=r"column name 'silo' would clash"):
         route_to_silos(frame, "silo", CHECKSUM_HANDLER, table="sqlite://", cluster=CLUSTER)
+    with pytest.raises(ValueError, match=r"give the membership table .* or the silos' gateways"):
+        route_to_silos(frame, "key", CHECKSUM_HANDLER, cluster=CLUSTER)
