@@ -257,7 +257,9 @@ def grouped_bars(
     axis.set_ylabel(ylabel)
     if log:
         axis.set_yscale("log")
-    axis.legend(fontsize=7)
+    else:
+        axis.set_ylim(0, axis.get_ylim()[1] * 1.45)  # headroom: the legend sits above the bars
+    axis.legend(fontsize=7, ncol=2, loc="upper left")
     axis.grid(axis="y", alpha=0.3)
 
 

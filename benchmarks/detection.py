@@ -203,7 +203,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
                 axis, [f"N={s}" for s in sizes], series, f"{stat} s after SIG{'STOP' if mode == 'freeze' else 'KILL'}"
             )
             axis.axhline(results["floor_s"], color="black", linestyle="--", linewidth=1, label="floor")
-            axis.legend(fontsize=7)
+            axis.legend(fontsize=7, ncol=2, loc="upper left")
             axis.set_title(f"{'hung (SIGSTOP)' if mode == 'freeze' else 'crashed (SIGKILL)'} silo to detection, {stat}")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
