@@ -61,13 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitions", type=_positive, default=16, help="Spark partitions (default 16)")
     parser.add_argument("--batch-size", type=_positive, default=1000, help="records per gRPC call (default 1000)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    parser.add_argument(
-        "--log-level",
-        default="WARNING",
-        type=str.upper,
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="log level of the demo itself (default WARNING; progress is always shown)",
-    )
+    parser.set_defaults(log_level="WARNING")  # progress is printed, not logged
 
 
 def _positive(text: str) -> int:

@@ -22,8 +22,16 @@ EXIT_GRACE = 15.0
 REQUIRED_KEYS = {"records_in", "records_out", "correct", "killed", "declared_dead_after_s", "rerouted", "per_silo"}
 
 
-def demo_command(tmp_path: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "silo", "demo", "--table", f"sqlite:///{tmp_path / 'demo.db'}", *args]
+def start_demo(tmp_path: Path, *args: str, stdout: int) -> subprocess.Popen[str]:
+    """``silo demo`` on a table in ``tmp_path`` (so its silos can be found by path), in its own session."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "silo", "demo", "--table", f"sqlite:///{tmp_path / 'demo.db'}", *args],
+        cwd=ROOT,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def leftovers(session: int, marker: str) -> list[str]:
@@ -49,14 +57,7 @@ def assert_nothing_left(session: int, marker: str) -> None:
 
 @pytest.mark.slow
 def test_demo_json_is_correct_and_leaves_nothing_behind(tmp_path: Path) -> None:
-    demo = subprocess.Popen(
-        demo_command(tmp_path, "--records", "20000", "--json"),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    demo = start_demo(tmp_path, "--records", "20000", "--json", stdout=subprocess.PIPE)
     try:
         stdout, stderr = demo.communicate(timeout=DEMO_TIMEOUT)
     finally:
@@ -85,14 +86,7 @@ def test_demo_json_is_correct_and_leaves_nothing_behind(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_ctrl_c_stops_every_silo_and_the_jvm(tmp_path: Path) -> None:
-    demo = subprocess.Popen(
-        demo_command(tmp_path, "--records", "2000000"),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    demo = start_demo(tmp_path, "--records", "2000000", stdout=subprocess.DEVNULL)
     try:
         assert demo.stderr is not None
         for line in demo.stderr:
