@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, fmt
+from benchmarks.common import RESULTS, fmt, ratio
 
 
 def row(*cells: object) -> str:
@@ -72,9 +72,10 @@ def tables(document: dict[str, Any]) -> list[str]:
 def detection(document: dict[str, Any]) -> list[str]:
     results = document["results"]
     floor = results["floor_s"]
-    lines = header(
-        "system", "N", "victim", "measure", "median s", "p95 s", "p99 s", "median/floor", "trials", "false deaths"
-    )
+    lines = header("system", "N", "victim", "measure", "median s", "p95 s", "p99 s", "median/floor",
+                   "median/ZooKeeper", "trials", "false deaths")  # fmt: skip
+    zookeeper = {(size, mode): entry[mode]["watch_saw_gone"]["median"] for size, entry in results["zookeeper"].items()
+                 for mode in ("kill", "freeze")}  # fmt: skip
     for backend, by_size in results["silos"].items():
         for size, entry in by_size.items():
             for mode in ("kill", "freeze"):
@@ -82,14 +83,15 @@ def detection(document: dict[str, Any]) -> list[str]:
                     stats = entry[mode][measure]
                     lines.append(
                         row(f"silos on {backend}", size, mode, measure.replace("_", " "), stats["median"], stats["p95"],
-                            stats["p99"], stats["median"] / floor, stats["n"], entry["other_silos_declared_dead"])
+                            stats["p99"], stats["median"] / floor, ratio(stats["median"], zookeeper[size, mode]),
+                            stats["n"], entry["other_silos_declared_dead"])
                     )  # fmt: skip
     for size, entry in results["zookeeper"].items():
         for mode in ("kill", "freeze"):
             stats = entry[mode]["watch_saw_gone"]
             lines.append(
                 row("ZooKeeper ephemeral", size, mode, "watch saw node gone", stats["median"], stats["p95"],
-                    stats["p99"], stats["median"] / floor, stats["n"], entry["other_members_expired"])
+                    stats["p99"], stats["median"] / floor, 1.0, stats["n"], entry["other_members_expired"])
             )  # fmt: skip
     return [f"Floor: num_missed_probes_limit x probe_timeout = {floor} s.", "", *lines]
 
@@ -141,12 +143,33 @@ def scale(document: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
+def spark_routing(document: dict[str, Any]) -> list[str]:
+    r = document["results"]
+    killed = r["with_a_silo_killed"]
+    base, routed = r["baseline_seconds"], r["routed_seconds"]
+    return [
+        f"{r['records']:,} records, {document['config']['silos']} silos, Spark local[{document['config']['cores']}], "
+        f"batches of {document['config']['batch_size']}, {document['config']['runs']} runs each.",
+        "",
+        *header("job", "median s", "p99 s", "records/s", "time vs mapPartitions", "records lost", "duplicates",
+                "rerouted", "results = baseline"),
+        row("mapPartitions, no silos", base["median"], base["p99"], r["baseline_records_per_s"], 1.0, 0, 0, 0, "-"),
+        row("route_to_silos", routed["median"], routed["p99"], r["routed_records_per_s"], r["overhead_ratio_median"],
+            max(run["records_lost"] for run in r["routed_runs"]), max(run["duplicates"] for run in r["routed_runs"]),
+            0, r["results_match_baseline"]),
+        row(f"route_to_silos, a silo SIGKILLed at {killed['killed_after_s']:.1f} s", killed["seconds"], "-",
+            r["records"] / killed["seconds"], ratio(killed["seconds"], base["median"]), killed["records_lost"],
+            killed["duplicates"], killed["rerouted"], killed["results_match_baseline"]),
+    ]  # fmt: skip
+
+
 RENDERERS = {
     "tables": tables,
     "detection": detection,
     "propagation": propagation,
     "accuracy": accuracy,
     "scale": scale,
+    "spark_routing": spark_routing,
 }
 
 
