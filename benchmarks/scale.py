@@ -191,10 +191,12 @@ def report(results: dict[str, Any]) -> None:
     ops = results["steady_ops_per_s"]
     print_table(
         f"{results['silos']} silos in {results['processes']} processes on one PostgreSQL table",
-        ["all Active s", "MB/silo", "full reads/s", "reads/s", "writes/s", "statements/s", "Dead median s", "floor s"],
+        ["all Active s", "MB/silo", "full reads/s", "reads/s", "writes/s", "heartbeats/s", "statements/s",
+         "Dead median s", "floor s"],
         [
             [results["all_active_s"], results["rss_mb_per_silo"], ops["full_reads"], ops["all_reads"],
-             ops["version_writes"], ops["statements"], results["detection_table_dead"]["median"], results["floor_s"]]
+             ops["version_writes"], ops["heartbeats"], ops["statements"], results["detection_table_dead"]["median"],
+             results["floor_s"]]
         ],
     )  # fmt: skip
 
@@ -210,7 +212,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     axes[0].set_ylabel("Active silos in the table")
     axes[0].set_title(f"{results['silos']} silos joining at once")
     ops = results["steady_ops_per_s"]
-    names = ["full_reads", "all_reads", "version_writes", "statements"]
+    names = ["full_reads", "all_reads", "version_writes", "heartbeats", "statements"]
     axes[1].bar(names, [ops[name] for name in names])
     axes[1].set_ylabel("per second, steady state")
     axes[1].set_title("store load (pg_stat_statements)")
