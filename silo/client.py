@@ -196,14 +196,14 @@ class _LoopThread:
             raise ClientClosedError("this membership client was closed during the call") from None
 
     def close(self, last: Coroutine[Any, Any, None]) -> None:
-        """Run ``last``, cancel whatever still runs, stop the loop and join its thread."""
+        """Cancel whatever still runs (callers get ``ClientClosedError``), run ``last``, stop the loop."""
         with self._lock:
             if self.closed:
                 last.close()
                 return
             self.closed = True
-        asyncio.run_coroutine_threadsafe(last, self._loop).result()
         asyncio.run_coroutine_threadsafe(self._cancel_others(), self._loop).result()
+        asyncio.run_coroutine_threadsafe(last, self._loop).result()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()

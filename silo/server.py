@@ -41,7 +41,7 @@ _SERVER_OPTIONS = [
     ("grpc.so_reuseport", 0),
     # Clients keep long WatchMembership streams alive with keepalive pings (every 10 s, see
     # silo.gateway); accept them instead of answering GOAWAY "too_many_pings".
-    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5000),
     ("grpc.keepalive_permit_without_calls", 1),
 ]
 

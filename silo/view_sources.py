@@ -49,6 +49,8 @@ GATEWAY_CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
+    # Keep pinging however long the stream stays quiet (gRPC's default stops after two pings).
+    ("grpc.http2.max_pings_without_data", 0),
 ]
 
 AfterVersion = Callable[[], int | None]

@@ -41,6 +41,8 @@ class FakeHandler:
     status: SiloStatus = SiloStatus.ACTIVE
     stream: tuple[MembershipTableData, ...] = ()
     """What ``snapshots()`` yields before it ends (default: ``snapshot`` alone)."""
+    hold_open: bool = False
+    """``snapshots()`` never ends, like a silo whose membership does not change."""
 
     def health_score(self) -> int:
         return self.score
@@ -57,6 +59,8 @@ class FakeHandler:
     async def snapshots(self) -> AsyncIterator[MembershipSnapshot]:
         for data in self.stream or (self.snapshot,):
             yield MembershipSnapshot(data)
+        if self.hold_open:
+            await asyncio.Event().wait()
 
 
 def entry(address: SiloAddress, status: SiloStatus = SiloStatus.ACTIVE, **changes: object) -> MembershipEntry:

@@ -15,6 +15,8 @@ import pytest
 
 from membership_tables import SiloAddress
 from membership_tables.memory import InMemoryMembershipTable
+from silo import client as client_module
+from silo import work_client as work_client_module
 from silo.client import (
     AsyncMembershipClient,
     ClientClosedError,
@@ -276,3 +278,22 @@ def test_table_mode_polls_the_table_without_any_gateway(tmp_path: Path, flavour:
     assert len(seen[0].view) == 1
     assert len(seen[-1].view) == 2
     assert dict(seen[-1].diff.properties_changed[0].properties) == {"zone": "eu"}
+
+
+def test_the_public_names_are_exactly_the_intended_ones() -> None:
+    assert set(client_module.__all__) == {
+        "AsyncMembershipClient",
+        "ClientClosedError",
+        "ClientConfigError",
+        "ClusterView",
+        "MembershipClient",
+        "MembershipClientError",
+        "MembershipUnavailableError",
+        "SiloInfo",
+        "ViewDiff",
+        "ViewUpdate",
+        "WrongClusterError",
+    }
+    assert set(work_client_module.__all__) == {"SyncWorkClient", "WorkClient", "WorkError", "WorkUnavailableError"}
+    for module in (client_module, work_client_module):
+        assert all(hasattr(module, name) for name in module.__all__)

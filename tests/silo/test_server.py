@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import threading
@@ -18,6 +19,7 @@ from silo.handlers import CHECKSUM_HANDLER, checksum
 from silo.probing import IndirectProbeResult
 from silo.proto.silo.v1 import membership_pb2 as pb
 from silo.server import BindError, MembershipServer
+from silo.view_sources import GATEWAY_CHANNEL_OPTIONS
 from silo.work import HandlerRegistry
 from tests.silo.rpc_fakes import CLUSTER, T0, FakeHandler, entry, run, serving
 
@@ -222,6 +224,25 @@ def test_watch_streams_every_snapshot_then_ends_with_unavailable_when_the_silo_s
     assert versions == [3, 4, 6]
     assert ended.code() == grpc.StatusCode.UNAVAILABLE
     assert "watch another gateway" in ended.details()
+
+
+def test_a_quiet_watch_survives_the_clients_keepalive_pings() -> None:
+    # The server must accept a ping every 5 s or more; by default it answers the third ping of a
+    # quiet connection with GOAWAY "too_many_pings". The first value of a channel option wins.
+    options = [("grpc.keepalive_time_ms", 6000), *GATEWAY_CHANNEL_OPTIONS]
+
+    async def scenario() -> None:
+        async with (
+            serving(lambda me: FakeHandler(me, hold_open=True)) as (server, _),
+            grpc.aio.insecure_channel(f"127.0.0.1:{server.port}", options=options) as channel,
+        ):
+            stream = wire.WATCH_MEMBERSHIP.bind(channel)(pb.WatchMembershipRequest(header=header()))
+            views = aiter(stream)
+            await anext(views)
+            with pytest.raises(TimeoutError):  # nothing more to say, and no GOAWAY either
+                await asyncio.wait_for(anext(views), 20)
+
+    run(scenario())
 
 
 def test_watch_after_a_version_skips_it_and_older_ones() -> None:
