@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import silo.spark
 from membership_tables import SiloStatus
 from silo.handlers import CHECKSUM_HANDLER, ECHO_HANDLER, checksum
 from silo.hashring import HashRing
@@ -29,6 +30,22 @@ from tests.silo.cluster_harness import Cluster, SiloProcess
 CLUSTER = "spark-routing"
 RECORDS = 4000
 PARTITIONS = 8
+
+
+def test_public_names() -> None:
+    assert set(silo.spark.__all__) == {
+        "DEFAULT_TIMEOUT",
+        "OUTPUT_COLUMNS",
+        "SIDECAR_ENV",
+        "RoutingJob",
+        "ViewSource",
+        "encode_payload",
+        "local_session",
+        "read_view",
+        "route_to_silos",
+        "routing_key",
+    }
+    assert all(hasattr(silo.spark, name) for name in silo.spark.__all__)
 
 
 def test_keys_are_strings_and_payloads_compact_json() -> None:
@@ -151,8 +168,8 @@ def test_no_active_silo_is_refused_on_the_driver(spark: Any, cluster: Cluster) -
 def test_a_task_whose_silos_are_all_gone_fails_with_a_clear_error(spark: Any, cluster: Cluster) -> None:
     silos = cluster.start_active(2)
     view: ClusterView = read_view(cluster.table_uri, CLUSTER)
-    for silo in silos:
-        silo.kill()
+    for process in silos:
+        process.kill()
     job = route_to_silos(
         keyed_records(spark),
         "key",
@@ -167,6 +184,7 @@ def test_a_task_whose_silos_are_all_gone_fails_with_a_clear_error(spark: Any, cl
     assert "Start silos or check that the membership table is reachable" in str(info.value)
 
 
+@pytest.mark.slow
 def test_bad_columns_are_refused_before_any_work(spark: Any) -> None:
     frame = spark.createDataFrame([("a", 1)], "key string, silo long")
     with pytest.raises(ValueError, match=r"no column 'nope'"):
