@@ -25,8 +25,8 @@ from __future__ import annotations
 import math
 import os
 import socket
-from collections.abc import Sequence
-from typing import Any, Self
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, Self, TypeVar
 
 import grpc
 
@@ -122,24 +122,44 @@ def _check_timeout(timeout: float) -> None:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
 
 
-class WorkClient:
+Channel = TypeVar("Channel")
+
+
+class _ChannelCache(Generic[Channel]):
+    """What both flavours share: the cluster id, the sender, one channel per silo endpoint."""
+
+    def __init__(self, cluster_id: str, sender: str | None, open_channel: Callable[..., Channel]) -> None:
+        self._cluster_id = validate_cluster_id(cluster_id)
+        self._sender = default_sender() if sender is None else sender
+        self._open_channel = open_channel
+        self._channels: dict[str, Channel] = {}
+
+    def _prepare(
+        self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], timeout: float
+    ) -> tuple[_Batch, Channel]:
+        _check_timeout(timeout)
+        channel = self._channels.get(silo.endpoint)
+        if channel is None:
+            channel = self._channels[silo.endpoint] = self._open_channel(silo.endpoint, options=CHANNEL_OPTIONS)
+        return _Batch(self._cluster_id, self._sender, silo, handler, items), channel
+
+    def _take_channels(self) -> list[Channel]:
+        channels, self._channels = self._channels, {}
+        return list(channels.values())
+
+
+class WorkClient(_ChannelCache[Any]):
     """Sends batches to silos' ``Work.Process`` from asyncio code (use it within one event loop)."""
 
     def __init__(self, cluster_id: str, *, sender: str | None = None) -> None:
         """``sender`` names this client in the silos' logs (default: ``host pid N``)."""
-        self._cluster_id = validate_cluster_id(cluster_id)
-        self._sender = default_sender() if sender is None else sender
-        self._channels: dict[str, Any] = {}
+        super().__init__(cluster_id, sender, grpc.aio.insecure_channel)
 
     async def process(
         self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], timeout: float
     ) -> list[bytes]:
         """One result per item, in order; raises ``WorkUnavailableError`` or ``WorkError``."""
-        _check_timeout(timeout)
-        batch = _Batch(self._cluster_id, self._sender, silo, handler, items)
-        channel = self._channels.get(silo.endpoint)
-        if channel is None:
-            channel = self._channels[silo.endpoint] = grpc.aio.insecure_channel(silo.endpoint, options=CHANNEL_OPTIONS)
+        batch, channel = self._prepare(silo, handler, items, timeout)
         try:
             response = await wire.PROCESS.bind(channel)(batch.request, timeout=timeout)
         except grpc.RpcError as exc:
@@ -148,8 +168,7 @@ class WorkClient:
 
     async def close(self) -> None:
         """Close every cached channel."""
-        channels, self._channels = self._channels, {}
-        for channel in channels.values():
+        for channel in self._take_channels():
             await channel.close()
 
     async def __aenter__(self) -> Self:
@@ -159,23 +178,17 @@ class WorkClient:
         await self.close()
 
 
-class SyncWorkClient:
+class SyncWorkClient(_ChannelCache[grpc.Channel]):
     """``WorkClient`` with blocking calls, for code without an event loop (Spark executors)."""
 
     def __init__(self, cluster_id: str, *, sender: str | None = None) -> None:
-        self._cluster_id = validate_cluster_id(cluster_id)
-        self._sender = default_sender() if sender is None else sender
-        self._channels: dict[str, grpc.Channel] = {}
+        super().__init__(cluster_id, sender, grpc.insecure_channel)
 
     def process(
         self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], timeout: float
     ) -> list[bytes]:
         """One result per item, in order; raises ``WorkUnavailableError`` or ``WorkError``."""
-        _check_timeout(timeout)
-        batch = _Batch(self._cluster_id, self._sender, silo, handler, items)
-        channel = self._channels.get(silo.endpoint)
-        if channel is None:
-            channel = self._channels[silo.endpoint] = grpc.insecure_channel(silo.endpoint, options=CHANNEL_OPTIONS)
+        batch, channel = self._prepare(silo, handler, items, timeout)
         try:
             response = wire.PROCESS.bind_sync(channel)(batch.request, timeout=timeout)
         except grpc.RpcError as exc:
@@ -184,8 +197,7 @@ class SyncWorkClient:
 
     def close(self) -> None:
         """Close every cached channel."""
-        channels, self._channels = self._channels, {}
-        for channel in channels.values():
+        for channel in self._take_channels():
             channel.close()
 
     def __enter__(self) -> Self:
