@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from membership_tables import MembershipTableError, open_table
@@ -76,32 +76,24 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--preset", choices=sorted(PRESETS), default="production", help="option preset (default production)"
     )
-    run.add_argument(
+    repeatable(
+        run,
         "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        type=override,
-        metavar="OPTION=VALUE",
-        help="override one option, e.g. --set probe_timeout=2s (repeatable)",
+        "overrides",
+        key_value("OPTION", "probe_timeout=2s"),
+        "OPTION=VALUE",
+        "override an option, e.g. probe_timeout=2s",
     )
-    run.add_argument(
+    repeatable(
+        run,
         "--property",
-        dest="properties",
-        action="append",
-        default=[],
-        type=property_pair,
-        metavar="KEY=VALUE",
-        help="advertise a property in this silo's row, e.g. --property zone=eu-1 (repeatable)",
+        "properties",
+        key_value("KEY", "zone=eu-1"),
+        "KEY=VALUE",
+        "advertise a property in the row, e.g. zone=eu-1",
     )
-    run.add_argument(
-        "--handler",
-        dest="handlers",
-        action="append",
-        default=[],
-        type=handler_spec,
-        metavar="NAME=MODULE:FUNCTION",
-        help="serve a Work handler, e.g. --handler wordcount=myjobs:count (repeatable)",
+    repeatable(
+        run, "--handler", "handlers", handler_spec, "NAME=MODULE:FUNCTION", "serve a Work handler, e.g. wc=myjobs:count"
     )
 
     status = commands.add_parser("status", parents=[common], help="print the membership table of a cluster")
@@ -122,18 +114,25 @@ def port_number(text: str) -> int:
     return port
 
 
-def override(text: str) -> tuple[str, str]:
-    name, equals, value = text.partition("=")
-    if not equals or not name.strip():
-        raise argparse.ArgumentTypeError(f"expected OPTION=VALUE, e.g. probe_timeout=2s, got {text!r}")
-    return name.strip(), value.strip()
+def repeatable(
+    parser: argparse.ArgumentParser, flag: str, dest: str, parse: Callable[[str], object], metavar: str, help_text: str
+) -> None:
+    """A flag that may be given several times; its values collect in the list ``dest``."""
+    parser.add_argument(
+        flag, dest=dest, action="append", default=[], type=parse, metavar=metavar, help=f"{help_text} (repeatable)"
+    )
 
 
-def property_pair(text: str) -> tuple[str, str]:
-    key, equals, value = text.partition("=")
-    if not equals or not key.strip():
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, e.g. zone=eu-1, got {text!r}")
-    return key.strip(), value
+def key_value(key: str, example: str) -> Callable[[str], tuple[str, str]]:
+    """A parser of ``KEY=VALUE`` arguments (surrounding spaces dropped)."""
+
+    def parse(text: str) -> tuple[str, str]:
+        name, equals, value = text.partition("=")
+        if not equals or not name.strip():
+            raise argparse.ArgumentTypeError(f"expected {key}=VALUE, e.g. {example}, got {text!r}")
+        return name.strip(), value.strip()
+
+    return parse
 
 
 def handler_spec(text: str) -> str:
