@@ -268,7 +268,9 @@ def _run_and_kill(
         job.cancel()
         raise
     if job.error is not None:
-        raise job.error
+        lines = str(job.error).splitlines() or [type(job.error).__name__]
+        reason = next((line.strip() for line in lines if "Error: " in line), lines[0])
+        raise DemoError(f"the Spark job failed: {reason}") from job.error
     progress(f"job: {job.partitions}/{job.partitions} partitions done, {job.totals.records:,} results")
     if killed is None:  # the job outran the watcher: still show a death
         silos.kill(victim)

@@ -296,12 +296,14 @@ def local_session(app_name: str, cores: int = 2, conf: Mapping[str, str] | None 
                     **(conf or {}),
                 }
             )
-            session = builder.getOrCreate()
+            session = None
             try:
+                session = builder.getOrCreate()
                 yield session
             finally:
-                session.stop()
-                _stop_jvm()
+                if session is not None:
+                    session.stop()
+                _stop_jvm()  # also when interrupted while the session was starting
         finally:
             for name, value in saved.items():
                 if value is None:
