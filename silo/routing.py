@@ -39,7 +39,7 @@ from silo.client_errors import MembershipClientError
 from silo.errors import SiloError
 from silo.hashring import DEFAULT_VIRTUAL_NODES, HashRing
 from silo.topology import ClusterView, ViewTracker
-from silo.work_client import WorkUnavailableError
+from silo.work_client import WorkError, WorkUnavailableError
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -198,9 +198,12 @@ class Router(Generic[K]):
                 queue.extend(self._group(items, failures))
                 continue
             if len(results) != len(items):
-                raise NoLiveSiloError(
+                raise WorkError(
                     f"silo {silo} returned {len(results)} results for {len(items)} items of handler "
-                    f"{self._handler!r}; a handler must return exactly one result per item"
+                    f"{self._handler!r}; a handler must return exactly one result per item",
+                    silo=silo,
+                    handler=self._handler,
+                    code="INVALID_ARGUMENT",
                 )
             sidecar = silo == self._sidecar
             for item, result in zip(items, results, strict=True):
@@ -215,7 +218,6 @@ class Router(Generic[K]):
             # Every silo of the view failed us once: give them another chance, they may be back.
             self._excluded.clear()
             self._adopt_newer_view()
-            self._rebuild_ring()
         groups: dict[SiloAddress, list[_Pending[K]]] = {}
         for item in items:
             groups.setdefault(self._ring.owner(item.record.key), []).append(item)

@@ -176,7 +176,7 @@ def test_handler_errors_propagate_without_failing_over() -> None:
 
 def test_a_wrong_number_of_results_is_an_error() -> None:
     routing: Router[int] = Router(view(1, A), HANDLER, lambda silo, handler, items: [b"x"], lambda: view(1, A))
-    with pytest.raises(NoLiveSiloError, match="returned 1 results for 5 items"):
+    with pytest.raises(WorkError, match="returned 1 results for 5 items"):
         list(routing.route(records(5)))
 
 
