@@ -49,6 +49,7 @@ __all__ = [
     "Routed",
     "Router",
     "Send",
+    "check_positive_int",
     "exponential_backoff",
 ]
 
@@ -68,6 +69,13 @@ batch whose owner and next four owners all die during one task."""
 
 class NoLiveSiloError(SiloError):
     """No live silo could take a batch: the view has none, or every try failed."""
+
+
+def check_positive_int(name: str, value: object) -> int:
+    """``value`` if it is a positive int; else a ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
 
 
 def exponential_backoff(attempt: int) -> float:
@@ -125,8 +133,7 @@ class Router(Generic[K]):
         backoff: Callable[[int], float] = exponential_backoff,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ValueError(f"max_attempts must be a positive int, got {max_attempts!r}")
+        check_positive_int("max_attempts", max_attempts)
         self._handler = handler
         self._send = send
         self._refresh = refresh
@@ -168,8 +175,7 @@ class Router(Generic[K]):
         Records are buffered per owner; a full buffer is sent at once and the rest at the end,
         so results come back grouped by silo, not in input order.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        check_positive_int("batch_size", batch_size)
         buffers: dict[SiloAddress | None, list[_Pending[K]]] = {}
         for record in records:
             first = self._first_ring.owner(record.key) if len(self._first_ring) else None

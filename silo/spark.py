@@ -37,7 +37,14 @@ from typing import TYPE_CHECKING, Any
 
 from membership_tables import open_table
 from silo.hashring import DEFAULT_VIRTUAL_NODES
-from silo.routing import DEFAULT_BATCH_SIZE, DEFAULT_MAX_ATTEMPTS, NoLiveSiloError, Record, Router
+from silo.routing import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_MAX_ATTEMPTS,
+    NoLiveSiloError,
+    Record,
+    Router,
+    check_positive_int,
+)
 from silo.topology import ClusterView
 from silo.work_client import SyncWorkClient
 
@@ -198,7 +205,12 @@ def route_to_silos(
     """
     values = [column for column in df.columns if column != key_column] if value_columns is None else [*value_columns]
     _check_columns(df, key_column, values, result_column)
-    endpoints = tuple(gateways.split(",")) if isinstance(gateways, str) else tuple(gateways)
+    for name, number in (("batch_size", batch_size), ("max_attempts", max_attempts), ("virtual_nodes", virtual_nodes)):
+        check_positive_int(name, number)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    parts = gateways.split(",") if isinstance(gateways, str) else gateways
+    endpoints = tuple(part.strip() for part in parts if part.strip())
     source = ViewSource(cluster, table, endpoints)
     start = view if view is not None else source.read()
     if not len(start):

@@ -193,3 +193,7 @@ def test_bad_columns_are_refused_before_any_work(spark: Any) -> None:
         route_to_silos(frame, "silo", CHECKSUM_HANDLER, table="sqlite://", cluster=CLUSTER)
     with pytest.raises(ValueError, match=r"give the membership table .* or the silos' gateways"):
         route_to_silos(frame, "key", CHECKSUM_HANDLER, cluster=CLUSTER)
+    with pytest.raises(ValueError, match=r"batch_size must be a positive int, got 0"):
+        route_to_silos(frame, "key", CHECKSUM_HANDLER, table="sqlite://", cluster=CLUSTER, batch_size=0)
+    with pytest.raises(ValueError, match=r"timeout must be a positive number of seconds"):
+        route_to_silos(frame, "key", CHECKSUM_HANDLER, table="sqlite://", cluster=CLUSTER, timeout=0)
