@@ -17,6 +17,8 @@ check passes, 1 when it does not, 2 for bad arguments.
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -126,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace, scratch: Path, progress: Progress) -> DemoSummary:
     from silo.cli import redact
 
+    _require_java()
     table_uri = args.table or f"sqlite:///{scratch / 'membership.db'}"
     names = [f"{args.cluster}-{index}" for index in range(args.silos)]
     with open_table(table_uri, args.cluster) as table, LocalCluster(table, table_uri, args.cluster, scratch) as silos:
@@ -162,6 +165,15 @@ def _demo(args: argparse.Namespace, scratch: Path, progress: Progress) -> DemoSu
         after_at=after_at,
         elapsed_s=progress.elapsed,
     )
+
+
+def _require_java() -> None:
+    java_home = os.environ.get("JAVA_HOME")
+    if not (java_home and Path(java_home, "bin", "java").exists()) and shutil.which("java") is None:
+        raise DemoError(
+            "Spark needs Java 17 and none was found (no java on PATH, no JAVA_HOME): install one, e.g. "
+            "`make system-packages` as root or `apt-get install openjdk-17-jre-headless`"
+        )
 
 
 def _refuse_busy_cluster(table: MembershipTable, cluster: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -108,6 +109,16 @@ def test_demo_refuses_bad_arguments() -> None:
     )
     assert result.returncode == 2
     assert "needs at least 2" in result.stderr
+
+
+def test_without_java_the_demo_says_what_to_install() -> None:
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent), "JAVA_HOME": ""}
+    result = subprocess.run(
+        [sys.executable, "-m", "silo", "demo"], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 1
+    assert "Spark needs Java 17" in result.stderr
+    assert "make system-packages" in result.stderr
 
 
 def sample_summary(records_out: int = 1000, checksum: int = 0xABC) -> DemoSummary:
