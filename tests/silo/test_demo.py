@@ -74,6 +74,7 @@ def test_demo_json_is_correct_and_leaves_nothing_behind(tmp_path: Path) -> None:
     assert len(summary["per_silo"]) == 4
     killed = summary["killed"]
     assert killed in summary["per_silo"]
+    assert summary["declared_dead_after_s"] is not None, "the killed silo was declared Dead"
     assert summary["declared_dead_after_s"] >= 0
     assert summary["declared_dead_by"] in summary["per_silo"]
     assert summary["declared_dead_by"] != killed
