@@ -2,7 +2,9 @@
 
 Each silo is a child process (this interpreter, ``-m silo run``) in its own process group with
 its log in a file, so a terminal's Ctrl-C reaches only the parent, which then decides what to
-stop. ``close()`` SIGKILLs every group it started and reaps it: nothing is left behind.
+stop. ``close()`` stops every silo it started gracefully (SIGTERM: the silo writes Dead for
+itself, so the table is left clean), SIGKILLs any that does not exit in time, and reaps them
+all: nothing is left behind.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from membership_tables import MembershipTable, MembershipTableData, SiloAddress,
 __all__ = ["LocalCluster", "LocalClusterError"]
 
 POLL = 0.1
+STOP_TIMEOUT = 10.0
+"""Seconds ``close()`` gives the silos to leave gracefully before it SIGKILLs them."""
 
 
 class LocalClusterError(RuntimeError):
@@ -78,14 +82,29 @@ class LocalCluster:
     def kill(self, name: str) -> None:
         """SIGKILL one silo's process group (no goodbye: the others must notice it died)."""
         process = self._processes[name]
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+        self._signal(process, signal.SIGKILL)
         process.wait()
 
-    def close(self) -> None:
-        """SIGKILL every silo started and reap it."""
-        for name in list(self._processes):
-            self.kill(name)
+    def close(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Stop every silo started (SIGTERM, then SIGKILL after ``timeout`` seconds) and reap it."""
+        running = [process for process in self._processes.values() if process.poll() is None]
+        for process in running:
+            self._signal(process, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        try:
+            for process in running:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(max(0.0, deadline - time.monotonic()))
+        finally:  # also when a second Ctrl-C cuts the wait short
+            for process in running:
+                if process.poll() is None:
+                    self._signal(process, signal.SIGKILL)
+                    process.wait()
+
+    @staticmethod
+    def _signal(process: subprocess.Popen[bytes], signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signum)
 
     def _check_running(self) -> None:
         for name, process in self._processes.items():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
+from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion, open_table
 from silo.demo_report import Death, DemoSummary, JobTotals
 from tests.silo.cluster_harness import ROOT
 
@@ -84,6 +84,9 @@ def test_demo_json_is_correct_and_leaves_nothing_behind(tmp_path: Path) -> None:
     assert sorted(after.values()) == ["ACTIVE", "ACTIVE", "ACTIVE", "DEAD"]
     assert "partitions done" in stderr
     assert_nothing_left(demo.pid, str(tmp_path))
+    with open_table(f"sqlite:///{tmp_path / 'demo.db'}", "demo") as table:
+        statuses = {str(entry.silo_address): entry.status for entry in table.read_all().entries}
+    assert statuses == dict.fromkeys(after, SiloStatus.DEAD)  # the survivors left gracefully
 
 
 @pytest.mark.slow
