@@ -209,7 +209,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         {f"{label}": [results[label][s]["caused_per_death"]["full_reads"]["mean"] for s in sizes] for label in results},
         "full-table reads caused by one death (mean)",
     )
-    axes[1].set_title("store reads per membership change (PostgreSQL pg_stat_statements)")
+    axes[1].set_title("full-table reads per death (pg_stat_statements)")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
