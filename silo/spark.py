@@ -275,6 +275,26 @@ appender.console.filter.threshold.level = error
 
 
 @contextlib.contextmanager
+def driver_environment() -> Iterator[None]:
+    """Point a Spark driver started in this process at this interpreter and at 127.0.0.1.
+
+    pyspark reads ``PYSPARK_PYTHON`` (what executors run, so they can import this package)
+    and ``SPARK_LOCAL_IP`` only from the environment; both are restored on exit.
+    """
+    settings = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
 def local_session(app_name: str, cores: int = 2, conf: Mapping[str, str] | None = None) -> Iterator[SparkSession]:
     """A quiet local-mode SparkSession (``local[cores]``) on 127.0.0.1, running this interpreter.
 
@@ -286,42 +306,32 @@ def local_session(app_name: str, cores: int = 2, conf: Mapping[str, str] | None 
 
     if SparkSession.getActiveSession() is not None:
         raise RuntimeError("a SparkSession is already running in this process; stop it before starting another")
-    settings = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    saved = {name: os.environ.get(name) for name in settings}
-    with tempfile.TemporaryDirectory(prefix="silo-spark-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="silo-spark-") as scratch, driver_environment():
         log_config = os.path.join(scratch, "log4j2.properties")
         with open(log_config, "w") as file:
             file.write(_QUIET_LOG4J)
-        os.environ.update(settings)
+        builder = SparkSession.builder.config(
+            map={
+                "spark.master": f"local[{cores}]",
+                "spark.app.name": app_name,
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+                "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log_config}",
+                "spark.local.dir": scratch,
+                "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false",
+                "spark.sql.shuffle.partitions": str(max(2, cores)),
+                **(conf or {}),
+            }
+        )
+        session = None
         try:
-            builder = SparkSession.builder.config(
-                map={
-                    "spark.master": f"local[{cores}]",
-                    "spark.app.name": app_name,
-                    "spark.driver.host": "127.0.0.1",
-                    "spark.driver.bindAddress": "127.0.0.1",
-                    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log_config}",
-                    "spark.local.dir": scratch,
-                    "spark.ui.enabled": "false",
-                    "spark.ui.showConsoleProgress": "false",
-                    "spark.sql.shuffle.partitions": str(max(2, cores)),
-                    **(conf or {}),
-                }
-            )
-            session = None
-            try:
-                session = builder.getOrCreate()
-                yield session
-            finally:
-                if session is not None:
-                    session.stop()
-                _stop_jvm()  # also when interrupted while the session was starting
+            session = builder.getOrCreate()
+            yield session
         finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+            if session is not None:
+                session.stop()
+            _stop_jvm()  # also when interrupted while the session was starting
 
 
 def _stop_jvm(timeout: float = 30.0) -> None:

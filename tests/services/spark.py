@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from silo.spark import driver_environment
 from tests.services.process import ServerProcess, free_port, port_is_open, wait_until
 
 if TYPE_CHECKING:
@@ -97,8 +98,8 @@ class SparkCluster:
     def alive_workers(self) -> int:
         try:
             workers = self.state()["workers"]
-        except OSError:
-            return 0
+        except (OSError, ValueError, KeyError):
+            return 0  # not up yet, or another process answered on that port while it started
         return sum(1 for worker in workers if worker["state"] == "ALIVE")
 
     def session_conf(self, app_name: str) -> dict[str, str]:
@@ -209,21 +210,12 @@ def spark_session(
 
     if SparkSession.getActiveSession() is not None:
         raise RuntimeError("a SparkContext is already running in this process; stop it before starting another")
-    settings = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    saved = {name: os.environ.get(name) for name in settings}
-    os.environ.update(settings)
-    try:
+    with driver_environment():
         session = SparkSession.builder.config(map={**cluster.session_conf(app_name), **(conf or {})}).getOrCreate()
         try:
             yield session
         finally:
             session.stop()
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @pytest.fixture(scope="session")
