@@ -48,6 +48,7 @@ GATEWAY_CHANNEL_OPTIONS = [
     # vanished without closing the connection (the server accepts pings every 5 s).
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.http2.ping_timeout_ms", 5_000),  # recent gRPC times a keepalive ping out by this one (default 60 s)
     ("grpc.keepalive_permit_without_calls", 1),
     # Keep pinging however long the stream stays quiet (gRPC's default stops after two pings).
     ("grpc.http2.max_pings_without_data", 0),

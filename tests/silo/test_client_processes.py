@@ -59,9 +59,11 @@ def until_dead(
     raise AssertionError(f"the watch ended before {victim} died; versions {[u.view.version for u in seen]}")
 
 
-def test_killing_the_watched_gateway_and_leader_moves_the_watch_and_the_leadership_once(
-    cluster: Cluster, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("failure", ["kill", "freeze"])
+def test_losing_the_watched_gateway_and_leader_moves_the_watch_and_the_leadership_once(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture, failure: str
 ) -> None:
+    """``kill``: SIGKILL closes the connection. ``freeze``: SIGSTOP leaves it open but silent; keepalive notices."""
     silos = start_gateways(cluster, 3)
     with MembershipClient(cluster.cluster_id, [gateway for _, gateway in silos.values()]) as reader:
         initial = reader.view()
@@ -78,7 +80,8 @@ def test_killing_the_watched_gateway_and_leader_moves_the_watch_and_the_leadersh
         updates = client.watch()
         first = next(updates)
         assert first.view.leader == leader
-        silos[leader][0].kill()
+        process = silos[leader][0]
+        process.kill() if failure == "kill" else process.freeze()
         seen = [first, *until_dead(updates, client.close, leader, death_bound(cluster.options) + 30)]
 
     assert any(f"gateway {order[0]}: watch ended" in record.message for record in caplog.records), "no failover"
