@@ -45,8 +45,10 @@ HOG_CPU = 0
 class Config:
     size: int = 10
     seconds: float = 90.0
-    stall_fractions: tuple[float, ...] = (0.5, 0.8)
-    """Stall lengths as fractions of the detection floor."""
+    stall_fractions: tuple[float, ...] = (0.5, 0.8, 1.3)
+    """Stall lengths as fractions of the detection floor. Below 1 a death declaration is a false
+    positive; 1.3 is beyond the floor (declaring the stalled silo is then within the rules) and
+    shows how much margin each system keeps."""
     stall_gap: float = 3.0
     jitter_fraction: float = 0.10
     jitter_mean_burst: float = 0.1

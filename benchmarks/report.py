@@ -128,19 +128,21 @@ def accuracy(document: dict[str, Any]) -> list[str]:
 
 
 def scale(document: dict[str, Any]) -> list[str]:
-    r = document["results"]
-    ops = r["steady_ops_per_s"]
-    dead = r["detection_table_dead"]
-    return [
-        *header("silos", "processes", "all Active after s", "RSS MB per silo", "full reads/s", "writes/s",
-                "heartbeats/s", "statements/s", "crash to Dead median s", "p99 s", "median/floor"),
-        row(r["silos"], r["processes"], r["all_active_s"], r["rss_mb_per_silo"], ops["full_reads"],
-            ops["version_writes"], ops.get("heartbeats", math.nan), ops["statements"], dead["median"], dead["p99"],
-            r["detection_ratio_to_floor"]["median"]),
-        "",
-        f"Options: {', '.join(f'{k}={v}' for k, v in document['config']['overrides'].items())} over the local preset "
-        f"(floor {r['floor_s']} s).",
-    ]  # fmt: skip
+    results = document["results"]
+    lines = header("silos", "processes", "all Active after s", "RSS MB per silo", "full reads/s", "writes/s",
+                   "heartbeats/s", "statements/s", "crash to Dead median s", "p99 s", "median/floor")  # fmt: skip
+    for size, r in results["sizes"].items():
+        if "error" in r:
+            lines.append(row(size, "-", "failed: " + r["error"].splitlines()[0][:120], *["-"] * 8))
+            continue
+        ops, dead = r["steady_ops_per_s"], r["detection_table_dead"]
+        lines.append(
+            row(r["silos"], r["processes"], r["all_active_s"], r["rss_mb_per_silo"], ops["full_reads"],
+                ops["version_writes"], ops["heartbeats"], ops["statements"], dead["median"], dead["p99"],
+                r["detection_ratio_to_floor"]["median"])
+        )  # fmt: skip
+    overrides = ", ".join(f"{k}={v}" for k, v in document["config"]["overrides"].items())
+    return [*lines, "", f"Options: {overrides} over the local preset (floor {results['floor_s']} s)."]
 
 
 def spark_routing(document: dict[str, Any]) -> list[str]:

@@ -30,6 +30,7 @@ from benchmarks import services
 from benchmarks.common import (
     ROOT,
     common_arguments,
+    grouped_bars,
     print_table,
     pyplot,
     ratio,
@@ -52,22 +53,30 @@ OVERRIDES = {
     "i_am_alive_table_publish_timeout": "10s",
     "table_refresh_timeout": "30s",
     "max_join_attempt_time": "600s",
+    "use_liveness_gossip": "false",
 }
-"""Per silo: 3 probes every 2 s, a heartbeat every 10 s, a full re-read every 30 s."""
+"""Per silo: 3 probes every 2 s, a heartbeat every 10 s, a full re-read every 30 s, no gossip.
+
+With gossip on, every one of the ~400 writes of a 200-silo join storm makes every live silo
+re-read the whole table: on this two-core machine that drove the load average to 85 within
+four minutes, with silos still joining and the first live silos being declared dead, and the
+run was stopped (see docs/benchmarks.md). Without gossip, silos learn of changes by their
+own reads (join, votes) and the periodic refresh."""
 
 
 @dataclass(frozen=True)
 class Config:
-    silos: int = 200
+    sizes: tuple[int, ...] = (200, 400)
+    """Cluster sizes tried in turn (a fresh cluster each); the run stops at the first that fails."""
     per_process: int = 20
-    join_timeout: float = 900.0
+    join_timeout: float = 300.0
     steady_window: float = 20.0
     detection_trials: int = 5
     seed: int = 3
 
     @classmethod
     def quick(cls) -> Config:
-        return cls(silos=20, per_process=10, join_timeout=300.0, steady_window=5.0, detection_trials=1)
+        return cls(sizes=(20,), per_process=10, join_timeout=120.0, steady_window=5.0, detection_trials=1)
 
 
 def options() -> SiloOptions:
@@ -88,9 +97,9 @@ def rss_mb(pid: int) -> float:
     return math.nan
 
 
-def start_hosts(uri: str, config: Config, root: Path) -> list[ServerProcess]:
+def start_hosts(uri: str, silos: int, config: Config, root: Path) -> list[ServerProcess]:
     hosts = []
-    remaining = config.silos
+    remaining = silos
     index = 0
     while remaining > 0:
         count = min(config.per_process, remaining)
@@ -112,7 +121,9 @@ def start_hosts(uri: str, config: Config, root: Path) -> list[ServerProcess]:
     return hosts
 
 
-def wait_all_active(uri: str, config: Config, started: float, hosts: list[ServerProcess]) -> list[tuple[float, int]]:
+def wait_all_active(
+    uri: str, silos: int, config: Config, started: float, hosts: list[ServerProcess]
+) -> list[tuple[float, int]]:
     """(seconds since start, Active silos) once a second until all are Active; raises on timeout."""
 
     table = open_table(uri, "scale")
@@ -123,23 +134,27 @@ def wait_all_active(uri: str, config: Config, started: float, hosts: list[Server
         except TableUnavailableError:
             active = -1
         curve.append((wall() - started, active))
-        if active >= config.silos:
+        if active >= silos:
             return curve
-        if not all(host.running for host in hosts):
-            raise RuntimeError("a silo host exited during the join; see its log")
+        exited = [host for host in hosts if not host.running]
+        if exited:
+            tail = "\n".join(exited[0].log.read_text(errors="replace").splitlines()[-40:])
+            raise RuntimeError(f"a silo host exited during the join; its log ends:\n{tail}")
         time.sleep(1.0)
-    raise RuntimeError(f"only {curve[-1][1]} of {config.silos} silos Active after {config.join_timeout}s")
+    raise RuntimeError(f"only {curve[-1][1]} of {silos} silos Active after {config.join_timeout}s")
 
 
 async def detection_at_scale(uri: str, config: Config, root: Path) -> list[KillTrial]:
     """Start one separate ``silo run`` and SIGKILL it, ``detection_trials`` times; the table's view of it."""
-    bench = BenchCluster(root, uri, "scale", set_arguments())
+    # The victim alone gossips, so that its join reaches every hosted silo at once (one re-read each).
+    arguments = [*set_arguments(), "--set", "use_liveness_gossip=true"]
+    bench = BenchCluster(root, uri, "scale", arguments)
     rng = random.Random(config.seed)
     trials = []
     try:
         for _ in range(config.detection_trials):
-            await asyncio.to_thread(bench.cluster.start_active, 1, *set_arguments(), timeout=config.join_timeout)
-            await asyncio.sleep(2 * options().probe_timeout)  # gossip told every hosted silo; its probers are on
+            await asyncio.to_thread(bench.cluster.start_active, 1, *arguments, timeout=config.join_timeout)
+            await asyncio.sleep(2 * options().probe_timeout)  # its probers have started
             trials.append(await bench.kill_one(rng))
     finally:
         await bench.close()
@@ -147,6 +162,20 @@ async def detection_at_scale(uri: str, config: Config, root: Path) -> list[KillT
 
 
 async def run(config: Config, root: Path) -> dict[str, Any]:
+    results: dict[str, Any] = {"floor_s": options().detection_time, "sizes": {}}
+    for silos in config.sizes:
+        print(f"[scale] {silos} silos", flush=True)
+        try:
+            results["sizes"][str(silos)] = await one_size(silos, config, root / str(silos))
+        except (RuntimeError, AssertionError) as exc:  # this size did not fit: say so, try no larger one
+            results["sizes"][str(silos)] = {"silos": silos, "error": str(exc)[:3000]}
+            print(f"[scale] {silos} silos failed: {str(exc)[:300]}", flush=True)
+            break
+    return results
+
+
+async def one_size(silos: int, config: Config, root: Path) -> dict[str, Any]:
+    root.mkdir(parents=True)
     with services.postgres(stats=True) as server:
         database = services.unique("scale")
         uri = server.create_database(database)
@@ -154,11 +183,11 @@ async def run(config: Config, root: Path) -> dict[str, Any]:
             connection.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         open_table(uri, "scale").initialize()
         started = wall()
-        hosts = start_hosts(uri, config, root)
+        hosts = start_hosts(uri, silos, config, root)
         try:
-            curve = await asyncio.to_thread(wait_all_active, uri, config, started, hosts)
+            curve = await asyncio.to_thread(wait_all_active, uri, silos, config, started, hosts)
             all_active = curve[-1][0]
-            print(f"[scale] {config.silos} silos Active after {all_active:.1f}s", flush=True)
+            print(f"[scale] {silos} silos Active after {all_active:.1f}s", flush=True)
             await asyncio.sleep(5.0)
             before = statement_counts(server, database)
             await asyncio.sleep(config.steady_window)
@@ -172,15 +201,14 @@ async def run(config: Config, root: Path) -> dict[str, Any]:
     floor = options().detection_time
     dead = summarize([t.table_dead for t in trials if t.table_dead is not None])
     return {
-        "silos": config.silos,
+        "silos": silos,
         "processes": len(hosts),
         "all_active_s": all_active,
         "join_curve": curve,
         "steady_ops_per_s": per_second,
-        "steady_ops_per_s_per_silo": {key: value / config.silos for key, value in per_second.items()},
+        "steady_ops_per_s_per_silo": {key: value / silos for key, value in per_second.items()},
         "rss_mb_per_process": host_rss,
-        "rss_mb_per_silo": sum(host_rss) / config.silos,
-        "floor_s": floor,
+        "rss_mb_per_silo": sum(host_rss) / silos,
         "detection_table_dead": dead,
         "detection_ratio_to_floor": {"median": ratio(dead["median"], floor), "p99": ratio(dead["p99"], floor)},
         "detection_trials": [t.to_json() for t in trials],
@@ -188,33 +216,45 @@ async def run(config: Config, root: Path) -> dict[str, Any]:
 
 
 def report(results: dict[str, Any]) -> None:
-    ops = results["steady_ops_per_s"]
+    rows: list[list[object]] = []
+    for size, entry in results["sizes"].items():
+        if "error" in entry:
+            rows.append([size, "-", "failed", "-", "-", "-", "-", "-", "-", "-"])
+            continue
+        ops = entry["steady_ops_per_s"]
+        rows.append(
+            [size, entry["processes"], entry["all_active_s"], entry["rss_mb_per_silo"], ops["full_reads"],
+             ops["all_reads"], ops["version_writes"], ops["heartbeats"], ops["statements"],
+             entry["detection_table_dead"]["median"]]
+        )  # fmt: skip
     print_table(
-        f"{results['silos']} silos in {results['processes']} processes on one PostgreSQL table",
-        ["all Active s", "MB/silo", "full reads/s", "reads/s", "writes/s", "heartbeats/s", "statements/s",
-         "Dead median s", "floor s"],
-        [
-            [results["all_active_s"], results["rss_mb_per_silo"], ops["full_reads"], ops["all_reads"],
-             ops["version_writes"], ops["heartbeats"], ops["statements"], results["detection_table_dead"]["median"],
-             results["floor_s"]]
-        ],
+        f"Silos on one PostgreSQL table (floor {results['floor_s']}s)",
+        ["silos", "processes", "all Active s", "MB/silo", "full reads/s", "reads/s", "writes/s", "heartbeats/s",
+         "statements/s", "Dead median s"],
+        rows,
     )  # fmt: skip
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
     plt = pyplot()
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    times = [point[0] for point in results["join_curve"]]
-    active = [point[1] for point in results["join_curve"]]
-    axes[0].plot(times, active, marker=".")
-    axes[0].axhline(results["silos"], color="grey", linestyle="--")
+    names = ["full_reads", "all_reads", "version_writes", "heartbeats", "statements"]
+    done = {size: entry for size, entry in results["sizes"].items() if "error" not in entry}
+    for size, entry in done.items():
+        times = [point[0] for point in entry["join_curve"]]
+        active = [point[1] for point in entry["join_curve"]]
+        axes[0].plot(times, active, marker=".", label=f"{size} silos")
+        axes[0].axhline(entry["silos"], color="grey", linestyle="--", linewidth=0.8)
     axes[0].set_xlabel("seconds after all silo processes were started")
     axes[0].set_ylabel("Active silos in the table")
-    axes[0].set_title(f"{results['silos']} silos joining at once")
-    ops = results["steady_ops_per_s"]
-    names = ["full_reads", "all_reads", "version_writes", "heartbeats", "statements"]
-    axes[1].bar(names, [ops[name] for name in names])
-    axes[1].set_ylabel("per second, steady state")
+    axes[0].set_title("silos joining at once")
+    axes[0].legend(fontsize=7)
+    grouped_bars(
+        axes[1],
+        names,
+        {f"{size} silos": [entry["steady_ops_per_s"][name] for name in names] for size, entry in done.items()},
+        "per second, steady state",
+    )
     axes[1].set_title("store load (pg_stat_statements)")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
