@@ -17,10 +17,14 @@ Timings are scaled up from the local preset so that probing fits two cores (see
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import os
 import random
+import signal
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -41,7 +45,7 @@ from benchmarks.common import (
 )
 from benchmarks.propagation import statement_counts
 from benchmarks.silo_cluster import BenchCluster, KillTrial
-from membership_tables import SiloStatus, TableUnavailableError, open_table
+from membership_tables import TableUnavailableError, open_table
 from silo.options import SiloOptions
 from tests.services.process import ServerProcess
 
@@ -62,6 +66,9 @@ re-read the whole table: on this two-core machine that drove the load average to
 four minutes, with silos still joining and the first live silos being declared dead, and the
 run was stopped (see docs/benchmarks.md). Without gossip, silos learn of changes by their
 own reads (join, votes) and the periodic refresh."""
+OVERLOAD = 30.0 * (os.cpu_count() or 1)
+"""A one-minute load average above this (after ``OVERLOAD_GRACE`` s) stops a join that does not fit."""
+OVERLOAD_GRACE = 60.0
 
 
 @dataclass(frozen=True)
@@ -124,24 +131,33 @@ def start_hosts(uri: str, silos: int, config: Config, root: Path) -> list[Server
 def wait_all_active(
     uri: str, silos: int, config: Config, started: float, hosts: list[ServerProcess]
 ) -> list[tuple[float, int]]:
-    """(seconds since start, Active silos) once a second until all are Active; raises on timeout."""
+    """(seconds since start, Active silos) once a second until all are Active.
 
+    Raises (saying how far the join got) on timeout, if a host exits, or if the machine is
+    overloaded (``OVERLOAD``) after ``OVERLOAD_GRACE`` seconds: a size that does not fit is
+    recorded as such instead of starving everything else on the machine for minutes.
+    """
     table = open_table(uri, "scale")
     curve: list[tuple[float, int]] = []
-    while wall() < started + config.join_timeout:
-        try:
-            active = sum(entry.status is SiloStatus.ACTIVE for entry in table.read_all().entries)
-        except TableUnavailableError:
-            active = -1
-        curve.append((wall() - started, active))
-        if active >= silos:
+    statuses: Counter[str] = Counter()
+    while True:
+        elapsed = wall() - started
+        with contextlib.suppress(TableUnavailableError):
+            statuses = Counter(entry.status.name for entry in table.read_all().entries)
+        curve.append((elapsed, statuses["ACTIVE"]))
+        if statuses["ACTIVE"] >= silos:
             return curve
+        progress = f"{dict(statuses)} of {silos} silos after {elapsed:.0f}s"
+        load = os.getloadavg()[0]
+        if elapsed > OVERLOAD_GRACE and load > OVERLOAD:
+            raise RuntimeError(f"stopped: load average {load:.0f} on {os.cpu_count()} cores with {progress}")
+        if elapsed > config.join_timeout:
+            raise RuntimeError(f"not all Active: {progress}")
         exited = [host for host in hosts if not host.running]
         if exited:
             tail = "\n".join(exited[0].log.read_text(errors="replace").splitlines()[-40:])
-            raise RuntimeError(f"a silo host exited during the join; its log ends:\n{tail}")
+            raise RuntimeError(f"a silo host exited during the join ({progress}); its log ends:\n{tail}")
         time.sleep(1.0)
-    raise RuntimeError(f"only {curve[-1][1]} of {silos} silos Active after {config.join_timeout}s")
 
 
 async def detection_at_scale(uri: str, config: Config, root: Path) -> list[KillTrial]:
@@ -196,8 +212,9 @@ async def one_size(silos: int, config: Config, root: Path) -> dict[str, Any]:
             host_rss = [rss_mb(host.process.pid) for host in hosts]
             trials = await detection_at_scale(uri, config, root)
         finally:
-            for host in hosts:
-                host.stop(timeout=20)
+            for host in hosts:  # SIGKILL: a graceful leave of hundreds of silos is not measured, only slow
+                host.signal(signal.SIGKILL)
+                host.stop()
     floor = options().detection_time
     dead = summarize([t.table_dead for t in trials if t.table_dead is not None])
     return {
