@@ -29,7 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import services
-from benchmarks.common import common_arguments, grouped_bars, print_table, pyplot, run_benchmark, workdir
+from benchmarks.common import (
+    benchmark_main,
+    grouped_bars,
+    print_table,
+    pyplot,
+    workdir,
+)
 from benchmarks.silo_cluster import BenchCluster
 from benchmarks.stress import CpuHog, Jitter, Staller, pin
 from benchmarks.zk_group import ZkGroup
@@ -162,7 +168,7 @@ def zookeeper_run(hosts: str, stall: float, config: Config, root: Path, label: s
 
 async def run(config: Config) -> dict[str, Any]:
     floor = floor_seconds()
-    results: dict[str, Any] = {"floor_s": floor, "runs": {}}
+    results: dict[str, Any] = {"floor_s": floor, "size": config.size, "seconds": config.seconds, "runs": {}}
     with workdir(NAME) as root, services.zookeeper(root) as zookeeper:
         for fraction in config.stall_fractions:
             stall = round(fraction * floor, 3)
@@ -183,14 +189,14 @@ async def run(config: Config) -> dict[str, Any]:
     return results
 
 
-def report(results: dict[str, Any], config: Config) -> None:
+def report(results: dict[str, Any]) -> None:
     rows = [
         [label, entry["stall_s"], entry["silos"]["live_silos_declared_dead"], entry["silos"]["suspicion_votes"],
          entry["zookeeper"]["live_members_expired"], entry["silos"]["stalls"], entry["silos"]["jitter_pauses"]]
         for label, entry in results["runs"].items()
     ]  # fmt: skip
     print_table(
-        f"False positives in {config.seconds:.0f}s, N={config.size}, stall + pinned CPU hog + ~10% SIGSTOP jitter",
+        f"False positives in {results['seconds']:.0f}s, N={results['size']}, stall + CPU hog + ~10% SIGSTOP jitter",
         [
             "run",
             "stall s",
@@ -229,12 +235,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    settings = common_arguments(__doc__ or NAME, argv)
-    config = Config.quick() if settings.quick else Config()
     extra = {"options": asdict(SiloOptions.local()), "netem": False}
-    return run_benchmark(
-        NAME, settings, config, lambda: asyncio.run(run(config)), lambda r: report(r, config), plot, extra
-    )
+    return benchmark_main(NAME, __doc__, argv, Config, lambda config: asyncio.run(run(config)), report, plot, extra)
 
 
 if __name__ == "__main__":

@@ -206,6 +206,22 @@ def run_benchmark(
     return 0
 
 
+def benchmark_main(
+    name: str,
+    doc: str | None,
+    argv: Sequence[str] | None,
+    config_type: Any,
+    measure: Callable[[Any], dict[str, Any]],
+    report: Callable[[dict[str, Any]], None],
+    plot: Callable[[dict[str, Any], Path], None],
+    extra_config: Mapping[str, Any] | None = None,
+) -> int:
+    """A benchmark's ``main``: parse ``--quick``, pick ``config_type.quick()`` or ``config_type()``, run."""
+    settings = common_arguments(doc or name, argv)
+    config = config_type.quick() if settings.quick else config_type()
+    return run_benchmark(name, settings, config, lambda: measure(config), report, plot, extra_config)
+
+
 def command_line(name: str, quick: bool) -> str:
     return f"python -m benchmarks.{name}" + (" --quick" if quick else "")
 

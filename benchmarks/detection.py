@@ -25,12 +25,11 @@ from typing import Any
 
 from benchmarks import services
 from benchmarks.common import (
-    common_arguments,
+    benchmark_main,
     grouped_bars,
     print_table,
     pyplot,
     ratio,
-    run_benchmark,
     summarize,
     workdir,
 )
@@ -211,10 +210,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    settings = common_arguments(__doc__ or NAME, argv)
-    config = Config.quick() if settings.quick else Config()
     extra = {"options": asdict(SiloOptions.local())}
-    return run_benchmark(NAME, settings, config, lambda: asyncio.run(run(config)), report, plot, extra)
+    return benchmark_main(NAME, __doc__, argv, Config, lambda config: asyncio.run(run(config)), report, plot, extra)
 
 
 if __name__ == "__main__":

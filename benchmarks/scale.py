@@ -33,12 +33,11 @@ from typing import Any
 from benchmarks import services
 from benchmarks.common import (
     ROOT,
-    common_arguments,
+    benchmark_main,
     grouped_bars,
     print_table,
     pyplot,
     ratio,
-    run_benchmark,
     summarize,
     wall,
     workdir,
@@ -279,15 +278,12 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    settings = common_arguments(__doc__ or NAME, argv)
-    config = Config.quick() if settings.quick else Config()
-
-    def measure() -> dict[str, Any]:
+    def measure(config: Config) -> dict[str, Any]:
         with workdir(NAME) as root:
             return asyncio.run(run(config, root))
 
     extra = {"overrides": OVERRIDES, "options": asdict(options())}
-    return run_benchmark(NAME, settings, config, measure, report, plot, extra)
+    return benchmark_main(NAME, __doc__, argv, Config, measure, report, plot, extra)
 
 
 if __name__ == "__main__":

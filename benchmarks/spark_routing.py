@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
-    common_arguments,
+    benchmark_main,
     grouped_bars,
     print_table,
     pyplot,
     ratio,
-    run_benchmark,
     summarize,
     workdir,
 )
@@ -194,14 +193,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    settings = common_arguments(__doc__ or NAME, argv)
-    config = Config.quick() if settings.quick else Config()
-
-    def run() -> dict[str, Any]:
+    def run(config: Config) -> dict[str, Any]:
         with workdir(NAME) as root:
             return {"records": config.records, **measure(config, root)}
 
-    return run_benchmark(NAME, settings, config, run, report, plot)
+    return benchmark_main(NAME, __doc__, argv, Config, run, report, plot)
 
 
 if __name__ == "__main__":
