@@ -13,7 +13,11 @@ a member whose node vanishes while its process lives is a false positive.
 
 ``tc netem`` inside network namespaces was the first choice for packet delay and loss;
 this machine's kernel lacks ``sch_netem`` ("Specified qdisc kind is unknown"), so the
-SIGSTOP bursts stand in for it, as the task allowed.
+SIGSTOP bursts stand in for it above, and one more scenario (``probe_loss``) injects the
+loss in the prober instead: N silos in ``benchmarks.silo_host`` processes, every silo's
+prober wrapped in ``benchmarks.lossy_prober.LossyProber`` (10% of pings and indirect-probe
+requests dropped, 10% delayed by up to 0.8 x the probe timeout), no other stress. A
+ZooKeeper member's pings cannot be dropped without netem, so that scenario has no baseline.
 
     python -m benchmarks.accuracy [--quick]
 """
@@ -21,6 +25,8 @@ SIGSTOP bursts stand in for it, as the task allowed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -30,20 +36,22 @@ from typing import Any
 
 from benchmarks import services
 from benchmarks.common import (
+    ROOT,
     benchmark_main,
     grouped_bars,
     print_table,
     pyplot,
     workdir,
 )
-from benchmarks.silo_cluster import BenchCluster
+from benchmarks.silo_cluster import JOIN_TIMEOUT, BenchCluster
 from benchmarks.stress import CpuHog, Jitter, Staller, pin
 from benchmarks.zk_group import ZkGroup
-from membership_tables import SiloStatus, TableUnavailableError
+from membership_tables import MembershipTable, SiloStatus, TableUnavailableError, open_table
 from silo.options import SiloOptions
-from tests.services.process import ServerProcess
+from tests.services.process import ServerProcess, wait_until
 
 NAME = "accuracy"
+CLUSTER = "accuracy-probe-loss"
 HOG_CPU = 0
 
 
@@ -59,6 +67,10 @@ class Config:
     jitter_fraction: float = 0.10
     jitter_mean_burst: float = 0.1
     seed: int = 11
+    probe_loss: float = 0.10
+    probe_delay: float = 0.10
+    silos_per_host: int = 5
+    """Silos per ``benchmarks.silo_host`` process in the probe-loss scenario."""
 
     @classmethod
     def quick(cls) -> Config:
@@ -99,14 +111,14 @@ async def silo_run(uri: str, stall: float, config: Config, root: Path) -> dict[s
         try:
             deadline = time.monotonic() + config.seconds
             while time.monotonic() < deadline:
-                await poll(bench, votes, declared)
+                await poll(bench.cluster.table, votes, declared)
                 await asyncio.sleep(0.5)
         finally:
             staller.stop()
             jitter.stop()
             hog.stop()
         await asyncio.sleep(floor_seconds() * 2)  # let a declaration already under way land
-        await poll(bench, votes, declared)
+        await poll(bench.cluster.table, votes, declared)
         replaced = await bench.replace_missing(config.size)
         events = {"stalls": staller.events, "jitter_pauses": jitter.events}
     finally:
@@ -120,9 +132,9 @@ async def silo_run(uri: str, stall: float, config: Config, root: Path) -> dict[s
     }
 
 
-async def poll(bench: BenchCluster, votes: set[tuple[str, str, float]], declared: set[str]) -> None:
+async def poll(table: MembershipTable, votes: set[tuple[str, str, float]], declared: set[str]) -> None:
     try:
-        data = await asyncio.to_thread(bench.cluster.read)
+        data = await asyncio.to_thread(table.read_all)
     except TableUnavailableError:
         return
     for entry in data.entries:
@@ -130,6 +142,72 @@ async def poll(bench: BenchCluster, votes: set[tuple[str, str, float]], declared
             votes.add((str(entry.silo_address), str(voter), when.timestamp()))
         if entry.status is SiloStatus.DEAD:
             declared.add(str(entry.silo_address))
+
+
+async def probe_loss_run(uri: str, config: Config, root: Path) -> dict[str, Any]:
+    """N in-process silos whose probers drop and delay probes; nothing else disturbs them."""
+    root.mkdir(parents=True, exist_ok=True)
+    hosts = start_lossy_hosts(uri, config, root)
+    votes: set[tuple[str, str, float]] = set()
+    declared: set[str] = set()
+    table = open_table(uri, CLUSTER)
+    try:
+        await asyncio.to_thread(wait_active, table, config.size, hosts)
+        deadline = time.monotonic() + config.seconds
+        while time.monotonic() < deadline:
+            await poll(table, votes, declared)
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(floor_seconds() * 2)  # let a declaration already under way land
+        await poll(table, votes, declared)
+    finally:
+        for host in hosts:
+            host.stop()
+    injected = [line for host in hosts for line in host.log.read_text(errors="replace").splitlines()]
+    return {
+        "probe_loss": config.probe_loss,
+        "probe_delay": config.probe_delay,
+        "hosts": len(hosts),
+        "live_silos_declared_dead": len(declared),
+        "declared": sorted(declared),
+        "suspicion_votes": len(votes),
+        "injected": injected_totals(injected),
+        "zookeeper": "not applicable: a ZooKeeper member's pings cannot be dropped without netem",
+    }
+
+
+def start_lossy_hosts(uri: str, config: Config, root: Path) -> list[ServerProcess]:
+    hosts = []
+    for index, first in enumerate(range(0, config.size, config.silos_per_host)):
+        count = min(config.silos_per_host, config.size - first)
+        argv = [sys.executable, "-m", "benchmarks.silo_host", "--table", uri, "--cluster", CLUSTER,
+                "--count", str(count), "--probe-loss", str(config.probe_loss),
+                "--probe-delay", str(config.probe_delay), "--seed", str(config.seed + first)]  # fmt: skip
+        env = {"PYTHONPATH": str(ROOT), "GRPC_VERBOSITY": "ERROR"}
+        hosts.append(ServerProcess(argv, root / f"host-{index}.log", env=env))
+    return hosts
+
+
+def wait_active(table: MembershipTable, size: int, hosts: list[ServerProcess]) -> None:
+    def all_active() -> bool:
+        exited = [host for host in hosts if not host.running]
+        if exited:
+            raise RuntimeError(f"a silo host exited during the join; see {exited[0].log}")
+        with contextlib.suppress(TableUnavailableError):
+            return sum(e.status is SiloStatus.ACTIVE for e in table.read_all().entries) >= size
+        return False
+
+    wait_until(all_active, JOIN_TIMEOUT, f"{size} Active silos", hosts[0].log)
+
+
+def injected_totals(lines: list[str]) -> dict[str, int]:
+    """Sum the hosts' ``injected forwarded=A dropped=B delayed=C`` lines."""
+    totals = {"forwarded": 0, "dropped": 0, "delayed": 0}
+    for line in lines:
+        if line.startswith("injected "):
+            for pair in line.split()[1:]:
+                name, value = pair.split("=")
+                totals[name] += int(value)
+    return totals
 
 
 def zookeeper_run(hosts: str, stall: float, config: Config, root: Path, label: str) -> dict[str, Any]:
@@ -186,6 +264,9 @@ async def run(config: Config) -> dict[str, Any]:
                 "silos": silos,
                 "zookeeper": zk,
             }
+        print("[accuracy] silos, probe loss and delay in the prober", flush=True)
+        uri = f"sqlite:///{root / 'probe_loss.db'}"
+        results["probe_loss_10pct"] = await probe_loss_run(uri, config, root / "silos-probe_loss")
     return results
 
 
@@ -208,23 +289,32 @@ def report(results: dict[str, Any]) -> None:
         ],
         rows,
     )
+    lossy = results["probe_loss_10pct"]
+    injected = lossy["injected"]
+    print_table(
+        f"Probe loss in the prober, {results['seconds']:.0f}s, N={results['size']} in {lossy['hosts']} processes",
+        ["probes dropped", "probes delayed", "silos declared dead", "votes cast", "injected dropped/delayed/forwarded",
+         "ZooKeeper"],
+        [[f"{lossy['probe_loss']:.0%}", f"{lossy['probe_delay']:.0%}", lossy["live_silos_declared_dead"],
+          lossy["suspicion_votes"], f"{injected['dropped']}/{injected['delayed']}/{injected['forwarded']}",
+          "not applicable"]],
+    )  # fmt: skip
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(8, 4.5))
-    labels = list(results["runs"])
+    runs = {label: entry["silos"] for label, entry in results["runs"].items()}
+    runs["probe_loss_10pct"] = results["probe_loss_10pct"]
+    labels = list(runs)
+    expired = [float(entry["zookeeper"]["live_members_expired"]) for entry in results["runs"].values()]
     grouped_bars(
         axis,
         labels,
         {
-            "silos: live silos declared dead": [
-                float(results["runs"][k]["silos"]["live_silos_declared_dead"]) for k in labels
-            ],
-            "silos: suspicion votes cast": [float(results["runs"][k]["silos"]["suspicion_votes"]) for k in labels],
-            "ZooKeeper: live sessions expired": [
-                float(results["runs"][k]["zookeeper"]["live_members_expired"]) for k in labels
-            ],
+            "silos: live silos declared dead": [float(runs[k]["live_silos_declared_dead"]) for k in labels],
+            "silos: suspicion votes cast": [float(runs[k]["suspicion_votes"]) for k in labels],
+            "ZooKeeper: live sessions expired (n/a for probe loss)": [*expired, math.nan],
         },
         "count over the run",
     )

@@ -6,6 +6,9 @@ process's event loop and one table handle (one connection pool), which is what l
 two-core machine hold hundreds of silos. All silos start joining at once. The process
 prints ``listening N`` once every server is bound and ``active K of N`` when the joins
 are over, then serves until SIGTERM/SIGINT (graceful leave) or SIGKILL.
+
+``--probe-loss P --probe-delay Q`` wrap every silo's prober in ``benchmarks.lossy_prober.LossyProber``
+(silo ``i`` seeded ``--seed + i``): probe-level packet loss and delay without ``tc netem``.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import os
 import signal
 import sys
 
+from benchmarks.lossy_prober import LossyProber
 from membership_tables import SiloStatus, open_table
 from silo.cli import key_value, repeatable
 from silo.errors import SiloError
 from silo.options import SiloOptions
+from silo.probing import Prober
 from silo.process import SiloProcessConfig, SiloStack, assemble
 
 
@@ -38,9 +43,29 @@ async def leave(stack: SiloStack) -> None:
     await stack.close()
 
 
-async def serve(table_uri: str, cluster_id: str, count: int, options: SiloOptions) -> int:
+class Impairment:
+    """Wraps each silo's prober in a ``LossyProber`` (silo ``i`` seeded ``seed + i``) and sums what they did."""
+
+    def __init__(self, loss: float, delay: float, seed: int) -> None:
+        self._loss, self._delay, self._seed = loss, delay, seed
+        self.probers: list[LossyProber] = []
+
+    def wrap(self, prober: Prober) -> Prober:
+        lossy = LossyProber(prober, self._loss, self._delay, self._seed + len(self.probers))
+        self.probers.append(lossy)
+        return lossy
+
+    def summary(self) -> str:
+        totals = [sum(getattr(p.injected, name) for p in self.probers) for name in ("forwarded", "dropped", "delayed")]
+        return "injected forwarded={} dropped={} delayed={}".format(*totals)
+
+
+async def serve(
+    table_uri: str, cluster_id: str, count: int, options: SiloOptions, impairment: Impairment | None = None
+) -> int:
     table = open_table(table_uri, cluster_id)
-    stacks = [assemble(table, SiloProcessConfig(cluster_id, options=options)) for _ in range(count)]
+    wrap = impairment.wrap if impairment else None
+    stacks = [assemble(table, SiloProcessConfig(cluster_id, options=options), wrap) for _ in range(count)]
     print(f"listening {count}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -50,6 +75,8 @@ async def serve(table_uri: str, cluster_id: str, count: int, options: SiloOption
     print(f"active {sum(joined)} of {count}", flush=True)
     await stop.wait()
     await asyncio.gather(*(leave(stack) for stack in stacks), return_exceptions=True)
+    if impairment:
+        print(impairment.summary(), flush=True)
     return 0
 
 
@@ -61,12 +88,17 @@ def main(argv: list[str] | None = None) -> int:
     repeatable(
         parser, "--set", "overrides", key_value("OPTION", "probe_timeout=2s"), "OPTION=VALUE", "override one option"
     )
+    parser.add_argument("--probe-loss", type=float, default=0.0, help="fraction of probes dropped (default 0)")
+    parser.add_argument("--probe-delay", type=float, default=0.0, help="fraction of probes delayed (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first silo's loss/delay RNG")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     options = SiloOptions.local().with_overrides(dict(args.overrides))
+    lossy = args.probe_loss > 0 or args.probe_delay > 0
+    impairment = Impairment(args.probe_loss, args.probe_delay, args.seed) if lossy else None
     with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(serve(args.table, args.cluster, args.count, options))
+        return asyncio.run(serve(args.table, args.cluster, args.count, options, impairment))
     return 0
 
 

@@ -17,7 +17,7 @@ import logging
 import signal
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ from silo.errors import SiloError
 from silo.exit_codes import ExitCode
 from silo.options import SiloOptions
 from silo.prober import GrpcProber
+from silo.probing import Prober
 from silo.runtime import Silo
 from silo.server import BindError, MembershipServer
 from silo.work import HandlerRegistry
@@ -75,8 +76,14 @@ class SiloStack:
         await self.prober.close()
 
 
-def assemble(table: MembershipTable, config: SiloProcessConfig) -> SiloStack:
-    """Bind the server (so the address has the real port), then build the silo; raises ``BindError``."""
+def assemble(
+    table: MembershipTable, config: SiloProcessConfig, wrap_prober: Callable[[Prober], Prober] | None = None
+) -> SiloStack:
+    """Bind the server (so the address has the real port), then build the silo; raises ``BindError``.
+
+    ``wrap_prober`` (benchmarks only, e.g. injected probe loss) wraps the prober the silo probes
+    with; gossip and ``SiloStack.prober`` stay the plain ``GrpcProber``.
+    """
     server = MembershipServer(config.host, config.port, handlers=config.handlers)
     gateway_port = server.add_port(config.gateway_port) if config.gateway_port else 0
     address = SiloAddress(config.host, server.port, generation=time.time_ns() // 1_000_000)
@@ -85,7 +92,7 @@ def assemble(table: MembershipTable, config: SiloProcessConfig) -> SiloStack:
         table=table,
         address=address,
         options=config.options,
-        prober=prober,
+        prober=wrap_prober(prober) if wrap_prober else prober,
         gossip=prober,
         silo_name=config.name or f"silo-{server.port}",
         host_name=socket.gethostname(),
