@@ -124,7 +124,22 @@ def accuracy(document: dict[str, Any]) -> list[str]:
             row(f"{entry['stall_s']} s ({entry['stall_fraction_of_floor']} x floor)", silos["live_silos_declared_dead"],
                 silos["suspicion_votes"], zk["live_members_expired"], silos["stalls"], silos["jitter_pauses"])
         )  # fmt: skip
-    return lines
+    lossy = document["results"].get("probe_loss_10pct")
+    if lossy is None:  # results written before the probe-loss scenario existed
+        return lines
+    injected = lossy["injected"]
+    return [
+        *lines,
+        "",
+        f"Probe loss injected in the prober (`LossyProber`), N = {config['size']} in {lossy['hosts']} `silo_host` "
+        f"processes, {config['seconds']} s, no other stress:",
+        "",
+        *header("probes dropped", "probes delayed", "live silos declared dead", "suspicion votes", "dropped",
+                "delayed", "forwarded", "ZooKeeper"),
+        row(f"{lossy['probe_loss']:.0%}", f"{lossy['probe_delay']:.0%}", lossy["live_silos_declared_dead"],
+            lossy["suspicion_votes"], injected["dropped"], injected["delayed"], injected["forwarded"],
+            "not applicable (no netem)"),
+    ]  # fmt: skip
 
 
 def scale(document: dict[str, Any]) -> list[str]:
