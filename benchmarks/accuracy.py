@@ -41,6 +41,7 @@ from benchmarks.common import (
     grouped_bars,
     print_table,
     pyplot,
+    save_figure,
     workdir,
 )
 from benchmarks.silo_cluster import JOIN_TIMEOUT, BenchCluster
@@ -319,9 +320,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         "count over the run",
     )
     axis.set_title(f"false positives under stress (floor {results['floor_s']}s)")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

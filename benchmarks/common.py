@@ -259,6 +259,13 @@ def pyplot() -> Any:
     return plt
 
 
+def save_figure(figure: Any, path: Path) -> None:
+    """Lay out, write and release a plot (every benchmark's PNG uses the same settings)."""
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    pyplot().close(figure)
+
+
 def grouped_bars(
     axis: Any, groups: Sequence[str], series: Mapping[str, Sequence[float]], ylabel: str, log: bool = False
 ) -> None:

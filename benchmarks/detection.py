@@ -30,6 +30,7 @@ from benchmarks.common import (
     print_table,
     pyplot,
     ratio,
+    save_figure,
     summarize,
     workdir,
 )
@@ -204,9 +205,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
             axis.axhline(results["floor_s"], color="black", linestyle="--", linewidth=1, label="floor")
             axis.legend(fontsize=7, ncol=2, loc="upper left")
             axis.set_title(f"{'hung (SIGSTOP)' if mode == 'freeze' else 'crashed (SIGKILL)'} silo to detection, {stat}")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -36,6 +36,7 @@ from benchmarks.common import (
     grouped_bars,
     print_table,
     pyplot,
+    save_figure,
     summarize,
     wall,
     workdir,
@@ -209,9 +210,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         "full-table reads caused by one death (mean)",
     )
     axes[1].set_title("full-table reads per death (pg_stat_statements)")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -38,6 +38,7 @@ from benchmarks.common import (
     print_table,
     pyplot,
     ratio,
+    save_figure,
     summarize,
     wall,
     workdir,
@@ -272,9 +273,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         "per second, steady state",
     )
     axes[1].set_title("store load (pg_stat_statements)")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,6 +29,7 @@ from benchmarks.common import (
     print_table,
     pyplot,
     ratio,
+    save_figure,
     summarize,
     workdir,
 )
@@ -187,9 +188,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         "records per second (median run)",
     )
     axis.set_title(f"{results['records']:,} records, 4 silos, local[2]")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,6 +34,7 @@ from benchmarks.common import (
     pyplot,
     ratio,
     run_benchmark,
+    save_figure,
     summarize,
     workdir,
 )
@@ -379,9 +380,7 @@ def plot(results: dict[str, dict[str, Any]], config: Config, path: Path) -> None
     axes[1][1].set_ylabel("commits/s (log); solid library, dashed raw")
     axes[1][1].set_title("conditional-write throughput")
     axes[1][1].legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def parse(argv: Sequence[str] | None) -> tuple[RunSettings, tuple[str, ...]]:
