@@ -48,7 +48,7 @@ from benchmarks.silo_cluster import JOIN_TIMEOUT, BenchCluster
 from benchmarks.stress import CpuHog, Jitter, Staller, pin
 from benchmarks.zk_group import ZkGroup
 from membership_tables import MembershipTable, SiloStatus, TableUnavailableError, open_table
-from silo.options import SiloOptions
+from silo.membership.options import SiloOptions
 from tests.services.process import ServerProcess, wait_until
 
 NAME = "accuracy"

@@ -36,7 +36,7 @@ from benchmarks.common import (
 )
 from benchmarks.silo_cluster import BenchCluster, KillTrial
 from benchmarks.zk_group import ZkGroup
-from silo.options import SiloOptions
+from silo.membership.options import SiloOptions
 
 NAME = "detection"
 

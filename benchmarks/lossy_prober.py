@@ -17,8 +17,8 @@ import random
 from dataclasses import dataclass
 
 from membership_tables import SiloAddress
-from silo.prober import INDIRECT_DEADLINE_FACTOR, IntermediaryUnreachableError
-from silo.probing import IndirectProbeResult, Prober
+from silo.membership.probing import IndirectProbeResult, Prober
+from silo.wire.prober import INDIRECT_DEADLINE_FACTOR, IntermediaryUnreachableError
 
 
 @dataclass

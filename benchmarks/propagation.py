@@ -42,7 +42,7 @@ from benchmarks.common import (
     workdir,
 )
 from benchmarks.silo_cluster import BenchCluster, KillTrial
-from silo.options import SiloOptions
+from silo.membership.options import SiloOptions
 
 NAME = "propagation"
 

@@ -46,7 +46,7 @@ from benchmarks.common import (
 from benchmarks.propagation import statement_counts
 from benchmarks.silo_cluster import BenchCluster, KillTrial
 from membership_tables import TableUnavailableError, open_table
-from silo.options import SiloOptions
+from silo.membership.options import SiloOptions
 from tests.services.process import ServerProcess
 
 NAME = "scale"

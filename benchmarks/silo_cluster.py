@@ -19,8 +19,8 @@ from pathlib import Path
 
 from benchmarks.common import wall
 from membership_tables import MembershipTableData, SiloAddress, SiloStatus, TableUnavailableError
-from silo import wire
-from silo.prober import GrpcProber
+from silo.wire import codec
+from silo.wire.prober import GrpcProber
 from tests.silo.cluster_harness import Cluster, SiloProcess, death_bound
 
 POLL = 0.1
@@ -103,7 +103,7 @@ class BenchCluster:
     async def view(self, silo: SiloProcess) -> MembershipTableData | None:
         assert silo.address is not None
         try:
-            return wire.snapshot_from_proto(await self.prober.get_membership(silo.address, RPC_TIMEOUT))
+            return codec.snapshot_from_proto(await self.prober.get_membership(silo.address, RPC_TIMEOUT))
         except Exception:
             return None
 

@@ -1,7 +1,7 @@
 """Several silos in one process, for the scale benchmark: ``python -m benchmarks.silo_host ...``.
 
-Each silo is a full ``silo.runtime.Silo`` with its own gRPC server on its own port and its own
-``GrpcProber``, wired by ``silo.process.assemble`` exactly as ``silo run`` wires one; they share the
+Each silo is a full ``silo.runtime.silo.Silo`` with its own gRPC server on its own port and its own
+``GrpcProber``, wired by ``silo.runtime.process.assemble`` exactly as ``silo run`` wires one; they share the
 process's event loop and one table handle (one connection pool), which is what lets a
 two-core machine hold hundreds of silos. All silos start joining at once. The process
 prints ``listening N`` once every server is bound and ``active K of N`` when the joins
@@ -23,11 +23,11 @@ import sys
 
 from benchmarks.lossy_prober import LossyProber
 from membership_tables import SiloStatus, open_table
-from silo.cli import key_value, repeatable
+from silo.cli.arguments import key_value, repeatable
 from silo.errors import SiloError
-from silo.options import SiloOptions
-from silo.probing import Prober
-from silo.process import SiloProcessConfig, SiloStack, assemble
+from silo.membership.options import SiloOptions
+from silo.membership.probing import Prober
+from silo.runtime.process import SiloProcessConfig, SiloStack, assemble
 
 
 async def join(stack: SiloStack) -> bool:

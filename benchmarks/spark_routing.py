@@ -1,9 +1,9 @@
-"""Spark routing: records through ``silo.spark.route_to_silos`` to 4 silos vs a plain ``mapPartitions``.
+"""Spark routing: records through ``silo.spark.jobs.route_to_silos`` to 4 silos vs a plain ``mapPartitions``.
 
-Spark in local mode (``local[2]``, ``silo.spark.local_session``) and 4 ``silo run`` processes on
+Spark in local mode (``local[2]``, ``silo.spark.jobs.local_session``) and 4 ``silo run`` processes on
 SQLite. The job: 1M records ``(k<i>, i)``; the handler is the built-in ``example.checksum``.
 Routed, each record goes to the silo that owns its key (batches over gRPC ``Work.Process``);
-the baseline applies the very same function (``silo.handlers.checksum`` of the same payload)
+the baseline applies the very same function (``silo.work.handlers.checksum`` of the same payload)
 in a ``mapPartitions`` without silos. Both jobs end in the same action (count and an
 order-independent checksum total of the results), which must agree. Routed and baseline runs
 alternate. Then one more routed run with a silo SIGKILLed half-way through (by the time of the
@@ -33,8 +33,8 @@ from benchmarks.common import (
     summarize,
     workdir,
 )
-from silo.handlers import CHECKSUM_HANDLER, checksum, checksum_total
-from silo.spark import encode_payload, local_session, route_to_silos
+from silo.spark.jobs import encode_payload, local_session, route_to_silos
+from silo.work.handlers import CHECKSUM_HANDLER, checksum, checksum_total
 from tests.silo.cluster_harness import Cluster
 
 NAME = "spark_routing"

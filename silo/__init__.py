@@ -1,1 +1,22 @@
-"""The silo runtime: membership protocol, gRPC wire, client library, Spark routing, CLI."""
+"""Silos: an Orleans-style cluster membership service.
+
+One subpackage per part; an arrow is "may import" (``tests/test_layout.py`` keeps the rule)::
+
+    cli ──> runtime ──> membership ──> membership_tables (contract only, never a backend)
+     │         └──────> wire ───────> membership (the seams it implements)
+     └──> spark ──> work ──> client ──> wire
+                      └─────────────> wire
+
+- ``silo.membership``: the protocol roles (table manager, monitors, gossiper, agent, cleanup,
+  local health) and their pure rules (votes, rings, snapshots, options, clock). No gRPC, no
+  backend, no client.
+- ``silo.wire``: the gRPC contract (generated ``proto``), its codec, the server and the prober.
+- ``silo.client``: ``MembershipClient``: read and watch the live silos through gateways or a table.
+- ``silo.work``: keyed work: handlers, the work client, consistent-hash routing with failover.
+- ``silo.spark``: ``route_to_silos`` for PySpark DataFrames.
+- ``silo.runtime``: ``Silo`` (the roles assembled) and ``assemble``/``run_process`` (with the wire).
+- ``silo.cli``: the ``silo`` command (run, status, demo); nothing imports it.
+
+``silo.errors`` (the exception root) and ``silo.exit_codes`` are shared by every part.
+``silo.options``, ``silo.routing`` and ``silo.work_client`` are the old flat import paths, kept.
+"""

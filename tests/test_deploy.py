@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]  # PyYAML comes with moto[server] (test extra)
 
-from silo.cli import build_parser
-from silo.spark import SIDECAR_ENV
+from silo.cli.commands import build_parser
+from silo.spark.jobs import SIDECAR_ENV
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from silo.spark import driver_environment
+from silo.spark.jobs import driver_environment
 from tests.services.process import ServerProcess, free_port, port_is_open, wait_until
 
 if TYPE_CHECKING:

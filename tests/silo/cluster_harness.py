@@ -24,7 +24,7 @@ from membership_tables import (
     TableUnavailableError,
     open_table,
 )
-from silo.options import SiloOptions
+from silo.membership.options import SiloOptions
 from tests.services.process import ServerProcess, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

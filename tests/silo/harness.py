@@ -26,12 +26,12 @@ from membership_tables import (
     TableVersion,
     open_table,
 )
-from silo.clock import FakeClock
-from silo.options import SiloOptions
-from silo.probing import GossipSender, IndirectProbeResult, MembershipRpcHandler, Prober
-from silo.runtime import Silo
-from silo.snapshot import MembershipSnapshot
-from silo.table_access import run_inline
+from silo.membership.clock import FakeClock
+from silo.membership.options import SiloOptions
+from silo.membership.probing import GossipSender, IndirectProbeResult, MembershipRpcHandler, Prober
+from silo.membership.snapshot import MembershipSnapshot
+from silo.membership.table_access import run_inline
+from silo.runtime.silo import Silo
 
 P = ParamSpec("P")
 CLUSTER = "test-cluster"

@@ -1,4 +1,4 @@
-"""In-process silos with the real gRPC server (``silo.process.assemble``) on a real clock.
+"""In-process silos with the real gRPC server (``silo.runtime.process.assemble``) on a real clock.
 
 For tests that need real gRPC between silos and clients but not separate processes: each
 silo uses the ``local`` preset, serves a gateway port (advertised as its ``proxy_port``) and
@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TypeVar
 
 from membership_tables import open_table
-from silo.options import SiloOptions
-from silo.process import SiloProcessConfig, SiloStack, assemble
-from silo.topology import ViewUpdate
+from silo.client.topology import ViewUpdate
+from silo.membership.options import SiloOptions
+from silo.runtime.process import SiloProcessConfig, SiloStack, assemble
 from tests.services.process import free_port
 
 CLUSTER = "live-cluster"

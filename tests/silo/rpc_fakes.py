@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
-from silo.probing import IndirectProbeResult
-from silo.server import MembershipServer
-from silo.snapshot import MembershipSnapshot
+from silo.membership.probing import IndirectProbeResult
+from silo.membership.snapshot import MembershipSnapshot
+from silo.wire.server import MembershipServer
 
 CLUSTER = "test-cluster"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

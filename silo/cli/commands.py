@@ -1,0 +1,157 @@
+"""The ``silo`` command line (also ``python -m silo``).
+
+``silo run`` runs one silo until it is signalled (SIGTERM/SIGINT: graceful stop, exit 0)
+or declared dead (exit 3); ``silo status`` prints a cluster's membership table. Bad
+arguments, options or table URIs print one ``silo: error: ...`` line and exit 2. See
+``docs/cli.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from membership_tables import MembershipTableError, open_table
+from silo.cli.arguments import handler_spec, key_value, port_number, redact, repeatable
+from silo.cli.demo import add_arguments as add_demo_arguments
+from silo.cli.demo import run as run_demo
+from silo.cli.status import render_json, render_text
+from silo.errors import OptionsError
+from silo.exit_codes import ExitCode
+from silo.membership.options import PRESETS, SiloOptions
+from silo.work.registry import HandlerRegistry
+
+log = logging.getLogger("silo")
+
+STATUS_FAILED = 1
+"""``silo status`` could not read the table (it is unreachable or a row is malformed)."""
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    try:
+        if args.command == "run":
+            return _run(args)
+        if args.command == "demo":
+            return run_demo(args)
+        return _status(args)
+    except (OptionsError, MembershipTableError) as exc:
+        # Configuration and URI errors; the table being down is handled per command.
+        print(f"silo: error: {redact(str(exc))}", file=sys.stderr)
+        return int(ExitCode.BAD_CONFIGURATION)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--table", required=True, metavar="URI", help="membership table URI, e.g. sqlite:///m.db")
+    common.add_argument("--cluster", required=True, metavar="ID", help="cluster id (the table may hold several)")
+    common.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="default INFO",
+    )
+    parser = argparse.ArgumentParser(prog="silo", description="Orleans-style cluster membership silos.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", parents=[common], help="run one silo until signalled or declared dead")
+    run.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise (default 127.0.0.1)")
+    run.add_argument("--port", type=port_number, default=0, help="gRPC port; 0 picks a free one (default)")
+    run.add_argument(
+        "--gateway-port", type=port_number, default=0, help="client gateway port to listen on and advertise; 0 = none"
+    )
+    run.add_argument("--name", default=None, help="silo name (default: silo-PORT)")
+    run.add_argument(
+        "--preset", choices=sorted(PRESETS), default="production", help="option preset (default production)"
+    )
+    repeatable(
+        run,
+        "--set",
+        "overrides",
+        key_value("OPTION", "probe_timeout=2s"),
+        "OPTION=VALUE",
+        "override an option, e.g. probe_timeout=2s",
+    )
+    repeatable(
+        run,
+        "--property",
+        "properties",
+        key_value("KEY", "zone=eu-1"),
+        "KEY=VALUE",
+        "advertise a property in the row, e.g. zone=eu-1",
+    )
+    repeatable(
+        run, "--handler", "handlers", handler_spec, "NAME=MODULE:FUNCTION", "serve a Work handler, e.g. wc=myjobs:count"
+    )
+
+    status = commands.add_parser("status", parents=[common], help="print the membership table of a cluster")
+    status.add_argument("--json", action="store_true", help="print JSON (see docs/cli.md for the shape)")
+
+    demo = commands.add_parser("demo", help="4 silos, a PySpark job, one silo killed mid-job (see docs/spark.md)")
+    add_demo_arguments(demo)
+    return parser
+
+
+def build_properties(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """``--property`` pairs as a mapping; a key given twice is an ``OptionsError``."""
+    properties: dict[str, str] = {}
+    for key, value in pairs:
+        if key in properties:
+            raise OptionsError(f"--property {key} is given twice ({properties[key]!r} and {value!r}); keep one")
+        properties[key] = value
+    return properties
+
+
+def build_options(preset: str, overrides: Sequence[tuple[str, str]]) -> SiloOptions:
+    """The preset with ``--set`` overrides applied (raises ``OptionsError`` naming the field)."""
+    return PRESETS[preset]().with_overrides(dict(overrides))
+
+
+def _run(args: argparse.Namespace) -> int:
+    options = build_options(args.preset, args.overrides)
+    properties = build_properties(args.properties)
+    handlers = HandlerRegistry.from_specs(args.handlers)
+    table = open_table(args.table, args.cluster)
+    # gRPC's C core logs connection chatter (e.g. GOAWAY from a peer that stopped) at INFO to
+    # stderr; keep the silo's log to its own lines unless the user asks otherwise.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    from silo.runtime.process import SiloProcessConfig, run_process  # the runtime and gRPC load only to run
+
+    config = SiloProcessConfig(
+        cluster_id=args.cluster,
+        host=args.host,
+        port=args.port,
+        gateway_port=args.gateway_port,
+        name=args.name,
+        options=options,
+        properties=properties,
+        handlers=handlers,
+    )
+    return int(run_process(table, config))
+
+
+def _status(args: argparse.Namespace) -> int:
+    table = open_table(args.table, args.cluster)
+    try:
+        snapshot = table.read_all()
+    except MembershipTableError as exc:
+        print(
+            f"silo: error: cannot read the membership table at {redact(args.table)}: {redact(str(exc))}",
+            file=sys.stderr,
+        )
+        return STATUS_FAILED
+    if args.json:
+        print(render_json(args.cluster, snapshot))
+    else:
+        print(render_text(args.cluster, snapshot, datetime.now(UTC)))
+    return int(ExitCode.OK)

@@ -1,0 +1,12 @@
+"""The membership protocol: the roles of one silo and the pure rules they apply.
+
+Roles (one module each): ``table_manager`` (the only writer of the table),
+``cluster_health`` (whom to probe), ``silo_health`` (probing one silo), ``gossiper``,
+``agent`` (join, IAmAlive, leave), ``cleanup``, ``local_health`` (Lifeguard). Rules as pure
+functions: ``votes``, ``ring``, ``snapshot``. Configuration and time: ``options``, ``clock``.
+``probing`` declares the seams (``Prober``, ``GossipSender``) that ``silo.wire`` implements.
+
+May import: ``membership_tables`` (the contract and model, never a backend module),
+``silo.errors``, ``silo.exit_codes``. Never gRPC, ``silo.wire``, ``silo.client``, ``silo.work``,
+``silo.runtime`` or ``silo.cli``: the rules stay testable with a fake clock and fake probes.
+"""

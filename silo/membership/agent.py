@@ -1,0 +1,152 @@
+"""The membership agent: joining, connectivity validation, IAmAlive heartbeats, leaving.
+
+Join: initialize the table, read it, declare Dead any older generation of this endpoint
+that is still alive (a crashed predecessor), insert our row as Joining, ping every Active
+silo until all answer (so we never join a cluster we cannot talk to), then become Active.
+Every step retries until ``max_join_attempt_time``. While Active it writes IAmAlive every
+``i_am_alive_table_publish_timeout``. Leaving writes ShuttingDown, then Dead.
+All writes go through the table manager.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from membership_tables import MembershipEntry, SiloAddress, SiloStatus, TableUnavailableError
+from silo.errors import DeclaredDeadError, JoinError, TableUnavailableAtStartError
+from silo.membership.clock import Clock, Periodic, with_timeout
+from silo.membership.options import SiloOptions
+from silo.membership.probing import Prober
+from silo.membership.table_manager import MembershipTableManager
+
+logger = logging.getLogger(__name__)
+
+
+class MembershipAgent:
+    """Drives this silo's own lifecycle in the table."""
+
+    def __init__(
+        self,
+        *,
+        manager: MembershipTableManager,
+        address: SiloAddress,
+        options: SiloOptions,
+        clock: Clock,
+        prober: Prober,
+    ) -> None:
+        self._manager = manager
+        self._address = address
+        self._options = options
+        self._clock = clock
+        self._prober = prober
+        self._heart: Periodic | None = None
+
+    def _check_not_terminated(self) -> None:
+        if self._manager.terminated.is_set():
+            raise DeclaredDeadError(f"silo {self._address} cannot join: {self._manager.termination_reason}")
+
+    async def join(self, entry: MembershipEntry, on_joining: Callable[[], None]) -> None:
+        """Join as ``entry`` (status Joining) and become Active, or raise a ``SiloError``."""
+        limit = self._options.max_join_attempt_time
+        deadline = self._manager.deadline_in(limit)
+        try:
+            await self._manager.initialize(deadline)
+            snapshot = await self._manager.refresh(deadline)
+            self._check_not_terminated()
+            for old in snapshot.older_generations_of(self._address):
+                if old.status is not SiloStatus.DEAD:
+                    logger.warning("silo %s declares its older generation %s Dead", self._address, old.silo_address)
+                    await self._manager.update_row(old.silo_address, _declare_dead, deadline)
+            await self._manager.insert_self(entry, deadline)
+        except TableUnavailableError as exc:
+            raise TableUnavailableAtStartError(
+                f"silo {self._address} could not reach the membership table within {limit}s ({exc}); "
+                "check the table URI and that the store is running, or raise max_join_attempt_time"
+            ) from exc
+        self._check_not_terminated()
+        on_joining()
+        try:
+            await self._validate_connectivity(deadline)
+        except JoinError:
+            await self._give_up()
+            raise
+        self._check_not_terminated()
+        if not await self._manager.update_own_status(SiloStatus.ACTIVE, self._manager.deadline_in(limit)):
+            self._check_not_terminated()
+            raise JoinError(f"silo {self._address} could not mark itself Active: its row is gone")
+        self._check_not_terminated()
+        logger.info("silo %s is Active", self._address)
+
+    async def _validate_connectivity(self, deadline: float) -> None:
+        """Ping every Active, non-stale silo each ``probe_timeout`` until all answer or the deadline passes."""
+        while True:
+            self._check_not_terminated()
+            snapshot = self._manager.snapshot
+            peers = [s for s in snapshot.active_non_stale(self._clock.now(), self._options) if s != self._address]
+            answers = await asyncio.gather(*(self._ping(peer) for peer in peers))
+            unreachable = [peer for peer, answered in zip(peers, answers, strict=True) if not answered]
+            if not unreachable:
+                return
+            names = ", ".join(map(str, unreachable))
+            if self._clock.monotonic() + self._options.probe_timeout > deadline:
+                raise JoinError(
+                    f"silo {self._address} could not reach these Active silos within "
+                    f"{self._options.max_join_attempt_time}s: {names}. Check the network and firewalls between "
+                    "silos, or wait until the cluster declares them Dead",
+                    unreachable,
+                )
+            logger.info("silo %s is joining; still cannot reach %s", self._address, names)
+            await self._clock.sleep(self._options.probe_timeout)
+            try:
+                await self._manager.refresh()
+            except TableUnavailableError:
+                logger.debug("silo %s: table unreachable while validating connectivity", self._address)
+
+    async def _ping(self, peer: SiloAddress) -> bool:
+        timeout = self._options.probe_timeout
+        try:
+            return await with_timeout(self._clock, self._prober.ping(peer, timeout), timeout)
+        except Exception as exc:
+            logger.debug("silo %s: join ping of %s failed: %r", self._address, peer, exc)
+            return False
+
+    async def _give_up(self) -> None:
+        """Best effort: leave no Joining row behind after a failed join."""
+        self._manager.mark_leaving()
+        try:
+            await self._manager.update_own_status(
+                SiloStatus.DEAD, self._manager.deadline_in(self._options.probe_timeout)
+            )
+        except TableUnavailableError:
+            logger.debug("silo %s: could not mark its failed join Dead", self._address)
+
+    def start_heartbeat(self) -> None:
+        """Write IAmAlive every ``i_am_alive_table_publish_timeout`` until stopped."""
+        self._heart = Periodic(self._clock, self._options.i_am_alive_table_publish_timeout, self._beat)
+        self._heart.start()
+
+    async def _beat(self) -> None:
+        period = self._options.i_am_alive_table_publish_timeout
+        try:
+            await self._manager.heartbeat(self._manager.deadline_in(period))
+        except TableUnavailableError:
+            logger.warning("silo %s could not write IAmAlive for %ss", self._address, period)
+
+    async def stop_heartbeat(self) -> None:
+        if self._heart is not None:
+            await self._heart.stop()
+
+    async def leave(self) -> None:
+        """Write ShuttingDown, then Dead; gives up after the detection time (others will notice)."""
+        deadline = self._manager.deadline_in(self._options.detection_time)
+        self._manager.mark_leaving()
+        for status in (SiloStatus.SHUTTING_DOWN, SiloStatus.DEAD):
+            if not await self._manager.update_own_status(status, deadline):
+                return
+        logger.info("silo %s left the cluster (Dead)", self._address)
+
+
+def _declare_dead(entry: MembershipEntry) -> MembershipEntry | None:
+    return None if entry.status is SiloStatus.DEAD else entry.replace(status=SiloStatus.DEAD)

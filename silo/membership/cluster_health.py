@@ -1,0 +1,97 @@
+"""The cluster health monitor: decides whom this silo probes, on every new snapshot.
+
+Targets are this silo's successors on the hash rings of the Active silos, plus every
+silo that has a fresh vote against it or a stale heartbeat (so suspicions are confirmed
+or cleared by more than one prober). A silo still joining probes only those suspects.
+It keeps one ``SiloHealthMonitor`` per target, creating and stopping them as the
+targets change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from membership_tables import SiloAddress, SiloStatus
+from silo.membership.clock import Clock
+from silo.membership.local_health import LocalHealth
+from silo.membership.options import SiloOptions
+from silo.membership.ring import probe_targets
+from silo.membership.silo_health import SiloHealthMonitor
+from silo.membership.snapshot import MembershipSnapshot, SnapshotPublisher
+from silo.membership.votes import fresh_votes, is_stale
+
+logger = logging.getLogger(__name__)
+
+
+def select_targets(
+    snapshot: MembershipSnapshot, local: SiloAddress, now: datetime, options: SiloOptions
+) -> list[SiloAddress]:
+    """Ring successors (only once we are Active) followed by suspected or stale silos."""
+    status = snapshot.status_of(local)
+    if status not in (SiloStatus.JOINING, SiloStatus.ACTIVE):
+        return []
+    ring = probe_targets(local, snapshot.active_silos, options.num_probed_silos) if status is SiloStatus.ACTIVE else []
+    suspects = [
+        entry.silo_address
+        for entry in snapshot.entries
+        if entry.silo_address != local
+        and entry.status is not SiloStatus.DEAD
+        and entry.silo_address not in ring
+        and (fresh_votes(entry.suspect_times, now, options.death_vote_expiration) or is_stale(entry, now, options))
+    ]
+    return ring + suspects
+
+
+class ClusterHealthMonitor:
+    """Keeps one silo health monitor per current probe target."""
+
+    def __init__(
+        self,
+        *,
+        local: SiloAddress,
+        options: SiloOptions,
+        clock: Clock,
+        publisher: SnapshotPublisher,
+        create_monitor: Callable[[SiloAddress], SiloHealthMonitor],
+        local_health: LocalHealth,
+    ) -> None:
+        self._local = local
+        self._options = options
+        self._clock = clock
+        self._publisher = publisher
+        self._create_monitor = create_monitor
+        self._health = local_health
+        self.monitors: dict[SiloAddress, SiloHealthMonitor] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        async for snapshot in self._publisher.subscribe(include_refreshes=True):
+            await self.update(snapshot)
+
+    async def update(self, snapshot: MembershipSnapshot) -> None:
+        """Start monitors for new targets and stop the ones no longer targeted."""
+        targets = select_targets(snapshot, self._local, self._clock.now(), self._options)
+        for gone in [silo for silo in self.monitors if silo not in targets]:
+            await self.monitors.pop(gone).stop()
+            self._health.forget(gone)
+        for target in targets:
+            if target not in self.monitors:
+                monitor = self._create_monitor(target)
+                self.monitors[target] = monitor
+                monitor.start()
+        if targets:
+            logger.debug("silo %s probes %s", self._local, ", ".join(map(str, targets)))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for monitor in self.monitors.values():
+            await monitor.stop()
+        self.monitors.clear()

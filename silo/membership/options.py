@@ -1,0 +1,194 @@
+"""``SiloOptions``: every tuning knob of the membership protocol in one frozen object.
+
+Durations are float seconds. ``SiloOptions.production()`` is the defaults;
+``SiloOptions.local()`` derives sub-second timings from it for tests and demos.
+Overrides given as strings (``"500ms"``, ``"false"``, ``"7"``) are parsed per field type by
+``with_overrides``; every error names the field and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from silo.errors import OptionsError
+
+__all__ = ["PRESETS", "OptionsError", "SiloOptions", "parse_duration"]
+
+_DURATION_RE = re.compile(r"^\s*(?P<number>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+_HOUR = 3600.0
+_DAY = 24 * _HOUR
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text``: ``"500ms"``, ``"2s"``, ``"5m"``, ``"1h"``, ``"7d"`` or a bare ``"1.5"`` (seconds)."""
+    match = _DURATION_RE.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise OptionsError(f"cannot parse duration {text!r}: use a number with ms, s, m, h or d, e.g. '500ms' or '2s'")
+    return float(match.group("number")) * _UNIT_SECONDS[match.group("unit")]
+
+
+@dataclass(frozen=True)
+class SiloOptions:
+    """Timings and thresholds of the membership protocol (defaults = production preset)."""
+
+    probe_timeout: float = 5.0
+    """Seconds between probes of one target and the wait for each answer. Shorter detects
+    failures sooner but mistakes slow (GC-pausing, overloaded) silos for dead ones."""
+
+    num_missed_probes_limit: int = 3
+    """Consecutive missed probes before this silo votes against the target. Detection time is
+    about ``num_missed_probes_limit * probe_timeout``; a higher limit tolerates more packet loss."""
+
+    num_probed_silos: int = 10
+    """Silos each silo probes (one successor on each of this many hash rings). More probers
+    catch failures faster and survive correlated prober failures, at more probe traffic."""
+
+    num_votes_for_death_declaration: int = 2
+    """Fresh votes needed to declare a silo Dead (capped at a majority of the Active
+    non-stale silos). More votes resist one confused silo, but need more healthy probers."""
+
+    death_vote_expiration: float = 120.0
+    """Seconds a suspicion vote stays fresh. Must exceed the detection time so votes from
+    different probers can meet; too long lets old, unrelated suspicions add up."""
+
+    i_am_alive_table_publish_timeout: float = 30.0
+    """Seconds between IAmAlive heartbeats written to the table. Heartbeats only feed
+    staleness (who is probed extra, who counts for the quorum); probes decide death."""
+
+    num_missed_table_i_am_alive_limit: int = 3
+    """A silo whose heartbeat is older than this many publish periods is stale: probed by
+    everyone and not counted for the quorum."""
+
+    table_refresh_timeout: float = 60.0
+    """Seconds between full re-reads of the table, whether or not gossip arrived. The bound
+    on how long a missed gossip leaves a silo with an old view."""
+
+    max_join_attempt_time: float = 300.0
+    """Seconds a starting silo keeps trying to reach the table and every Active silo before
+    giving up (exit code 4 or 5)."""
+
+    use_liveness_gossip: bool = True
+    """After each table write, tell every live silo to re-read. Off: changes spread only by
+    periodic refresh (slower, but fewer RPCs)."""
+
+    enable_indirect_probes: bool = True
+    """Before voting, ask a healthy third silo to probe the target too (SWIM). Fewer false
+    positives from one bad link; costs one extra RPC per suspicion."""
+
+    defunct_silo_expiration: float = 7 * _DAY
+    """Dead rows older than this (seconds since their last activity) are removed. Long enough
+    for people to inspect what died; short enough to keep the table small."""
+
+    defunct_silo_cleanup_period: float = _HOUR
+    """Seconds between cleanups of defunct rows (done by the oldest Active silo only)."""
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        self._check_ranges()
+
+    @classmethod
+    def production(cls) -> SiloOptions:
+        """The defaults: tolerant timings for real networks."""
+        return cls()
+
+    @classmethod
+    def local(cls) -> SiloOptions:
+        """Sub-second probes for tests and demos on one machine (built from ``production``)."""
+        return dataclasses.replace(
+            cls.production(),
+            probe_timeout=0.5,
+            death_vote_expiration=10.0,
+            i_am_alive_table_publish_timeout=1.0,
+            table_refresh_timeout=2.0,
+            max_join_attempt_time=10.0,
+            defunct_silo_expiration=60.0,
+            defunct_silo_cleanup_period=10.0,
+        )
+
+    @property
+    def detection_time(self) -> float:
+        """Seconds of missed probes before a vote: ``num_missed_probes_limit * probe_timeout``."""
+        return self.num_missed_probes_limit * self.probe_timeout
+
+    @property
+    def stale_after(self) -> float:
+        """Seconds without a heartbeat after which a silo counts as stale."""
+        return self.num_missed_table_i_am_alive_limit * self.i_am_alive_table_publish_timeout
+
+    def with_overrides(self, overrides: Mapping[str, object]) -> SiloOptions:
+        """A copy with ``overrides`` applied; string values are parsed per field type."""
+        fields = {field.name: field for field in dataclasses.fields(self)}
+        changes: dict[str, Any] = {}
+        for name, value in overrides.items():
+            if name not in fields:
+                close = difflib.get_close_matches(name, fields, n=3)
+                hint = f"did you mean {', '.join(close)}?" if close else f"known options: {', '.join(fields)}"
+                raise OptionsError(f"unknown option {name!r}; {hint}")
+            changes[name] = _convert(name, _field_kind(name), value)
+        return dataclasses.replace(self, **changes)
+
+    def _check_types(self) -> None:
+        for field in dataclasses.fields(self):
+            kind = _field_kind(field.name)
+            value = getattr(self, field.name)
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, field.name, float(value))
+            elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise OptionsError(
+                    f"option {field.name} must be a {kind.__name__}, got {type(value).__name__} {value!r}"
+                )
+
+    def _check_ranges(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if _field_kind(field.name) in (int, float) and not (math.isfinite(value) and value > 0):
+                raise OptionsError(f"option {field.name} must be positive and finite, got {value!r}")
+        if self.num_votes_for_death_declaration > self.num_probed_silos:
+            raise OptionsError(
+                f"num_votes_for_death_declaration ({self.num_votes_for_death_declaration}) exceeds "
+                f"num_probed_silos ({self.num_probed_silos}): a silo could never collect enough votes; "
+                "lower the votes or raise num_probed_silos"
+            )
+        if self.death_vote_expiration <= self.detection_time:
+            raise OptionsError(
+                f"death_vote_expiration ({self.death_vote_expiration}s) must be longer than the detection time "
+                f"num_missed_probes_limit * probe_timeout ({self.detection_time}s), or votes expire before "
+                "a second prober can add its own; raise death_vote_expiration"
+            )
+
+
+def _field_kind(name: str) -> type:
+    """The runtime type of a field, from its default (annotations are strings here)."""
+    return type(getattr(SiloOptions, name))
+
+
+def _convert(name: str, kind: type, value: object) -> object:
+    if not isinstance(value, str):
+        return value  # typed values are checked by __post_init__
+    try:
+        if kind is bool:
+            lowered = value.strip().lower()
+            if lowered in _TRUE | _FALSE:
+                return lowered in _TRUE
+            raise OptionsError(f"expected true or false, got {value!r}")
+        if kind is int:
+            return int(value.strip())
+        return parse_duration(value)
+    except (OptionsError, ValueError) as exc:
+        raise OptionsError(f"bad value for option {name}: {exc}") from exc
+
+
+PRESETS: dict[str, Callable[[], SiloOptions]] = {
+    "production": SiloOptions.production,
+    "local": SiloOptions.local,
+}
+"""Named presets (the CLI's ``--preset``)."""

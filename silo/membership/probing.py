@@ -1,0 +1,74 @@
+"""The seams between the protocol logic and the wire.
+
+The protocol roles depend on these protocols only; ``silo.wire.prober`` and ``silo.gossip``
+implement them over gRPC, and unit tests implement them with plain functions
+(a scripted partition is a three-line lambda).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from membership_tables import MembershipTableData, SiloAddress
+
+
+@dataclass(frozen=True)
+class IndirectProbeResult:
+    """What an intermediary reports after pinging a target on our behalf."""
+
+    succeeded: bool
+    intermediary_health_score: int
+    """The intermediary's own local-health score (0 = healthy); an unhealthy
+    intermediary's failed probe means "unknown", not "the target is dead"."""
+    response_time: float
+    """Seconds the intermediary's ping took."""
+    failure_message: str = ""
+
+
+class Prober(Protocol):
+    """Direct and indirect probes of other silos."""
+
+    async def ping(self, target: SiloAddress, timeout: float) -> bool:
+        """True if ``target`` answered within ``timeout`` seconds."""
+        ...
+
+    async def probe_indirectly(
+        self, intermediary: SiloAddress, target: SiloAddress, timeout: float
+    ) -> IndirectProbeResult:
+        """Ask ``intermediary`` to ping ``target``; raises or fails if it cannot be asked."""
+        ...
+
+
+class GossipSender(Protocol):
+    """Fire-and-forget "re-read the table, it is now at version V"."""
+
+    async def send(self, target: SiloAddress, version: int) -> None:
+        """Deliver one notification; errors are swallowed by the caller."""
+        ...
+
+
+class MembershipRpcHandler(Protocol):
+    """What the gRPC server asks of the local silo when a peer calls it."""
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def silo_address(self) -> SiloAddress: ...
+
+    def health_score(self) -> int:
+        """This silo's local-health score (0 = healthy, larger = worse)."""
+        ...
+
+    async def on_gossip(self, version: int) -> None:
+        """A peer says the table is at ``version``: re-read if that is newer than ours."""
+        ...
+
+    async def probe_for_peer(self, target: SiloAddress, timeout: float) -> IndirectProbeResult:
+        """Ping ``target`` on a peer's behalf (an indirect probe)."""
+        ...
+
+    def membership_snapshot(self) -> MembershipTableData:
+        """The latest table snapshot this silo holds."""
+        ...

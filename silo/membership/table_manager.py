@@ -1,0 +1,295 @@
+"""The table manager: the only role that writes to the membership table.
+
+It holds the latest snapshot and publishes only newer ones; re-reads the table every
+``table_refresh_timeout`` (first tick randomized) and when gossip announces a newer
+version; writes the silo's own row, suspicion votes and death declarations as
+read-modify-write with ``update_row(entry, row_etag, read.version.next())``; and decides
+when this silo must terminate itself (it reads itself Dead, finds a newer generation of
+itself, or its row vanished after it joined).
+
+Safety when the table is down: infrastructure errors are retried with exponential
+backoff and jitter, never turned into a vote. Votes are never retried across an outage
+(their evidence would be stale), and after an outage no vote is cast until every live
+silo has had ``stale_after`` seconds to heartbeat again, because heartbeats that lapsed
+during the outage would otherwise shrink the quorum.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import functools
+import logging
+import random as random_module
+from collections.abc import Callable
+from datetime import timedelta
+
+from membership_tables import (
+    UNINITIALIZED_VERSION,
+    MembershipEntry,
+    MembershipTable,
+    MembershipTableData,
+    SiloAddress,
+    SiloStatus,
+    TableUnavailableError,
+)
+from silo.membership.clock import Clock, Periodic
+from silo.membership.options import SiloOptions
+from silo.membership.snapshot import MembershipSnapshot, SnapshotPublisher
+from silo.membership.table_access import BlockingRunner, TableAccess, run_in_thread
+from silo.membership.votes import VoteKind, decide_vote
+
+logger = logging.getLogger(__name__)
+
+
+class VoteOutcome(enum.Enum):
+    VOTED = "voted"
+    DECLARED_DEAD = "declared_dead"
+    ALREADY_GONE = "already_gone"
+    """The target is Dead or absent already."""
+    LOST_RACE = "lost_race"
+    """Someone wrote first; the next failed probe votes again on a fresh read."""
+    NOT_ALLOWED = "not_allowed"
+    """The table is or just was unreachable, or this silo is not a live member."""
+
+
+OnWrite = Callable[[int, MembershipSnapshot], None]
+"""Called after every successful versioned write with the version written."""
+
+
+class MembershipTableManager:
+    """The only writer of the table; the source of snapshots; the judge of self-termination."""
+
+    def __init__(
+        self,
+        *,
+        table: MembershipTable,
+        address: SiloAddress,
+        options: SiloOptions,
+        clock: Clock,
+        random: random_module.Random,
+        run_blocking: BlockingRunner = run_in_thread,
+        on_write: OnWrite | None = None,
+    ) -> None:
+        self._table = table
+        self._address = address
+        self._options = options
+        self._clock = clock
+        self._random = random
+        self._on_write = on_write
+        self.publisher = SnapshotPublisher()
+        self.terminated = asyncio.Event()
+        self._access = TableAccess(
+            address=address, options=options, clock=clock, run_blocking=run_blocking, give_up=self.terminated.is_set
+        )
+        self.termination_reason = ""
+        self._joined_version: int | None = None
+        self._leaving = False
+        self._refresher: Periodic | None = None
+        self._empty = MembershipSnapshot(MembershipTableData((), UNINITIALIZED_VERSION))
+
+    @property
+    def snapshot(self) -> MembershipSnapshot:
+        return self.publisher.current or self._empty
+
+    @property
+    def table_available(self) -> bool:
+        return self._access.available
+
+    def can_vote(self) -> bool:
+        """False while the table is unreachable and for ``stale_after`` seconds after it came back."""
+        if not self._access.available or self.terminated.is_set():
+            return False
+        recovered = self._access.recovered_at
+        return recovered is None or self._clock.monotonic() - recovered >= self._options.stale_after
+
+    def mark_leaving(self) -> None:
+        """This silo is about to write itself Dead: reading that back is not a reason to terminate."""
+        self._leaving = True
+
+    def terminate(self, reason: str) -> None:
+        """Signal the runtime to stop serving at once; the first reason wins."""
+        if self.terminated.is_set():
+            return
+        self.termination_reason = reason
+        logger.warning("silo %s terminates itself: %s", self._address, reason)
+        self.terminated.set()
+
+    def deadline_in(self, seconds: float) -> float:
+        return self._access.deadline_in(seconds)
+
+    # --- reads ---------------------------------------------------------------------------
+
+    async def initialize(self, deadline: float | None) -> None:
+        await self._access.call(functools.partial(self._table.initialize, try_init_version=True), deadline)
+
+    async def refresh(self, deadline: float | None = None) -> MembershipSnapshot:
+        """Read the whole table, publish it if newer, and check whether we must terminate."""
+        data = await self._access.call(self._table.read_all, deadline)
+        return await self._accept(data)
+
+    async def _accept(self, data: MembershipTableData) -> MembershipSnapshot:
+        snapshot = MembershipSnapshot(data)
+        await self.publisher.publish(snapshot)
+        self._check_own_row(snapshot.entry(self._address), snapshot.version)
+        newer = snapshot.newer_generations_of(self._address)
+        if newer:
+            self.terminate(f"superseded by a newer generation of this endpoint: {newer[0]}")
+        return self.snapshot
+
+    def _check_own_row(self, entry: MembershipEntry | None, version: int) -> None:
+        if entry is not None and entry.status is SiloStatus.DEAD and not self._leaving:
+            killer = entry.suspect_times[-1][0] if entry.suspect_times else "itself or an operator"
+            self.terminate(f"the table says this silo is Dead (declared by {killer})")
+        elif entry is None and self._joined_version is not None and version > self._joined_version:
+            self.terminate(f"this silo's row is gone from table version {version}")
+
+    async def on_gossip(self, version: int) -> None:
+        """A peer says the table is at ``version``: re-read once if that is newer than ours."""
+        if version <= self.snapshot.version:
+            return
+        try:
+            await self.refresh()
+        except TableUnavailableError:
+            logger.debug("silo %s: gossip of version %d but the table is unreachable", self._address, version)
+
+    # --- writes --------------------------------------------------------------------------
+
+    async def _after_write(self, version: int) -> None:
+        try:
+            snapshot = await self.refresh()
+        except TableUnavailableError:
+            snapshot = self.snapshot
+        if self._on_write is not None:
+            self._on_write(version, snapshot)
+
+    async def insert_self(self, entry: MembershipEntry, deadline: float) -> None:
+        """Insert this silo's row (retried until ``deadline``); an existing row of ours counts as done."""
+        while True:
+            data = await self._access.call(self._table.read_all, deadline)
+            await self._accept(data)
+            if data.get(self._address) is not None:
+                self._joined_version = data.version.version
+                return
+            written = data.version.next()
+            if await self._access.call(functools.partial(self._table.insert_row, entry, written), deadline):
+                self._joined_version = written.version
+                logger.info(
+                    "silo %s inserted its row as %s at version %d", self._address, entry.status.name, written.version
+                )
+                await self._after_write(written.version)
+                return
+            if self._clock.monotonic() >= deadline:
+                raise TableUnavailableError("lost every race to insert this silo's row before the deadline")
+
+    async def update_row(
+        self, silo: SiloAddress, change: Callable[[MembershipEntry], MembershipEntry | None], deadline: float
+    ) -> bool:
+        """Read-modify-write one row until it sticks; ``change`` returns None for "nothing to do".
+
+        Lost races are retried on a fresh read; unavailability until ``deadline``. False if
+        the row is absent, ``change`` declined, or (for our own row) we must terminate.
+        """
+        own = silo == self._address
+        while not (own and self.terminated.is_set()):
+            data = await self._access.call(functools.partial(self._table.read_row, silo), deadline)
+            row = data.get(silo)
+            if own:
+                self._check_own_row(row[0] if row else None, data.version.version)
+                if self.terminated.is_set():
+                    return False
+            if row is None or row[0].status is SiloStatus.DEAD:
+                return False  # Dead is terminal: never written over
+            entry = change(row[0])
+            if entry is None:
+                return False
+            written = data.version.next()
+            if await self._access.call(functools.partial(self._table.update_row, entry, row[1], written), deadline):
+                logger.info(
+                    "silo %s wrote %s as %s at version %d", self._address, silo, entry.status.name, written.version
+                )
+                await self._after_write(written.version)
+                return True
+            if self._clock.monotonic() >= deadline:
+                return False
+        return False
+
+    async def update_own_status(self, status: SiloStatus, deadline: float) -> bool:
+        def change(entry: MembershipEntry) -> MembershipEntry:
+            return entry.replace(status=status, i_am_alive_time=self._clock.now())
+
+        return await self.update_row(self._address, change, deadline)
+
+    async def heartbeat(self, deadline: float) -> None:
+        """Write IAmAlive now (a blind write: no version bump)."""
+        now = self._clock.now()
+        await self._access.call(functools.partial(self._table.update_i_am_alive, self._address, now), deadline)
+
+    async def cleanup_defunct(self, older_than: float) -> int:
+        """Remove Dead rows inactive for ``older_than`` seconds (not a versioned write)."""
+        before = self._clock.now() - timedelta(seconds=older_than)
+        return await self._access.call(functools.partial(self._table.cleanup_defunct_entries, before), None)
+
+    async def try_vote(self, target: SiloAddress, intermediary: SiloAddress | None = None) -> VoteOutcome:
+        """Vote against ``target`` (with a healthy ``intermediary``), declaring it Dead on quorum.
+
+        One attempt, never retried: a silo that cannot read the table does not vote, and
+        the next failed probe votes again on fresh evidence.
+        """
+        if not self.can_vote():
+            return VoteOutcome.NOT_ALLOWED
+        try:
+            data = await self._access.attempt(self._table.read_all)
+            snapshot = await self._accept(data)
+            if snapshot.status_of(self._address) not in (SiloStatus.JOINING, SiloStatus.ACTIVE):
+                return VoteOutcome.NOT_ALLOWED
+            row = data.get(target)
+            if row is None or row[0].status is SiloStatus.DEAD:
+                return VoteOutcome.ALREADY_GONE
+            now = self._clock.now()
+            read = MembershipSnapshot(data)
+            quorum_base = len(read.active_non_stale(now, self._options))
+            dead = {entry.silo_address for entry in read.with_status(SiloStatus.DEAD)}
+            decision = decide_vote(row[0], self._address, intermediary, now, self._options, quorum_base, dead)
+            written = data.version.next()
+            if not await self._access.attempt(
+                functools.partial(self._table.update_row, decision.entry, row[1], written)
+            ):
+                return VoteOutcome.LOST_RACE
+        except TableUnavailableError:
+            return VoteOutcome.NOT_ALLOWED
+        helper = f" with {intermediary}" if intermediary else ""
+        if decision.kind is VoteKind.DECLARE_DEAD:
+            logger.warning(
+                "silo %s declared %s Dead%s (%d of %d votes)",
+                self._address, target, helper, decision.votes, decision.required,
+            )  # fmt: skip
+        else:
+            logger.info(
+                "silo %s voted against %s%s (%d of %d votes)",
+                self._address, target, helper, decision.votes, decision.required,
+            )  # fmt: skip
+        await self._after_write(written.version)
+        return VoteOutcome.DECLARED_DEAD if decision.kind is VoteKind.DECLARE_DEAD else VoteOutcome.VOTED
+
+    # --- periodic refresh ------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start re-reading the table every ``table_refresh_timeout`` (first tick randomized)."""
+        period = self._options.table_refresh_timeout
+        self._refresher = Periodic(
+            self._clock, period, self._refresh_round, first_delay=self._random.uniform(0, period)
+        )
+        self._refresher.start()
+
+    async def _refresh_round(self) -> None:
+        period = self._options.table_refresh_timeout
+        try:
+            await self.refresh(self.deadline_in(period))
+        except TableUnavailableError:
+            logger.warning("silo %s: table still unreachable after retrying for %ss", self._address, period)
+
+    async def stop(self) -> None:
+        if self._refresher is not None:
+            await self._refresher.stop()
+        await self.publisher.close()

@@ -1,0 +1,159 @@
+"""One silo as an operating-system process: what ``silo run`` does after parsing arguments.
+
+Order matters: the gRPC server binds first (``--port 0`` lets the OS pick), because the
+silo's identity ``host:port@generation`` needs the port; then the silo joins, and the
+health service turns SERVING once it is Active. SIGTERM/SIGINT stop it gracefully
+(ShuttingDown, then Dead, exit 0). If the silo finds itself declared dead it stops
+serving at once and the process exits with ``ExitCode.DECLARED_DEAD``.
+
+``assemble`` builds the same stack (server, prober, silo) for silos that run inside another
+program, e.g. tests: ``await stack.start()`` ... ``await stack.silo.stop(); await stack.close()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from membership_tables import MembershipTable, SiloAddress, SiloStatus
+from silo.errors import SiloError
+from silo.exit_codes import ExitCode
+from silo.membership.options import SiloOptions
+from silo.membership.probing import Prober
+from silo.runtime.silo import Silo
+from silo.wire.prober import GrpcProber
+from silo.wire.server import BindError, MembershipServer
+from silo.work.registry import HandlerRegistry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SiloProcessConfig:
+    cluster_id: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    gateway_port: int = 0
+    name: str | None = None
+    """Silo name; ``None`` = ``silo-PORT``."""
+    options: SiloOptions = field(default_factory=SiloOptions.production)
+    properties: Mapping[str, str] = field(default_factory=dict)
+    """Advertised in the silo's row (``--property``)."""
+    handlers: HandlerRegistry = field(default_factory=HandlerRegistry)
+    """The Work handlers served (``--handler``); the built-ins are always there."""
+
+
+def run_process(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
+    """Run the silo until it is signalled or declared dead; returns the exit code."""
+    return asyncio.run(_serve(table, config))
+
+
+@dataclass(frozen=True)
+class SiloStack:
+    """A silo wired to its gRPC server and prober, not started yet (``assemble``)."""
+
+    silo: Silo
+    server: MembershipServer
+    prober: GrpcProber
+    gateway_port: int
+    """The extra gateway port (``0`` = none); the silo port serves the same services."""
+
+    async def start(self) -> None:
+        """Serve, join, and report SERVING once Active (raises a ``SiloError`` if the join fails)."""
+        await self.server.start(self.silo)
+        await self.silo.start()
+        await self.server.set_serving(self.silo.status == SiloStatus.ACTIVE)
+
+    async def close(self) -> None:
+        """Stop serving and close the prober's channels (after ``silo.stop()`` for a graceful leave)."""
+        await self.server.stop(None)
+        await self.prober.close()
+
+
+def assemble(
+    table: MembershipTable, config: SiloProcessConfig, wrap_prober: Callable[[Prober], Prober] | None = None
+) -> SiloStack:
+    """Bind the server (so the address has the real port), then build the silo; raises ``BindError``.
+
+    ``wrap_prober`` (benchmarks only, e.g. injected probe loss) wraps the prober the silo probes
+    with; gossip and ``SiloStack.prober`` stay the plain ``GrpcProber``.
+    """
+    server = MembershipServer(config.host, config.port, handlers=config.handlers)
+    gateway_port = server.add_port(config.gateway_port) if config.gateway_port else 0
+    address = SiloAddress(config.host, server.port, generation=time.time_ns() // 1_000_000)
+    prober = GrpcProber(config.cluster_id, address, gossip_timeout=config.options.probe_timeout)
+    silo = Silo(
+        table=table,
+        address=address,
+        options=config.options,
+        prober=wrap_prober(prober) if wrap_prober else prober,
+        gossip=prober,
+        silo_name=config.name or f"silo-{server.port}",
+        host_name=socket.gethostname(),
+        proxy_port=gateway_port,
+        properties=config.properties,
+    )
+    return SiloStack(silo, server, prober, gateway_port)
+
+
+async def _serve(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
+    try:
+        stack = assemble(table, config)
+    except BindError as exc:
+        log.error("%s", exc)
+        return ExitCode.BAD_CONFIGURATION
+    silo, server = stack.silo, stack.server
+    stop_requested = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop_requested.set)
+    await server.start(silo)
+    log.info("silo %s listening", silo.silo_address)
+    try:
+        return await _lifetime(silo, server, stop_requested)
+    finally:
+        await stack.close()
+
+
+async def _lifetime(silo: Silo, server: MembershipServer, stop_requested: asyncio.Event) -> ExitCode:
+    signalled: asyncio.Future[Any] = asyncio.ensure_future(stop_requested.wait())
+    try:
+        if not await _join(silo, signalled):
+            return await silo.wait_terminated()
+        await server.set_serving(True)
+        log.info("silo %s is active", silo.silo_address)
+        terminated = asyncio.ensure_future(silo.wait_terminated())
+        await asyncio.wait({terminated, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        signalled.cancel()
+    if terminated.done():
+        log.error("silo %s terminated itself: %s", silo.silo_address, silo.termination_reason or "see above")
+        return terminated.result()
+    log.info("silo %s stopping (signalled)", silo.silo_address)
+    await server.set_serving(False)
+    await silo.stop()
+    return await terminated
+
+
+async def _join(silo: Silo, signalled: asyncio.Future[Any]) -> bool:
+    """Join the cluster; False if the join failed or a signal interrupted it (the silo is then stopped)."""
+    joining: asyncio.Future[Any] = asyncio.ensure_future(silo.start())
+    await asyncio.wait({joining, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    if not joining.done():
+        log.info("silo %s signalled while joining; leaving", silo.silo_address)
+        await silo.stop()
+    try:
+        await joining
+    except SiloError as exc:
+        # the runtime has logged why; say what the process does about it
+        log.error(
+            "silo %s could not start: exiting with code %d (%s)", silo.silo_address, exc.exit_code, exc.exit_code.name
+        )
+        return False
+    return silo.status == SiloStatus.ACTIVE

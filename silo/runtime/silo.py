@@ -1,0 +1,291 @@
+"""``Silo``: one cluster member, composed of the membership roles.
+
+Roles (one module each): the table manager (the only writer; snapshots; self-termination),
+the cluster health monitor (whom to probe), one silo health monitor per target, the local
+health score, the gossiper, the agent (join, IAmAlive, leave) and the cleanup agent.
+The wire is injected: a ``Prober`` and a ``GossipSender``; the gRPC server calls this
+object through the ``MembershipRpcHandler`` methods.
+
+Lifecycle a caller may rely on::
+
+    silo = Silo(table=..., address=..., options=..., prober=..., gossip=...)
+    await silo.start()                 # returns once Active, or raises a SiloError
+    code = await silo.wait_terminated()  # OK after stop(); DECLARED_DEAD if the cluster
+                                         # declared us Dead or a newer generation took over
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random as random_module
+from collections.abc import AsyncIterator, Mapping
+
+from membership_tables import (
+    MembershipEntry,
+    MembershipTable,
+    MembershipTableData,
+    SiloAddress,
+    SiloStatus,
+    TableUnavailableError,
+)
+from silo.errors import SiloError
+from silo.exit_codes import ExitCode
+from silo.membership.agent import MembershipAgent
+from silo.membership.cleanup import CleanupAgent
+from silo.membership.clock import Clock, SystemClock, with_timeout
+from silo.membership.cluster_health import ClusterHealthMonitor
+from silo.membership.gossiper import Gossiper
+from silo.membership.local_health import LocalHealth
+from silo.membership.options import SiloOptions
+from silo.membership.probing import GossipSender, IndirectProbeResult, Prober
+from silo.membership.silo_health import SiloHealthMonitor
+from silo.membership.snapshot import MembershipSnapshot
+from silo.membership.table_access import BlockingRunner, run_in_thread
+from silo.membership.table_manager import MembershipTableManager
+
+logger = logging.getLogger(__name__)
+
+
+class Silo:
+    """A silo process's membership runtime; implements ``MembershipRpcHandler``."""
+
+    def __init__(
+        self,
+        *,
+        table: MembershipTable,
+        address: SiloAddress,
+        options: SiloOptions,
+        prober: Prober,
+        gossip: GossipSender,
+        clock: Clock | None = None,
+        silo_name: str = "",
+        host_name: str = "",
+        proxy_port: int = 0,
+        role_name: str = "",
+        properties: Mapping[str, str] | None = None,
+        random: random_module.Random | None = None,
+        run_blocking: BlockingRunner | None = None,
+    ) -> None:
+        self._table = table
+        self._address = address
+        self._options = options
+        self._prober = prober
+        self._clock: Clock = clock or SystemClock()
+        self._random = random or random_module.Random()
+        now = self._clock.now()
+        self._profile = MembershipEntry(  # validates the caller's fields before anything starts
+            address,
+            SiloStatus.CREATED,
+            start_time=now,
+            i_am_alive_time=now,
+            silo_name=silo_name,
+            host_name=host_name,
+            proxy_port=proxy_port,
+            role_name=role_name,
+            properties=dict(properties or {}),
+        )
+        self._gossiper = Gossiper(address=address, options=options, clock=self._clock, sender=gossip)
+        self._manager = MembershipTableManager(
+            table=table,
+            address=address,
+            options=options,
+            clock=self._clock,
+            random=self._random,
+            run_blocking=run_blocking or run_in_thread,
+            on_write=self._gossiper.publish,
+        )
+        self._health = LocalHealth(address=address, options=options, clock=self._clock, snapshot=self._current)
+        self._cluster = ClusterHealthMonitor(
+            local=address,
+            options=options,
+            clock=self._clock,
+            publisher=self._manager.publisher,
+            create_monitor=self._create_monitor,
+            local_health=self._health,
+        )
+        self._agent = MembershipAgent(
+            manager=self._manager, address=address, options=options, clock=self._clock, prober=prober
+        )
+        self._cleanup = CleanupAgent(manager=self._manager, address=address, options=options, clock=self._clock)
+        self._status = SiloStatus.CREATED
+        self._started = False
+        self._stopping = False
+        self._done = asyncio.Event()
+        self._exit_code = ExitCode.OK
+        self._finishing: asyncio.Future[None] | None = None
+        self._join_task: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+
+    # --- MembershipRpcHandler ---------------------------------------------------------
+
+    @property
+    def cluster_id(self) -> str:
+        return self._table.cluster_id
+
+    @property
+    def silo_address(self) -> SiloAddress:
+        return self._address
+
+    def health_score(self) -> int:
+        return self._health.score()
+
+    async def on_gossip(self, version: int) -> None:
+        if not self._done.is_set():
+            await self._manager.on_gossip(version)
+
+    async def probe_for_peer(self, target: SiloAddress, timeout: float) -> IndirectProbeResult:
+        started = self._clock.monotonic()
+        failure = ""
+        try:
+            answered = await with_timeout(self._clock, self._prober.ping(target, timeout), timeout)
+        except Exception as exc:
+            answered, failure = False, f"{type(exc).__name__}: {exc}"
+        if not answered and not failure:
+            failure = f"{target} did not answer"
+        elapsed = self._clock.monotonic() - started
+        return IndirectProbeResult(answered, self.health_score(), elapsed, failure)
+
+    def membership_snapshot(self) -> MembershipTableData:
+        return self._manager.snapshot.data
+
+    # --- public API -------------------------------------------------------------------
+
+    @property
+    def options(self) -> SiloOptions:
+        return self._options
+
+    @property
+    def status(self) -> SiloStatus:
+        """This silo's own lifecycle status (Dead once it stopped for any reason)."""
+        return self._status
+
+    @property
+    def snapshot(self) -> MembershipSnapshot:
+        """The latest membership snapshot this silo holds."""
+        return self._manager.snapshot
+
+    @property
+    def termination_reason(self) -> str:
+        """Why the silo terminated itself ("" unless it was declared dead or superseded)."""
+        return self._manager.termination_reason
+
+    def snapshots(self) -> AsyncIterator[MembershipSnapshot]:
+        """The current snapshot, then every newer one in version order, until the silo stops."""
+        return self._manager.publisher.subscribe()
+
+    async def start(self) -> None:
+        """Join the cluster; returns once Active.
+
+        Raises ``JoinError`` (exit code 4), ``TableUnavailableAtStartError`` (5) or
+        ``DeclaredDeadError`` (3); the silo is then stopped and ``wait_terminated()``
+        returns that code. If ``stop()`` interrupts the join, returns quietly.
+        """
+        if self._started:
+            raise SiloError(f"silo {self._address} was already started; create a new Silo to rejoin")
+        self._started = True
+        self._watcher = asyncio.create_task(self._watch_termination())
+        self._manager.start()
+        self._health.start()
+        self._cluster.start()
+        now = self._clock.now()
+        entry = self._profile.replace(status=SiloStatus.JOINING, start_time=now, i_am_alive_time=now)
+        self._join_task = asyncio.create_task(self._agent.join(entry, self._on_joining))
+        try:
+            await self._join_task
+        except asyncio.CancelledError:
+            if self._stopping:
+                return
+            raise
+        except SiloError as exc:
+            logger.error("silo %s failed to start: %s", self._address, exc)
+            await self._finish(exc.exit_code)
+            raise
+        if self._stopping or self._finishing is not None:
+            return  # stop() or a termination raced with the last step of the join
+        self._status = SiloStatus.ACTIVE
+        self._agent.start_heartbeat()
+        self._cleanup.start()
+
+    def _on_joining(self) -> None:
+        self._status = SiloStatus.JOINING
+
+    async def stop(self) -> None:
+        """Leave gracefully (ShuttingDown, then Dead) and stop every role. Idempotent."""
+        if self._stopping or self._done.is_set():
+            await self._done.wait()
+            return
+        self._stopping = True
+        if self._join_task is not None and not self._join_task.done():
+            self._join_task.cancel()
+            await asyncio.gather(self._join_task, return_exceptions=True)
+        if self._status in (SiloStatus.JOINING, SiloStatus.ACTIVE) and not self._manager.terminated.is_set():
+            self._status = SiloStatus.SHUTTING_DOWN
+            await self._cluster.stop()  # no votes while leaving
+            try:
+                await self._agent.leave()
+            except TableUnavailableError:
+                logger.warning("silo %s could not write its departure; the cluster will detect it", self._address)
+        await self._finish(ExitCode.OK)
+
+    async def wait_terminated(self) -> ExitCode:
+        """Wait until the silo stopped for any reason and return the process exit code."""
+        await self._done.wait()
+        return self._exit_code
+
+    async def set_properties(self, properties: Mapping[str, str]) -> bool:
+        """Replace this silo's advertised properties (a versioned row update). False if not a member."""
+
+        def change(entry: MembershipEntry) -> MembershipEntry:
+            return entry.replace(properties=dict(properties))
+
+        self._profile = self._profile.replace(properties=dict(properties))
+        if self._status not in (SiloStatus.JOINING, SiloStatus.ACTIVE):
+            return False
+        deadline = self._manager.deadline_in(self._options.max_join_attempt_time)
+        return await self._manager.update_row(self._address, change, deadline)
+
+    # --- internals --------------------------------------------------------------------
+
+    def _current(self) -> MembershipSnapshot:
+        return self._manager.snapshot
+
+    def _create_monitor(self, target: SiloAddress) -> SiloHealthMonitor:
+        return SiloHealthMonitor(
+            target=target,
+            local=self._address,
+            options=self._options,
+            clock=self._clock,
+            prober=self._prober,
+            local_health=self._health,
+            snapshot=self._current,
+            vote=self._manager.try_vote,
+            random=self._random,
+        )
+
+    async def _watch_termination(self) -> None:
+        await self._manager.terminated.wait()
+        if not self._stopping:
+            if self._join_task is not None and not self._join_task.done():
+                return  # start() raises DeclaredDeadError and finishes
+            await self._finish(ExitCode.DECLARED_DEAD)
+
+    async def _finish(self, code: ExitCode) -> None:
+        """Stop every role once; later callers wait for the first one to complete."""
+        if self._finishing is None:
+            self._finishing = asyncio.ensure_future(self._stop_roles(code))
+        await asyncio.shield(self._finishing)
+
+    async def _stop_roles(self, code: ExitCode) -> None:
+        await self._cluster.stop()
+        await self._agent.stop_heartbeat()
+        await self._cleanup.stop()
+        await self._health.stop()
+        await self._gossiper.stop()
+        await self._manager.stop()
+        if self._watcher is not None and self._watcher is not asyncio.current_task():
+            self._watcher.cancel()
+        self._status = SiloStatus.DEAD
+        self._exit_code = code
+        logger.info("silo %s stopped (exit code %d %s)", self._address, code, code.name)
+        self._done.set()

@@ -1,0 +1,356 @@
+"""PySpark integration: send each record of a DataFrame to the silo that owns its key.
+
+::
+
+    from silo.spark import route_to_silos
+
+    out = route_to_silos(df, "user_id", "example.checksum", table="sqlite:///m.db", cluster="prod")
+    # out: user_id, result (binary), silo (string), rerouted (bool), via_sidecar (bool)
+
+The driver reads the live view once (``read_view``: the Active silos of the membership table)
+and broadcasts it with the job settings. Each task hashes its records' keys onto the same
+consistent-hash ring, sends them to their owners in batches over gRPC (``Work.Process``) and
+yields one output row per input record. When a silo dies mid-job the task re-reads the view
+from the table (a newer version only) and moves that silo's keys to their next owners; see
+``silo.work.routing`` for the failover rules. Delivery is at least once: handlers must be
+idempotent. The output is lazy like any DataFrame: every action on it routes the records
+again, so ``persist()`` it or write it out once.
+
+**Sidecars.** An executor whose environment has ``SILO_SIDECAR_ADDRESS=host:port`` (the
+advertised address of a silo on the same host, e.g. from a Kubernetes pod template or the
+Spark worker's environment) recognises that silo in the view; records it owns go to it
+without leaving the host, and their rows say ``via_sidecar``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from membership_tables import open_table
+from silo.client.topology import ClusterView
+from silo.work.client import SyncWorkClient
+from silo.work.hashring import DEFAULT_VIRTUAL_NODES
+from silo.work.routing import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_MAX_ATTEMPTS,
+    NoLiveSiloError,
+    Record,
+    Router,
+    check_positive_int,
+)
+
+if TYPE_CHECKING:
+    from pyspark.broadcast import Broadcast
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "OUTPUT_COLUMNS",
+    "SIDECAR_ENV",
+    "RoutingJob",
+    "ViewSource",
+    "encode_payload",
+    "local_session",
+    "read_view",
+    "route_to_silos",
+    "routing_key",
+]
+
+SIDECAR_ENV = "SILO_SIDECAR_ADDRESS"
+"""Executor environment variable: the local sidecar silo's advertised ``host:port``."""
+
+OUTPUT_COLUMNS = ("silo", "rerouted", "via_sidecar")
+"""Columns ``route_to_silos`` adds after the key and result columns."""
+
+DEFAULT_TIMEOUT = 30.0
+"""Seconds one ``Work.Process`` call may take before the batch fails over to another silo."""
+
+
+def read_view(table: str, cluster: str) -> ClusterView:
+    """The cluster's current view (its Active silos) read from the membership table at ``table``."""
+    with open_table(table, cluster) as opened:
+        return ClusterView.from_table_data(cluster, opened.read_all())
+
+
+@dataclass(frozen=True)
+class ViewSource:
+    """Where the driver reads the view and executors re-read it after a failure (picklable).
+
+    The table (``read_view``) when ``table`` is set, else the silos' gateways through a
+    ``silo.client.MembershipClient``.
+    """
+
+    cluster: str
+    table: str | None = None
+    gateways: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.table is None) == (not self.gateways):
+            raise ValueError(
+                "give the membership table (table='URI') or the silos' gateways (gateways=['host:port']), "
+                "exactly one of them"
+            )
+
+    def read(self) -> ClusterView:
+        if self.table is not None:
+            return read_view(self.table, self.cluster)
+        from silo.client.membership_client import MembershipClient
+
+        with MembershipClient(self.cluster, self.gateways) as client:
+            return client.view()
+
+
+def routing_key(value: object, column: str = "key") -> str:
+    """The string a key is hashed and sent as: strings as they are, anything else as ``str(value)``."""
+    if value is None:
+        raise ValueError(
+            f"key column {column!r} is null in a record; every record needs a key to be routed: "
+            "filter nulls out or fill them (df.na.fill) first"
+        )
+    return value if isinstance(value, str) else str(value)
+
+
+def encode_payload(values: Sequence[Any]) -> bytes:
+    """The payload sent for one record: its value columns as a compact JSON array (UTF-8).
+
+    Values JSON cannot hold (dates, decimals, ...) are sent as their ``str()``. A single
+    binary value column is sent as its raw bytes instead (see ``route_to_silos``).
+    """
+    return json.dumps(list(values), separators=(",", ":"), ensure_ascii=False, default=str).encode()
+
+
+@dataclass(frozen=True)
+class RoutingJob:
+    """Everything a task needs, broadcast once by the driver."""
+
+    view: ClusterView
+    source: ViewSource
+    handler: str
+    key_column: str
+    raw_payload: bool
+    """True when the payload is one binary column, sent as is."""
+    batch_size: int = DEFAULT_BATCH_SIZE
+    timeout: float = DEFAULT_TIMEOUT
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    virtual_nodes: int = DEFAULT_VIRTUAL_NODES
+
+    def records(self, rows: Iterable[Sequence[Any]]) -> Iterator[Record[Any]]:
+        """``(key, value...)`` rows as routing records."""
+        for row in rows:
+            key, *values = row
+            payload = bytes(values[0] or b"") if self.raw_payload else encode_payload(values)
+            yield Record(key, routing_key(key, self.key_column), payload)
+
+    def route_partition(
+        self, rows: Iterable[Sequence[Any]], sidecar: str | None
+    ) -> Iterator[tuple[Any, bytes, str, bool, bool]]:
+        """One task: route ``rows`` and yield output rows (key, result, silo, rerouted, via_sidecar)."""
+        with SyncWorkClient(self.view.cluster_id) as client:
+            router: Router[Any] = Router(
+                self.view,
+                self.handler,
+                partial(client.process, timeout=self.timeout),
+                self.source.read,
+                sidecar=sidecar,
+                virtual_nodes=self.virtual_nodes,
+                max_attempts=self.max_attempts,
+            )
+            for routed in router.route(self.records(rows), self.batch_size):
+                yield routed.key, routed.result, str(routed.silo), routed.rerouted, routed.via_sidecar
+
+
+def route_to_silos(
+    df: DataFrame,
+    key_column: str,
+    handler: str,
+    *,
+    cluster: str,
+    table: str | None = None,
+    gateways: Sequence[str] | str = (),
+    view: ClusterView | None = None,
+    value_columns: Sequence[str] | None = None,
+    result_column: str = "result",
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    timeout: float = DEFAULT_TIMEOUT,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    virtual_nodes: int = DEFAULT_VIRTUAL_NODES,
+) -> DataFrame:
+    """Run silo handler ``handler`` over every record of ``df``, each on the silo that owns its key.
+
+    - ``key_column``: routing key; strings are hashed as they are, other types as ``str(value)``;
+      a null key fails the task.
+    - ``value_columns``: what is sent as each record's payload (default: every other column),
+      as a JSON array (``encode_payload``); one binary column is sent as its raw bytes.
+    - ``cluster`` and either ``table`` (a membership table URI) or ``gateways`` (silos'
+      ``host:port`` gateway endpoints): where the view is read, on the driver now and on
+      executors after a failure. ``view`` overrides the driver's first read (e.g. the latest
+      view of a ``MembershipClient`` the driver already watches).
+    - ``batch_size`` records per call, ``timeout`` seconds per call, ``max_attempts`` failed
+      calls per batch before the task fails with ``NoLiveSiloError``.
+
+    Returns a DataFrame with one row per input record: ``key_column`` (as given),
+    ``result_column`` (binary, the handler's result), ``silo`` (``host:port@generation`` that
+    processed it), ``rerouted`` (not the key's owner in the starting view: its owner died or a
+    silo joined) and ``via_sidecar``. Raises ``NoLiveSiloError`` at once if no silo is Active.
+    """
+    values = [column for column in df.columns if column != key_column] if value_columns is None else [*value_columns]
+    _check_columns(df, key_column, values, result_column)
+    for name, number in (("batch_size", batch_size), ("max_attempts", max_attempts), ("virtual_nodes", virtual_nodes)):
+        check_positive_int(name, number)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    parts = gateways.split(",") if isinstance(gateways, str) else gateways
+    endpoints = tuple(part.strip() for part in parts if part.strip())
+    source = ViewSource(cluster, table, endpoints)
+    start = view if view is not None else source.read()
+    if not len(start):
+        raise NoLiveSiloError(
+            f"no silo of cluster {cluster!r} is Active in the membership table (version {start.version}); "
+            "start silos (silo run) before routing work to them"
+        )
+    raw = len(values) == 1 and df.schema[values[0]].dataType.typeName() == "binary"
+    job = RoutingJob(start, source, handler, key_column, raw, batch_size, timeout, max_attempts, virtual_nodes)
+    session = df.sparkSession
+    broadcast = session.sparkContext.broadcast(job)
+    rows = df.select(key_column, *values).rdd.mapPartitions(partial(_route_partition, broadcast))
+    return session.createDataFrame(rows, _output_schema(df, key_column, result_column))
+
+
+def _route_partition(job: Broadcast[RoutingJob], rows: Iterable[Sequence[Any]]) -> Iterator[tuple[Any, ...]]:
+    routing: RoutingJob = job.value
+    return routing.route_partition(rows, os.environ.get(SIDECAR_ENV) or None)
+
+
+def _check_columns(df: DataFrame, key_column: str, values: Sequence[str], result_column: str) -> None:
+    known = set(df.columns)
+    missing = [column for column in (key_column, *values) if column not in known]
+    if missing:
+        raise ValueError(f"no column {', '.join(map(repr, missing))} in the DataFrame; its columns: {df.columns}")
+    taken = {key_column, result_column} & set(OUTPUT_COLUMNS) or ({key_column} & {result_column})
+    if taken:
+        raise ValueError(
+            f"column name {', '.join(map(repr, sorted(taken)))} would clash in the output "
+            f"(key, {result_column!r}, {', '.join(OUTPUT_COLUMNS)}); rename it or pass another result_column"
+        )
+
+
+def _output_schema(df: DataFrame, key_column: str, result_column: str) -> StructType:
+    from pyspark.sql.types import BinaryType, BooleanType, StringType, StructField, StructType
+
+    key = df.schema[key_column]
+    return StructType(
+        [
+            StructField(key_column, key.dataType, nullable=False),
+            StructField(result_column, BinaryType(), nullable=False),
+            StructField("silo", StringType(), nullable=False),
+            StructField("rerouted", BooleanType(), nullable=False),
+            StructField("via_sidecar", BooleanType(), nullable=False),
+        ]
+    )
+
+
+_QUIET_LOG4J = """\
+# Loggers at WARN (Spark announces a "default log level" when the root is anything else),
+# but the console shows errors only.
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+appender.console.filter.threshold.type = ThresholdFilter
+appender.console.filter.threshold.level = error
+"""
+
+
+@contextlib.contextmanager
+def driver_environment() -> Iterator[None]:
+    """Point a Spark driver started in this process at this interpreter and at 127.0.0.1.
+
+    pyspark reads ``PYSPARK_PYTHON`` (what executors run, so they can import this package)
+    and ``SPARK_LOCAL_IP`` only from the environment; both are restored on exit.
+    """
+    settings = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
+def local_session(app_name: str, cores: int = 2, conf: Mapping[str, str] | None = None) -> Iterator[SparkSession]:
+    """A quiet local-mode SparkSession (``local[cores]``) on 127.0.0.1, running this interpreter.
+
+    For demos and tests on one machine: no UI, no progress bar, only errors logged, executors
+    run ``sys.executable`` (so they import this package). On exit the session stops and so does
+    the JVM pyspark launched for it, so nothing is left running.
+    """
+    from pyspark.sql import SparkSession
+
+    if SparkSession.getActiveSession() is not None:
+        raise RuntimeError("a SparkSession is already running in this process; stop it before starting another")
+    with tempfile.TemporaryDirectory(prefix="silo-spark-") as scratch, driver_environment():
+        log_config = os.path.join(scratch, "log4j2.properties")
+        with open(log_config, "w") as file:
+            file.write(_QUIET_LOG4J)
+        builder = SparkSession.builder.config(
+            map={
+                "spark.master": f"local[{cores}]",
+                "spark.app.name": app_name,
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+                "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log_config}",
+                "spark.local.dir": scratch,
+                "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false",
+                "spark.sql.shuffle.partitions": str(max(2, cores)),
+                **(conf or {}),
+            }
+        )
+        session = None
+        try:
+            session = builder.getOrCreate()
+            yield session
+        finally:
+            if session is not None:
+                session.stop()
+            _stop_jvm()  # also when interrupted while the session was starting
+
+
+def _stop_jvm(timeout: float = 30.0) -> None:
+    """End the driver JVM that pyspark launched in this process (a later session launches a new one)."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    process = getattr(gateway, "proc", None)
+    if gateway is None or process is None:
+        return  # not launched by us (e.g. spark-submit started this Python)
+    with contextlib.suppress(Exception):
+        gateway.shutdown()
+    # The gateway exits when its stdin closes; kill it if it does not.
+    with contextlib.suppress(OSError):
+        process.stdin.close()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout)
+    SparkContext._gateway = None
+    SparkContext._jvm = None

@@ -1,0 +1,11 @@
+"""The gRPC wire: the generated protocol (``proto``), its codec, the server and the prober.
+
+``protos/silo/v1/membership.proto`` is the contract (enum values append-only);
+``scripts/generate_protos.py`` regenerates ``silo.wire.proto``. ``codec`` converts between
+messages and ``membership_tables`` rows; ``server`` serves Membership, Work and health;
+``prober`` implements ``silo.membership.probing``'s seams over gRPC.
+
+May import: ``membership_tables``, ``silo.membership`` (the seams and snapshots it serves),
+``silo.work.registry`` (the handlers the Work service runs), ``silo.errors``.
+Never ``silo.runtime``, ``silo.client`` or ``silo.cli``.
+"""

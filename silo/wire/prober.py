@@ -1,0 +1,124 @@
+"""``GrpcProber``: the ``Prober`` and ``GossipSender`` seams over gRPC.
+
+One ``grpc.aio`` channel per target endpoint is created on first use and reused. Every
+call's deadline is the caller's timeout. A probe that fails for any wire reason
+(deadline, connection refused, the peer refusing our cluster) is a miss: ``ping``
+returns False. An answer from a different generation at the same endpoint is a miss
+too: the silo we probe is gone even if its host:port answers.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+
+from membership_tables import InvalidEntryError, SiloAddress
+from silo.errors import SiloError
+from silo.membership.probing import IndirectProbeResult
+from silo.wire import codec
+from silo.wire.channels import CHANNEL_OPTIONS
+from silo.wire.proto.silo.v1 import membership_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+INDIRECT_DEADLINE_FACTOR = 2.0
+"""An indirect probe gives the intermediary ``timeout`` to reach the target, and the whole
+call ``INDIRECT_DEADLINE_FACTOR * timeout`` (the intermediary's own round trip on top)."""
+
+
+class IntermediaryUnreachableError(SiloError, ConnectionError):
+    """An indirect probe could not be delivered: the outcome says nothing about the target."""
+
+
+class GrpcProber:
+    """Probes and gossip from ``sender`` (this silo) to peers of ``cluster_id``."""
+
+    def __init__(self, cluster_id: str, sender: SiloAddress | None, gossip_timeout: float = 5.0) -> None:
+        self._cluster_id = cluster_id
+        self._sender = sender
+        self._gossip_timeout = gossip_timeout
+        self._channels: dict[str, Any] = {}
+
+    async def ping(self, target: SiloAddress, timeout: float) -> bool:
+        request = pb.PingRequest(header=self._header())
+        try:
+            response = await self._call(target, codec.PING, request, timeout)
+            responder = codec.address_from_proto(response.responder)
+        except grpc.aio.AioRpcError as exc:
+            log.debug("ping %s failed: %s %s", target, exc.code().name, exc.details())
+            return False
+        except InvalidEntryError as exc:
+            log.warning("ping %s: the answer names an invalid address: %s", target, exc)
+            return False
+        if responder != target:
+            log.info("ping %s was answered by %s, another incarnation: counted as a miss", target, responder)
+            return False
+        return True
+
+    async def probe_indirectly(
+        self, intermediary: SiloAddress, target: SiloAddress, timeout: float
+    ) -> IndirectProbeResult:
+        """Ask ``intermediary`` to ping ``target``.
+
+        Raises ``IntermediaryUnreachableError`` if the intermediary itself cannot be asked:
+        that must count as "unknown", never as a healthy intermediary's failed probe.
+        """
+        request = pb.ProbeIndirectlyRequest(
+            header=self._header(), target=codec.address_to_proto(target), timeout_seconds=timeout
+        )
+        try:
+            response = await self._call(
+                intermediary, codec.PROBE_INDIRECTLY, request, timeout * INDIRECT_DEADLINE_FACTOR
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise IntermediaryUnreachableError(
+                f"cannot ask {intermediary} to probe {target}: {exc.code().name} {exc.details()}"
+            ) from exc
+        return IndirectProbeResult(
+            succeeded=response.succeeded,
+            intermediary_health_score=response.intermediary_health_score,
+            response_time=response.response_time_seconds,
+            failure_message=response.failure_message,
+        )
+
+    async def send(self, target: SiloAddress, version: int) -> None:
+        """Tell ``target`` the table is at ``version``; failures are logged at debug level only."""
+        request = pb.GossipRequest(header=self._header(), version=version)
+        try:
+            await self._call(target, codec.GOSSIP, request, self._gossip_timeout)
+        except grpc.aio.AioRpcError as exc:
+            log.debug("gossip of version %d to %s failed: %s %s", version, target, exc.code().name, exc.details())
+
+    async def get_membership(self, target: SiloAddress, timeout: float) -> pb.GetMembershipResponse:
+        """``target``'s current view (raises ``grpc.aio.AioRpcError`` on failure)."""
+        return await self._call(target, codec.GET_MEMBERSHIP, pb.GetMembershipRequest(header=self._header()), timeout)
+
+    async def __aenter__(self) -> GrpcProber:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close every cached channel."""
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            await channel.close()
+
+    def _header(self) -> pb.RequestHeader:
+        return codec.header(self._cluster_id, self._sender)
+
+    async def _call(
+        self,
+        target: SiloAddress,
+        method: codec.Method[codec.Request, codec.Response],
+        request: codec.Request,
+        timeout: float,
+    ) -> codec.Response:
+        channel = self._channels.get(target.endpoint)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(target.endpoint, options=CHANNEL_OPTIONS)
+            self._channels[target.endpoint] = channel
+        return await method.bind(channel)(request, timeout=timeout)

@@ -1,0 +1,268 @@
+"""The gRPC server of one silo: the ``silo.v1.Membership`` and ``silo.v1.Work`` services and health.
+
+The server is bound before the silo exists, because the silo's address needs the port
+the OS picked (``--port 0``); ``start(handler)`` then serves the silo. Every request
+names its cluster: a request for another cluster is refused with ``FAILED_PRECONDITION``
+and logged, so two clusters that share a table or a network never mix. The health
+service (``grpc.health.v1.Health``) reports ``NOT_SERVING`` until ``set_serving(True)``
+(the silo is Active) and again once the silo stops.
+
+``WatchMembership`` streams the silo's snapshots (``Silo.snapshots()``): the current one,
+then every newer version; when the silo stops the stream ends with ``UNAVAILABLE`` so a
+client moves to another gateway. ``Work.Process`` runs a handler from the
+``HandlerRegistry`` in a thread pool (never on the event loop), only while the silo is Active.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NoReturn, Protocol
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from membership_tables import InvalidEntryError, SiloStatus
+from silo.membership.probing import MembershipRpcHandler
+from silo.membership.snapshot import MembershipSnapshot
+from silo.wire import codec
+from silo.wire.proto.silo.v1 import membership_pb2 as pb
+from silo.work.registry import HandlerRegistry
+
+log = logging.getLogger(__name__)
+
+HEALTH_SERVICES = ("", codec.SERVICE_NAME, codec.WORK_SERVICE_NAME)
+"""Health is reported for the whole server ("") and for each service."""
+
+_SERVER_OPTIONS = [
+    # gRPC sets SO_REUSEPORT by default, which would let two silos "bind" the same port.
+    ("grpc.so_reuseport", 0),
+    # Clients keep long WatchMembership streams alive with keepalive pings (every 10 s, see
+    # silo.gateway); accept them instead of answering GOAWAY "too_many_pings".
+    ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+class SiloRpcHandler(MembershipRpcHandler, Protocol):
+    """What the server needs from the local silo beyond the silo-to-silo RPCs."""
+
+    @property
+    def status(self) -> SiloStatus:
+        """This silo's own lifecycle status; Work is served only while it is Active."""
+        ...
+
+    def snapshots(self) -> AsyncIterator[MembershipSnapshot]:
+        """The current snapshot, then every newer one in version order, until the silo stops."""
+        ...
+
+
+class BindError(OSError):
+    """The server could not listen on the requested address."""
+
+
+class MembershipServer:
+    """One ``grpc.aio`` server for a silo (create it inside the running event loop)."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        handlers: HandlerRegistry | None = None,
+        work_threads: int | None = None,
+    ) -> None:
+        """``handlers``: the Work handlers (default: the built-ins); ``work_threads``: the size of the
+        pool they run in (default: Python's ``ThreadPoolExecutor`` default)."""
+        self._host = host
+        self._handler: SiloRpcHandler | None = None
+        self._server = grpc.aio.server(options=_SERVER_OPTIONS)
+        self._health = health.aio.HealthServicer()
+        self.handlers = handlers if handlers is not None else HandlerRegistry()
+        """The Work handlers served; ``server.handlers.register(name, function)`` adds one."""
+        self._work_pool = ThreadPoolExecutor(max_workers=work_threads, thread_name_prefix="silo-work")
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        self._server.add_generic_rpc_handlers((self._membership_handler(), self._work_handler()))
+        self.ports: list[int] = []
+        self.port = self.add_port(port)
+
+    def add_port(self, port: int) -> int:
+        """Also listen on ``port`` (0 = any free port) with the same services; returns the port."""
+        address = f"[{self._host}]:{port}" if ":" in self._host else f"{self._host}:{port}"
+        try:
+            bound = int(self._server.add_insecure_port(address))
+        except RuntimeError as exc:
+            raise BindError(f"cannot listen on {address}: {exc}; pick another --port or free this one") from exc
+        if bound == 0:  # older grpcio signals failure this way
+            raise BindError(f"cannot listen on {address}; pick another --port or free this one")
+        self.ports.append(bound)
+        return bound
+
+    async def start(self, handler: SiloRpcHandler) -> None:
+        """Serve ``handler``; health stays NOT_SERVING until ``set_serving(True)``."""
+        self._handler = handler
+        await self.set_serving(False)
+        await self._server.start()
+
+    async def set_serving(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for service in HEALTH_SERVICES:
+            await self._health.set(service, status)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop serving; in-flight calls get ``grace`` seconds (None = cancel them at once)."""
+        await self._health.enter_graceful_shutdown()
+        await self._server.stop(grace)
+        self._work_pool.shutdown(wait=False, cancel_futures=True)
+
+    def _membership_handler(self) -> Any:
+        handlers = {
+            codec.PING.name: _unary(codec.PING, self._ping),
+            codec.PROBE_INDIRECTLY.name: _unary(codec.PROBE_INDIRECTLY, self._probe_indirectly),
+            codec.GOSSIP.name: _unary(codec.GOSSIP, self._gossip),
+            codec.GET_MEMBERSHIP.name: _unary(codec.GET_MEMBERSHIP, self._get_membership),
+            codec.WATCH_MEMBERSHIP.name: grpc.unary_stream_rpc_method_handler(
+                self._watch_membership,
+                request_deserializer=codec.WATCH_MEMBERSHIP.request.FromString,
+                response_serializer=codec.WATCH_MEMBERSHIP.response.SerializeToString,
+            ),
+        }
+        return grpc.method_handlers_generic_handler(codec.SERVICE_NAME, handlers)
+
+    def _work_handler(self) -> Any:
+        handlers = {codec.PROCESS.name: _unary(codec.PROCESS, self._process)}
+        return grpc.method_handlers_generic_handler(codec.WORK_SERVICE_NAME, handlers)
+
+    async def _admit(self, request_header: pb.RequestHeader, context: Any, method: str) -> SiloRpcHandler:
+        """The handler if the request is for our cluster; otherwise abort the call."""
+        return await self._admit_cluster(request_header.cluster_id, _describe_sender(request_header), context, method)
+
+    async def _admit_cluster(self, cluster_id: str, sender: str, context: Any, method: str) -> SiloRpcHandler:
+        handler = self._handler
+        if handler is None:
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, "the silo is still starting; retry shortly")
+        if cluster_id != handler.cluster_id:
+            log.warning(
+                "refused %s from %s: it is for cluster %r but this silo belongs to cluster %r",
+                method,
+                sender,
+                cluster_id,
+                handler.cluster_id,
+            )
+            await _abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"wrong cluster: {handler.silo_address} belongs to cluster {handler.cluster_id!r}, "
+                f"not {cluster_id!r}; check the --cluster of {sender}",
+            )
+        return handler
+
+    async def _ping(self, request: pb.PingRequest, context: Any) -> pb.PingResponse:
+        handler = await self._admit(request.header, context, "Ping")
+        return pb.PingResponse(
+            responder=codec.address_to_proto(handler.silo_address), health_score=handler.health_score()
+        )
+
+    async def _probe_indirectly(self, request: pb.ProbeIndirectlyRequest, context: Any) -> pb.ProbeIndirectlyResponse:
+        handler = await self._admit(request.header, context, "ProbeIndirectly")
+        try:
+            target = codec.address_from_proto(request.target)
+        except InvalidEntryError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"invalid probe target: {exc}")
+        if not request.timeout_seconds > 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "timeout_seconds must be positive")
+        result = await handler.probe_for_peer(target, request.timeout_seconds)
+        return pb.ProbeIndirectlyResponse(
+            succeeded=result.succeeded,
+            intermediary_health_score=result.intermediary_health_score,
+            response_time_seconds=result.response_time,
+            failure_message=result.failure_message,
+        )
+
+    async def _gossip(self, request: pb.GossipRequest, context: Any) -> pb.GossipResponse:
+        handler = await self._admit(request.header, context, "Gossip")
+        await handler.on_gossip(request.version)
+        return pb.GossipResponse()
+
+    async def _get_membership(self, request: pb.GetMembershipRequest, context: Any) -> pb.GetMembershipResponse:
+        handler = await self._admit(request.header, context, "GetMembership")
+        return codec.snapshot_to_proto(handler.membership_snapshot(), handler.silo_address)
+
+    async def _watch_membership(
+        self, request: pb.WatchMembershipRequest, context: Any
+    ) -> AsyncIterator[pb.MembershipView]:
+        handler = await self._admit(request.header, context, "WatchMembership")
+        after = request.after_version if request.HasField("after_version") else None
+        async for snapshot in handler.snapshots():
+            if after is None or snapshot.version > after:
+                yield codec.view_to_proto(snapshot.data, handler.silo_address)
+        await _abort(
+            context, grpc.StatusCode.UNAVAILABLE, f"silo {handler.silo_address} stopped; watch another gateway"
+        )
+
+    async def _process(self, request: pb.ProcessRequest, context: Any) -> pb.ProcessResponse:
+        sender = request.sender or "an unnamed client"
+        silo = await self._admit_cluster(request.cluster_id, sender, context, "Process")
+        if silo.status is not SiloStatus.ACTIVE:
+            await _abort(
+                context,
+                grpc.StatusCode.UNAVAILABLE,
+                f"silo {silo.silo_address} is {silo.status.name}, not ACTIVE; send the batch to another silo",
+            )
+        work = self.handlers.get(request.handler)
+        if work is None:
+            await _abort(
+                context,
+                grpc.StatusCode.NOT_FOUND,
+                f"no handler {request.handler!r} on silo {silo.silo_address} "
+                f"(it has: {', '.join(self.handlers.names)}); start the silo with --handler NAME=module:function",
+            )
+        items = [(item.key, item.payload) for item in request.items]
+        try:
+            results = await asyncio.get_running_loop().run_in_executor(self._work_pool, work, items)
+        except Exception as exc:
+            log.exception("handler %r failed on a batch of %d items from %s", request.handler, len(items), sender)
+            await _abort(
+                context, grpc.StatusCode.INTERNAL, f"handler {request.handler!r} raised {type(exc).__name__}: {exc}"
+            )
+        problem = _check_results(results, len(items))
+        if problem:
+            log.error("handler %r: %s", request.handler, problem)
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"handler {request.handler!r} {problem}")
+        return pb.ProcessResponse(silo=str(silo.silo_address), results=list(results))
+
+
+def _unary(method: codec.Method[codec.Request, codec.Response], behaviour: Callable[..., Awaitable[Any]]) -> Any:
+    return grpc.unary_unary_rpc_method_handler(
+        behaviour,
+        request_deserializer=method.request.FromString,
+        response_serializer=method.response.SerializeToString,
+    )
+
+
+async def _abort(context: Any, code: grpc.StatusCode, details: str) -> NoReturn:
+    await context.abort(code, details)
+    raise AssertionError("unreachable: abort raises")
+
+
+def _check_results(results: object, expected: int) -> str:
+    """What is wrong with a handler's results ("" if nothing): one ``bytes`` per item, in order."""
+    if not isinstance(results, Sequence) or isinstance(results, (bytes, str)):
+        return f"returned {type(results).__name__}, not a sequence of bytes (one result per item)"
+    if len(results) != expected:
+        return f"returned {len(results)} results for {expected} items; it must return one per item"
+    wrong = next((result for result in results if not isinstance(result, bytes)), None)
+    if wrong is not None:
+        return f"returned a {type(wrong).__name__} result; every result must be bytes"
+    return ""
+
+
+def _describe_sender(request_header: pb.RequestHeader) -> str:
+    if not request_header.HasField("sender"):
+        return "an unnamed client"
+    try:
+        return str(codec.address_from_proto(request_header.sender))
+    except InvalidEntryError:
+        return "a client with an invalid address"

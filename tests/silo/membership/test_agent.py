@@ -1,0 +1,182 @@
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from membership_tables import MembershipEntry, SiloStatus, TableVersion
+from silo.errors import DeclaredDeadError, JoinError, TableUnavailableAtStartError
+from silo.exit_codes import ExitCode
+from silo.membership.clock import FakeClock
+from tests.silo.harness import (
+    LOCAL,
+    T0,
+    FlakyTable,
+    FunctionProber,
+    address,
+    async_test,
+    make_silo,
+    memory_table,
+    row,
+    seed,
+)
+
+ME, PEER, OTHER = address(1, generation=10), address(2), address(3)
+
+
+class StatusLog(FlakyTable):
+    """Records every status this silo writes for ``ME``."""
+
+    def __init__(self) -> None:
+        super().__init__(memory_table())
+        self.statuses: list[SiloStatus] = []
+
+    def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
+        ok = super().insert_row(entry, version)
+        if ok and entry.silo_address == ME:
+            self.statuses.append(entry.status)
+        return ok
+
+    def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
+        ok = super().update_row(entry, etag, version)
+        if ok and entry.silo_address == ME:
+            self.statuses.append(entry.status)
+        return ok
+
+
+@async_test
+async def test_join_inserts_joining_then_becomes_active_with_the_silo_fields() -> None:
+    table, clock = StatusLog(), FakeClock(T0)
+    seed(table.inner, row(PEER, when=T0))
+    silo = make_silo(
+        table, ME, clock, silo_name="s1", host_name="box", proxy_port=30000, role_name="web", properties={"a": "1"}
+    )
+    await silo.start()
+    assert silo.status is SiloStatus.ACTIVE
+    assert table.statuses == [SiloStatus.JOINING, SiloStatus.ACTIVE]
+    found = table.inner.read_all().get(ME)
+    assert found is not None
+    entry = found[0]
+    assert (entry.silo_name, entry.host_name, entry.proxy_port, entry.role_name) == ("s1", "box", 30000, "web")
+    assert dict(entry.properties) == {"a": "1"}
+    assert entry.start_time == T0
+    await silo.stop()
+
+
+@async_test
+async def test_graceful_stop_writes_shutting_down_then_dead() -> None:
+    table, clock = StatusLog(), FakeClock(T0)
+    silo = make_silo(table, ME, clock)
+    await silo.start()
+    await silo.stop()
+    await silo.stop()  # idempotent
+    assert table.statuses == [SiloStatus.JOINING, SiloStatus.ACTIVE, SiloStatus.SHUTTING_DOWN, SiloStatus.DEAD]
+    assert await silo.wait_terminated() is ExitCode.OK
+    assert silo.status is SiloStatus.DEAD
+
+
+@async_test
+async def test_iamalive_is_written_every_publish_period() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    silo = make_silo(table, ME, clock)
+    await silo.start()
+    await clock.advance(LOCAL.i_am_alive_table_publish_timeout * 3)
+    found = table.read_all().get(ME)
+    assert found is not None
+    assert found[0].i_am_alive_time == T0 + timedelta(seconds=LOCAL.i_am_alive_table_publish_timeout * 3)
+    await silo.stop()
+
+
+@async_test
+async def test_join_retries_an_unreachable_active_silo_then_fails_naming_it() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table, row(PEER, when=T0), row(OTHER, when=T0))
+    prober = FunctionProber(reachable=lambda target: target != PEER)
+    silo = make_silo(table, ME, clock, prober=prober)
+    joining = asyncio.create_task(silo.start())
+    # heartbeats of the peers, so they stay non-stale while we try
+    for _ in range(int(LOCAL.max_join_attempt_time / LOCAL.probe_timeout) - 2):
+        await clock.advance(LOCAL.probe_timeout)
+        for peer in (PEER, OTHER):
+            table.update_i_am_alive(peer, clock.now())
+    assert not joining.done()
+    assert silo.status is SiloStatus.JOINING
+    await clock.advance(LOCAL.probe_timeout * 3)
+    with pytest.raises(JoinError, match=str(PEER)) as failure:
+        await joining
+    assert failure.value.unreachable == (PEER,)
+    assert prober.pings.count(PEER) > 5
+    assert await silo.wait_terminated() is ExitCode.JOIN_FAILED
+    found = table.read_all().get(ME)
+    assert found is not None
+    assert found[0].status is SiloStatus.DEAD  # no Joining row left behind
+
+
+@async_test
+async def test_join_succeeds_once_the_peer_answers() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table, row(PEER, when=T0))
+    reachable = {PEER: False}
+    silo = make_silo(table, ME, clock, prober=FunctionProber(reachable=lambda target: reachable[target]))
+    joining = asyncio.create_task(silo.start())
+    await clock.advance(LOCAL.probe_timeout * 2)
+    assert not joining.done()
+    reachable[PEER] = True
+    await clock.advance(LOCAL.probe_timeout)
+    await joining
+    assert silo.status is SiloStatus.ACTIVE
+    await silo.stop()
+
+
+@async_test
+async def test_a_stale_active_silo_does_not_block_the_join() -> None:
+    table, clock = memory_table(), FakeClock(T0 + timedelta(seconds=LOCAL.stale_after + 1))
+    seed(table, row(PEER, when=T0))
+    silo = make_silo(table, ME, clock, prober=FunctionProber(reachable=lambda target: False))
+    await silo.start()
+    assert silo.status is SiloStatus.ACTIVE
+    await silo.stop()
+
+
+@async_test
+async def test_a_silo_declares_its_own_older_generation_dead_on_start() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    older, oldest = address(1, generation=9), address(1, generation=8)
+    seed(table, row(older), row(oldest, SiloStatus.DEAD), row(PEER))
+    silo = make_silo(table, ME, clock)
+    await silo.start()
+    data = table.read_all()
+    assert [data.get(silo_address)[0].status for silo_address in (older, oldest, PEER, ME)] == [  # type: ignore[index]
+        SiloStatus.DEAD,
+        SiloStatus.DEAD,
+        SiloStatus.ACTIVE,
+        SiloStatus.ACTIVE,
+    ]
+    await silo.stop()
+
+
+@async_test
+async def test_a_newer_generation_in_the_table_stops_the_start() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table, row(address(1, generation=11)))
+    silo = make_silo(table, ME, clock)
+    with pytest.raises(DeclaredDeadError, match="superseded"):
+        await silo.start()
+    assert await silo.wait_terminated() is ExitCode.DECLARED_DEAD
+    assert table.read_all().get(ME) is None
+
+
+@async_test
+async def test_an_unreachable_table_at_start_fails_after_the_join_time() -> None:
+    table, clock = FlakyTable(memory_table()), FakeClock(T0)
+    table.down = True
+    silo = make_silo(table, ME, clock)
+    starting = asyncio.create_task(silo.start())
+    await clock.advance(LOCAL.max_join_attempt_time / 2)
+    assert not starting.done()
+    await clock.advance(LOCAL.max_join_attempt_time)
+    with pytest.raises(TableUnavailableAtStartError, match="could not reach the membership table"):
+        await starting
+    assert table.failed_calls > 3
+    assert await silo.wait_terminated() is ExitCode.TABLE_UNAVAILABLE_AT_START

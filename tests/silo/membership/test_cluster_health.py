@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+from membership_tables import SiloAddress, SiloStatus
+from silo.membership.clock import FakeClock
+from silo.membership.cluster_health import ClusterHealthMonitor, select_targets
+from silo.membership.local_health import LocalHealth
+from silo.membership.options import SiloOptions
+from silo.membership.ring import probe_targets
+from silo.membership.silo_health import SiloHealthMonitor
+from silo.membership.snapshot import SnapshotPublisher
+from silo.membership.table_manager import VoteOutcome
+from tests.silo.harness import T0, FunctionProber, address, async_test, row, view
+
+ME = address(1)
+PEERS = [address(port) for port in range(2, 8)]
+NOW = T0 + timedelta(seconds=1)
+ONE_RING = SiloOptions(num_probed_silos=1, num_votes_for_death_declaration=1)
+
+
+def test_an_active_silo_probes_its_ring_successors() -> None:
+    snapshot = view(row(ME), *(row(peer) for peer in PEERS))
+    options = SiloOptions(num_probed_silos=3)
+    assert select_targets(snapshot, ME, NOW, options) == probe_targets(ME, [ME, *PEERS], 3)
+
+
+def test_suspected_and_stale_silos_are_probed_too() -> None:
+    ring = probe_targets(ME, [ME, *PEERS], 1)
+    others = [peer for peer in PEERS if peer not in ring]
+    suspected, stale, dead, joining = others[:4]
+    snapshot = view(
+        row(ME, when=NOW),
+        *(row(peer, when=NOW) for peer in PEERS if peer not in (suspected, stale, dead, joining)),
+        row(suspected, when=NOW).replace(suspect_times=((ring[0], NOW),)),
+        row(stale, when=NOW - timedelta(seconds=91)),
+        row(dead, SiloStatus.DEAD).replace(suspect_times=((ring[0], NOW),)),
+        row(joining, SiloStatus.JOINING, when=NOW),
+    )
+    assert select_targets(snapshot, ME, NOW, ONE_RING) == [*ring, *sorted([suspected, stale])]
+
+
+def test_a_joining_silo_probes_only_suspects_and_an_absent_one_nobody() -> None:
+    suspected = PEERS[0]
+    snapshot = view(
+        row(ME, SiloStatus.JOINING, when=NOW),
+        row(suspected, when=NOW).replace(suspect_times=((PEERS[1], NOW),)),
+        *(row(peer, when=NOW) for peer in PEERS[1:]),
+    )
+    assert select_targets(snapshot, ME, NOW, SiloOptions()) == [suspected]
+    assert select_targets(view(*(row(peer) for peer in PEERS)), ME, NOW, SiloOptions()) == []
+
+
+@async_test
+async def test_one_monitor_per_target_created_and_stopped_with_the_membership() -> None:
+    clock = FakeClock(T0)
+    publisher = SnapshotPublisher()
+    options = SiloOptions.local()
+
+    health = LocalHealth(address=ME, options=options, clock=clock, snapshot=lambda: publisher.current or view())
+
+    async def vote(target: SiloAddress, intermediary: SiloAddress | None) -> VoteOutcome:
+        return VoteOutcome.VOTED
+
+    def create(target: SiloAddress) -> SiloHealthMonitor:
+        return SiloHealthMonitor(
+            target=target,
+            local=ME,
+            options=options,
+            clock=clock,
+            prober=FunctionProber(),
+            local_health=health,
+            snapshot=lambda: publisher.current or view(),
+            vote=vote,
+            random=random.Random(0),
+        )
+
+    cluster = ClusterHealthMonitor(
+        local=ME, options=options, clock=clock, publisher=publisher, create_monitor=create, local_health=health
+    )
+    cluster.start()
+    await publisher.publish(view(row(ME), row(PEERS[0]), row(PEERS[1]), version=1))
+    await clock.advance(0)
+    assert set(cluster.monitors) == {PEERS[0], PEERS[1]}
+    first = cluster.monitors[PEERS[0]]
+    await publisher.publish(view(row(ME), row(PEERS[0]), row(PEERS[1], SiloStatus.DEAD), version=2))
+    await clock.advance(0)
+    assert set(cluster.monitors) == {PEERS[0]}
+    assert cluster.monitors[PEERS[0]] is first
+    await cluster.stop()
+    assert cluster.monitors == {}

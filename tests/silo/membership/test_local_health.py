@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from membership_tables import MembershipEntry
+from silo.membership.clock import FakeClock
+from silo.membership.local_health import MAX_SCORE, LocalHealth, effective_timeout, lag_penalty, probe_penalty
+from silo.membership.options import SiloOptions
+from silo.membership.snapshot import MembershipSnapshot
+from tests.silo.harness import T0, address, async_test, row, view
+
+ME, A, B = address(1), address(2), address(3)
+
+
+@pytest.mark.parametrize(
+    ("lag", "penalty"), [(-0.1, 0), (0.0, 0), (1.2, 0), (1.25, 1), (2.6, 2), (4.9, 3), (5.0, 4), (60.0, 4)]
+)
+def test_lag_penalty_counts_quarters_of_a_probe_timeout(lag: float, penalty: int) -> None:
+    assert lag_penalty(lag, probe_timeout=5.0) == penalty
+
+
+@pytest.mark.parametrize(
+    ("results", "penalty"), [([], 0), ([False], 0), ([True, False], 0), ([False, False], 2), ([False] * 5, 2)]
+)
+def test_probes_failing_to_everyone_make_us_suspect_ourselves(results: list[bool], penalty: int) -> None:
+    assert probe_penalty(lambda: results) == penalty
+
+
+@pytest.mark.parametrize(("score", "timeout"), [(0, 5.0), (1, 10.0), (8, 45.0)])
+def test_effective_timeout(score: int, timeout: float) -> None:
+    assert effective_timeout(5.0, score) == timeout
+
+
+def health(snapshot: Callable[[], MembershipSnapshot]) -> LocalHealth:
+    return LocalHealth(address=ME, options=SiloOptions(), clock=FakeClock(T0), snapshot=snapshot)
+
+
+def test_score_sums_lag_probes_and_suspicion_and_is_capped() -> None:
+    me: MembershipEntry = row(ME)
+    current = view(me)
+    local = health(lambda: current)
+    assert local.score() == 0
+    local.record_probe(A, False)
+    local.record_probe(B, False)
+    assert local.score() == 2
+    local.forget(B)
+    assert local.score() == 0
+    current = view(me.replace(suspect_times=((A, T0), (B, T0))))
+    assert local.score() == 2
+    local.record_loop_lag(100.0)
+    local.record_probe(B, False)
+    assert local.score() == MAX_SCORE
+
+
+@async_test
+async def test_the_lag_loop_reports_no_lag_on_a_punctual_clock() -> None:
+    clock = FakeClock(T0)
+    local = LocalHealth(address=ME, options=SiloOptions(), clock=clock, snapshot=lambda: view(row(ME)))
+    local.record_loop_lag(100.0)
+    local.start()
+    await clock.advance(SiloOptions().probe_timeout)
+    assert local.score() == 0
+    await local.stop()

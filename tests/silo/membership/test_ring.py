@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from membership_tables import SiloAddress
+from silo.hashing import ring_position
+from silo.membership.ring import probe_targets
+
+
+def cluster(size: int) -> list[SiloAddress]:
+    return [SiloAddress("10.0.0.1", 11000 + index, 1_700_000_000_000 + index) for index in range(size)]
+
+
+def test_ring_positions_are_stable_across_processes() -> None:
+    silo = SiloAddress("10.0.0.1", 11111, 42)
+    script = (
+        "from membership_tables import SiloAddress; from silo.hashing import ring_position; "
+        "print(ring_position(SiloAddress('10.0.0.1', 11111, 42), 3))"
+    )
+    other_process = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
+    assert int(other_process.stdout) == ring_position(silo, 3)
+    assert ring_position(silo, 0) != ring_position(silo, 1)
+
+
+@pytest.mark.parametrize(("size", "rings", "expected"), [(1, 10, 0), (2, 10, 1), (5, 10, 4), (20, 3, 3), (20, 10, 10)])
+def test_targets_are_distinct_never_self_and_capped(size: int, rings: int, expected: int) -> None:
+    silos = cluster(size)
+    for local in silos:
+        targets = probe_targets(local, silos, rings)
+        assert len(targets) == expected
+        assert len(set(targets)) == len(targets)
+        assert local not in targets
+        assert set(targets) <= set(silos)
+
+
+def test_targets_are_deterministic_whatever_the_input_order() -> None:
+    silos = cluster(12)
+    local = silos[3]
+    assert probe_targets(local, silos, 4) == probe_targets(local, list(reversed(silos)), 4)
+
+
+@pytest.mark.parametrize(("size", "rings"), [(2, 1), (7, 1), (30, 1), (30, 3)])
+def test_every_silo_is_probed_by_someone(size: int, rings: int) -> None:
+    silos = cluster(size)
+    probed = Counter(target for local in silos for target in probe_targets(local, silos, rings))
+    assert set(probed) == set(silos)
+
+
+def test_first_target_is_the_successor_on_ring_zero() -> None:
+    silos = cluster(8)
+    order = sorted(silos, key=lambda silo: (ring_position(silo, 0), silo))
+    for index, local in enumerate(order):
+        assert probe_targets(local, silos, 1) == [order[(index + 1) % len(order)]]
+
+
+def test_a_successor_already_chosen_is_skipped_for_the_next_one_on_that_ring() -> None:
+    silos = cluster(10)
+    local = silos[0]
+    for ring_count in range(1, 10):
+        targets = probe_targets(local, silos, ring_count)
+        ring = ring_count - 1
+        order = sorted(silos, key=lambda silo: (ring_position(silo, ring), silo))
+        start = order.index(local)
+        successors = [order[(start + step) % len(order)] for step in range(1, len(order))]
+        expected_last = next(silo for silo in successors if silo not in targets[:-1])
+        assert targets[-1] == expected_last
+
+
+def test_the_local_silo_need_not_be_in_the_list() -> None:
+    silos = cluster(4)
+    joining = SiloAddress("10.0.0.9", 12000, 5)
+    targets = probe_targets(joining, silos, 10)
+    assert sorted(targets) == silos

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from membership_tables import SiloStatus
+from silo.membership.options import SiloOptions
+from silo.membership.snapshot import SnapshotPublisher
+from tests.silo.harness import T0, address, async_test, row, view
+
+A, B, C = address(1), address(2), address(3)
+
+
+def test_derived_views() -> None:
+    now = T0 + timedelta(seconds=100)
+    fresh = row(A).replace(i_am_alive_time=now)
+    stale = row(B)  # heartbeat 100s old > 90s
+    dead = row(C, SiloStatus.DEAD)
+    newer_a = row(address(1, generation=2), SiloStatus.JOINING)
+    snapshot = view(fresh, stale, dead, newer_a, version=7)
+    options = SiloOptions()
+    assert snapshot.version == 7
+    assert snapshot.entry(A) == fresh
+    assert snapshot.status_of(C) is SiloStatus.DEAD
+    assert snapshot.status_of(address(9)) is SiloStatus.NONE
+    assert snapshot.active_silos == (A, B)
+    assert snapshot.active_non_stale(now, options) == (A,)
+    assert snapshot.is_stale(B, now, options)
+    assert snapshot.newer_generations_of(A) == (address(1, generation=2),)
+    assert snapshot.older_generations_of(address(1, generation=2)) == (fresh,)
+    assert snapshot.fresh_votes_against(A, now, options) == 0
+
+
+@async_test
+async def test_publisher_never_goes_back_in_version() -> None:
+    publisher = SnapshotPublisher()
+    assert await publisher.publish(view(row(A), version=2))
+    assert not await publisher.publish(view(row(A), row(B), version=1))
+    assert publisher.current is not None
+    assert publisher.current.version == 2
+    same_version = view(row(A).replace(i_am_alive_time=T0 + timedelta(seconds=5)), version=2)
+    assert not await publisher.publish(same_version)
+    assert publisher.current is same_version
+
+
+@async_test
+async def test_subscribers_see_versions_in_order_and_end_on_close() -> None:
+    publisher = SnapshotPublisher()
+    seen: list[int] = []
+
+    async def consume() -> None:
+        async for current in publisher.subscribe():
+            seen.append(current.version)
+
+    consumer = asyncio.create_task(consume())
+    for version in (1, 2, 2, 0, 3):
+        await publisher.publish(view(version=version))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+    await publisher.close()
+    await consumer
+    assert seen == [1, 2, 3]
+
+
+@async_test
+async def test_refresh_subscribers_also_see_same_version_rereads() -> None:
+    publisher = SnapshotPublisher()
+    seen: list[int] = []
+
+    async def consume() -> None:
+        async for current in publisher.subscribe(include_refreshes=True):
+            seen.append(current.version)
+
+    consumer = asyncio.create_task(consume())
+    for version in (1, 1, 2):
+        await publisher.publish(view(version=version))
+        for _ in range(3):
+            await asyncio.sleep(0)
+    await publisher.close()
+    await consumer
+    assert seen == [1, 1, 2]

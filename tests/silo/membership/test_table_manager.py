@@ -1,0 +1,205 @@
+from __future__ import annotations
+
+import asyncio
+import random
+from datetime import timedelta
+
+from membership_tables import MembershipEntry, MembershipTable, SiloAddress, SiloStatus, TableVersion
+from silo.membership.clock import FakeClock
+from silo.membership.options import SiloOptions
+from silo.membership.snapshot import MembershipSnapshot
+from silo.membership.table_access import backoff_bounds, run_inline
+from silo.membership.table_manager import MembershipTableManager, VoteOutcome
+from tests.silo.harness import T0, FlakyTable, address, async_test, memory_table, row, seed
+
+ME, PEER, OTHER = address(1), address(2), address(3)
+OPTIONS = SiloOptions.local()
+
+
+def manager(
+    table: MembershipTable, clock: FakeClock, writes: list[int] | None = None, me: SiloAddress = ME
+) -> MembershipTableManager:
+    def on_write(version: int, snapshot: MembershipSnapshot) -> None:
+        if writes is not None:
+            writes.append(version)
+
+    return MembershipTableManager(
+        table=table,
+        address=me,
+        options=OPTIONS,
+        clock=clock,
+        random=random.Random(7),
+        run_blocking=run_inline,
+        on_write=on_write,
+    )
+
+
+def kill(table: MembershipTable, silo: SiloAddress, killer: SiloAddress = PEER) -> None:
+    data = table.read_all()
+    found = data.get(silo)
+    assert found is not None
+    dead = found[0].replace(status=SiloStatus.DEAD, suspect_times=((killer, T0),))
+    assert table.update_row(dead, found[1], data.version.next())
+
+
+@async_test
+async def test_join_writes_go_through_versioned_updates_and_call_the_gossiper() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    writes: list[int] = []
+    seed(table, row(PEER))
+    tables = manager(table, clock, writes)
+    await tables.insert_self(row(ME, SiloStatus.JOINING), tables.deadline_in(10))
+    assert tables.snapshot.status_of(ME) is SiloStatus.JOINING
+    assert await tables.update_own_status(SiloStatus.ACTIVE, tables.deadline_in(10))
+    assert tables.snapshot.status_of(ME) is SiloStatus.ACTIVE
+    assert writes == [2, 3]
+    assert tables.snapshot.version == 3
+
+
+@async_test
+async def test_terminates_on_reading_itself_dead() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table, row(PEER))
+    tables = manager(table, clock)
+    await tables.insert_self(row(ME), tables.deadline_in(10))
+    kill(table, ME)
+    assert not tables.terminated.is_set()
+    await tables.refresh()
+    assert tables.terminated.is_set()
+    assert "Dead (declared by 127.0.0.1:2@1)" in tables.termination_reason
+    assert not await tables.update_own_status(SiloStatus.ACTIVE, tables.deadline_in(10))
+
+
+@async_test
+async def test_terminates_when_a_newer_generation_of_itself_appears() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table)
+    tables = manager(table, clock)
+    await tables.insert_self(row(ME), tables.deadline_in(10))
+    seed(table, row(address(1, generation=2), SiloStatus.JOINING))
+    await tables.refresh()
+    assert "superseded" in tables.termination_reason
+
+
+@async_test
+async def test_terminates_when_its_row_vanishes_after_joining() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table)
+    tables = manager(table, clock)
+    await tables.refresh()
+    assert not tables.terminated.is_set()  # absent before joining is fine
+    await tables.insert_self(row(ME), tables.deadline_in(10))
+    kill(table, ME)
+    table.cleanup_defunct_entries(T0 + timedelta(days=1))
+    seed(table, row(OTHER))  # bumps the version past our join
+    await tables.refresh()
+    assert "gone" in tables.termination_reason
+
+
+@async_test
+async def test_refresh_backs_off_while_the_table_is_down_and_recovers() -> None:
+    flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
+    seed(flaky.inner, row(PEER))
+    tables = manager(flaky, clock)
+    flaky.down = True
+    reading = asyncio.create_task(tables.refresh(tables.deadline_in(60)))
+    first_wait, longest_wait = backoff_bounds(OPTIONS)
+    await clock.advance(first_wait * 8)
+    assert not reading.done()
+    assert flaky.failed_calls > 2
+    assert flaky.failed_calls < 8  # exponential, not one retry per first_wait
+    assert not tables.table_available
+    flaky.down = False
+    await clock.advance(longest_wait * 2)
+    assert reading.done()
+    assert reading.result().status_of(PEER) is SiloStatus.ACTIVE
+    assert tables.table_available
+
+
+@async_test
+async def test_a_silo_that_cannot_read_the_table_does_not_vote() -> None:
+    flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
+    seed(flaky.inner, row(PEER), row(OTHER))
+    tables = manager(flaky, clock)
+    await tables.insert_self(row(ME), tables.deadline_in(10))
+    flaky.down = True
+    assert await tables.try_vote(PEER, OTHER) is VoteOutcome.NOT_ALLOWED
+    flaky.down = False
+    # the first vote attempt saw the outage; until peers had time to heartbeat again, no vote
+    assert await tables.try_vote(PEER, OTHER) is VoteOutcome.NOT_ALLOWED
+    await tables.refresh()
+    assert await tables.try_vote(PEER, OTHER) is VoteOutcome.NOT_ALLOWED
+    await clock.advance(OPTIONS.stale_after)
+    for silo in (ME, PEER, OTHER):
+        flaky.update_i_am_alive(silo, clock.now())
+    assert await tables.try_vote(PEER, OTHER) is VoteOutcome.DECLARED_DEAD
+    assert tables.snapshot.status_of(PEER) is SiloStatus.DEAD
+
+
+@async_test
+async def test_votes_accumulate_until_the_last_voter_declares_death() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table, row(PEER), row(OTHER), row(address(4)), row(address(5)))
+    mine, theirs = manager(table, clock), manager(table, clock, me=OTHER)
+    await mine.insert_self(row(ME), mine.deadline_in(10))
+    await theirs.refresh()
+    assert await mine.try_vote(PEER) is VoteOutcome.VOTED
+    assert await mine.try_vote(PEER) is VoteOutcome.VOTED  # a repeat replaces, never double counts
+    entry = mine.snapshot.entry(PEER)
+    assert entry is not None
+    assert [voter for voter, _ in entry.suspect_times] == [ME]
+    assert await theirs.try_vote(PEER) is VoteOutcome.DECLARED_DEAD
+    dead = theirs.snapshot.entry(PEER)
+    assert dead is not None
+    assert dead.status is SiloStatus.DEAD
+    assert dead.suspect_times[-1][0] == OTHER
+    assert await mine.try_vote(PEER) is VoteOutcome.ALREADY_GONE
+
+
+class RacingTable(FlakyTable):
+    """Another writer slips in between our read and our first update."""
+
+    def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
+        if not self.calls.count("update_row"):
+            seed(self.inner, row(address(9)))
+        return super().update_row(entry, etag, version)
+
+
+@async_test
+async def test_a_lost_race_is_reported_not_retried() -> None:
+    racing, clock = RacingTable(memory_table()), FakeClock(T0)
+    seed(racing.inner, row(ME), row(PEER), row(OTHER))
+    tables = manager(racing, clock)
+    assert await tables.try_vote(PEER) is VoteOutcome.LOST_RACE
+    assert await tables.try_vote(PEER) is VoteOutcome.VOTED
+
+
+@async_test
+async def test_gossip_triggers_a_reread_only_for_newer_versions() -> None:
+    flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
+    seed(flaky.inner, row(PEER))
+    tables = manager(flaky, clock)
+    await tables.refresh()
+    version = tables.snapshot.version
+    flaky.calls.clear()
+    await tables.on_gossip(version)
+    await tables.on_gossip(version - 1)
+    assert flaky.calls == []
+    seed(flaky.inner, row(OTHER))
+    await tables.on_gossip(version + 1)
+    assert flaky.calls == ["read_all"]
+    assert tables.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
+
+
+@async_test
+async def test_periodic_refresh_picks_up_changes_without_gossip() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table, row(PEER))
+    tables = manager(table, clock)
+    tables.start()
+    await clock.advance(OPTIONS.table_refresh_timeout)  # the randomized first tick is within one period
+    assert tables.snapshot.status_of(PEER) is SiloStatus.ACTIVE
+    seed(table, row(OTHER))
+    await clock.advance(OPTIONS.table_refresh_timeout)
+    assert tables.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
+    await tables.stop()

@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from membership_tables import MembershipEntry, SiloAddress, SiloStatus, Vote
+from silo.membership.options import SiloOptions
+from silo.membership.votes import VoteKind, decide_vote, fresh_votes, is_stale, required_votes
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+A, B, C, D = (SiloAddress("10.0.0.1", 11000 + index, 1) for index in range(4))
+TARGET = SiloAddress("10.0.0.2", 11111, 1)
+OPTIONS = SiloOptions()  # death_vote_expiration 120s, 2 votes
+
+
+def at(seconds: float) -> datetime:
+    return NOW + timedelta(seconds=seconds)
+
+
+def target_row(*votes: Vote, alive_seconds_ago: float = 0.0) -> MembershipEntry:
+    return MembershipEntry(TARGET, SiloStatus.ACTIVE, at(-1000), at(-alive_seconds_ago), suspect_times=votes)
+
+
+@pytest.mark.parametrize(
+    ("votes", "expected"),
+    [
+        ((), ()),
+        (((A, at(-10)),), ((A, at(-10)),)),
+        (((A, at(-119.9)),), ((A, at(-119.9)),)),
+        (((A, at(-120)),), ()),  # exactly the expiration: no longer fresh
+        (((A, at(-500)), (B, at(-5))), ((B, at(-5)),)),
+        # clocks out of sync: B's clock runs 100s ahead, so the window ends at B's vote and A's expires
+        (((A, at(-30)), (B, at(100))), ((B, at(100)),)),
+        # ...while a vote 100s behind a future vote is still fresh
+        (((A, at(0)), (B, at(100))), ((A, at(0)), (B, at(100)))),
+    ],
+)
+def test_fresh_votes(votes: tuple[Vote, ...], expected: tuple[Vote, ...]) -> None:
+    assert fresh_votes(votes, NOW, 120.0) == expected
+
+
+@pytest.mark.parametrize(
+    ("active_non_stale", "expected"),
+    [(0, 1), (1, 1), (2, 1), (3, 2), (4, 2), (5, 2), (6, 2), (7, 2), (8, 2), (9, 2), (10, 2)],
+)
+def test_quorum_with_two_votes_configured(active_non_stale: int, expected: int) -> None:
+    assert required_votes(2, active_non_stale) == expected
+
+
+@pytest.mark.parametrize(
+    ("active_non_stale", "expected"),
+    [(1, 1), (2, 1), (3, 2), (4, 2), (5, 3), (6, 3), (7, 4), (8, 4), (9, 5), (10, 5)],
+)
+def test_quorum_is_capped_at_a_majority(active_non_stale: int, expected: int) -> None:
+    assert required_votes(10, active_non_stale) == expected
+
+
+@pytest.mark.parametrize(("alive_seconds_ago", "stale"), [(0, False), (89.9, False), (90, False), (90.1, True)])
+def test_staleness(alive_seconds_ago: float, stale: bool) -> None:
+    assert is_stale(target_row(alive_seconds_ago=alive_seconds_ago), NOW, OPTIONS) is stale
+
+
+def test_first_vote_is_written_not_a_declaration() -> None:
+    decision = decide_vote(target_row(), A, None, NOW, OPTIONS, active_non_stale_count=5)
+    assert decision.kind is VoteKind.VOTE
+    assert decision.entry.status is SiloStatus.ACTIVE
+    assert decision.entry.suspect_times == ((A, NOW),)
+    assert (decision.votes, decision.required) == (1, 2)
+
+
+def test_last_voter_declares_death_and_records_itself_as_the_killer() -> None:
+    decision = decide_vote(target_row((B, at(-30))), A, None, NOW, OPTIONS, active_non_stale_count=5)
+    assert decision.kind is VoteKind.DECLARE_DEAD
+    assert decision.entry.status is SiloStatus.DEAD
+    assert decision.entry.suspect_times == ((B, at(-30)), (A, NOW))
+    assert decision.entry.suspect_times[-1][0] == A
+
+
+def test_a_healthy_intermediary_votes_too() -> None:
+    decision = decide_vote(target_row(), A, C, NOW, OPTIONS, active_non_stale_count=5)
+    assert decision.kind is VoteKind.DECLARE_DEAD
+    assert decision.entry.suspect_times == ((C, NOW), (A, NOW))
+
+
+def test_a_repeated_vote_replaces_the_old_one() -> None:
+    decision = decide_vote(target_row((A, at(-60))), A, None, NOW, OPTIONS, active_non_stale_count=5)
+    assert decision.kind is VoteKind.VOTE
+    assert decision.entry.suspect_times == ((A, NOW),)
+
+
+def test_expired_votes_are_pruned_and_do_not_count() -> None:
+    decision = decide_vote(target_row((B, at(-121)), (C, at(-10))), A, None, NOW, OPTIONS, active_non_stale_count=9)
+    assert decision.kind is VoteKind.DECLARE_DEAD
+    assert decision.entry.suspect_times == ((C, at(-10)), (A, NOW))
+    alone = decide_vote(target_row((B, at(-121))), A, None, NOW, OPTIONS, active_non_stale_count=9)
+    assert alone.kind is VoteKind.VOTE
+    assert alone.entry.suspect_times == ((A, NOW),)
+
+
+def test_in_a_two_silo_cluster_one_vote_is_enough() -> None:
+    decision = decide_vote(target_row(), A, None, NOW, OPTIONS, active_non_stale_count=2)
+    assert decision.kind is VoteKind.DECLARE_DEAD
+
+
+@pytest.mark.parametrize("cluster_size", range(1, 11))
+def test_votes_needed_to_kill_in_clusters_of_one_to_ten(cluster_size: int) -> None:
+    options = SiloOptions(num_votes_for_death_declaration=3)
+    voters = [SiloAddress("10.0.1.1", 12000 + index, 1) for index in range(cluster_size)]
+    entry = target_row()
+    kinds = []
+    for voter in voters:
+        decision = decide_vote(entry, voter, None, NOW, options, active_non_stale_count=cluster_size)
+        kinds.append(decision.kind)
+        entry = decision.entry
+        if decision.kind is VoteKind.DECLARE_DEAD:
+            break
+    assert kinds.index(VoteKind.DECLARE_DEAD) + 1 == min(3, max(1, (cluster_size + 1) // 2))
+
+
+def test_votes_of_dead_silos_do_not_count() -> None:
+    decision = decide_vote(target_row((B, at(-5))), A, None, NOW, OPTIONS, active_non_stale_count=5, dead_voters={B})
+    assert decision.kind is VoteKind.VOTE
+    assert decision.entry.suspect_times == ((A, NOW),)

@@ -1,0 +1,194 @@
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from membership_tables import MembershipTable, SiloAddress, SiloStatus
+from silo.errors import SiloError
+from silo.exit_codes import ExitCode
+from silo.membership.clock import FakeClock, settle
+from silo.membership.probing import MembershipRpcHandler
+from silo.runtime.silo import Silo
+from tests.silo.harness import (
+    CLUSTER,
+    LOCAL,
+    T0,
+    FakeNetwork,
+    FlakyTable,
+    FunctionProber,
+    RecordingGossip,
+    address,
+    async_test,
+    cluster_silos,
+    make_silo,
+    memory_table,
+    row,
+    seed,
+)
+
+ME, PEER = address(1), address(2)
+
+
+def kill(table: MembershipTable, silo: SiloAddress) -> None:
+    data = table.read_all()
+    found = data.get(silo)
+    assert found is not None
+    assert table.update_row(found[0].replace(status=SiloStatus.DEAD), found[1], data.version.next())
+
+
+@async_test
+async def test_the_silo_is_the_rpc_handler_the_server_calls() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    silo = make_silo(table, ME, clock, prober=FunctionProber(reachable=lambda target: target == PEER))
+    handler: MembershipRpcHandler = silo
+    await silo.start()
+    assert (handler.cluster_id, handler.silo_address, handler.health_score()) == (CLUSTER, ME, 0)
+    assert handler.membership_snapshot().get(ME) is not None
+    answered = await handler.probe_for_peer(PEER, 1.0)
+    assert (answered.succeeded, answered.intermediary_health_score, answered.failure_message) == (True, 0, "")
+    missed = await handler.probe_for_peer(address(3), 1.0)
+    assert not missed.succeeded
+    assert "did not answer" in missed.failure_message
+    await silo.stop()
+
+
+@async_test
+async def test_each_write_is_gossiped_to_the_live_silos_only() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    stale = address(4)
+    seed(table, row(PEER), row(address(3), SiloStatus.DEAD), row(stale, when=T0 - timedelta(hours=1)))
+    gossip = RecordingGossip()
+    silo = make_silo(table, ME, clock, gossip=gossip)
+    await silo.start()
+    await settle()
+    version = table.read_all().version.version
+    assert gossip.sent == [(PEER, version - 1), (PEER, version)]  # insert as Joining, then Active
+    await silo.set_properties({"endpoint": "grpc://x"})
+    await settle()
+    assert gossip.sent[-1] == (PEER, version + 1)
+    await silo.stop()
+
+
+@async_test
+async def test_gossip_from_a_peer_refreshes_the_view() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    network = FakeNetwork()
+    first, second = cluster_silos(table, clock, network, [1, 2])
+    await first.start()
+    await second.start()
+    await settle()
+    assert first.snapshot.status_of(second.silo_address) is SiloStatus.ACTIVE  # gossip, no refresh tick yet
+    assert first.snapshot.version == second.snapshot.version
+    await second.stop()
+    await settle()
+    assert first.snapshot.status_of(second.silo_address) is SiloStatus.DEAD
+    await first.stop()
+
+
+@async_test
+async def test_the_silo_terminates_itself_when_it_reads_itself_dead() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    silo = make_silo(table, ME, clock)
+    await silo.start()
+    kill(table, ME)
+    await clock.advance(LOCAL.table_refresh_timeout)
+    assert await silo.wait_terminated() is ExitCode.DECLARED_DEAD
+    assert silo.status is SiloStatus.DEAD
+    assert "Dead" in silo.termination_reason
+    await silo.stop()  # a no-op now
+    assert await silo.wait_terminated() is ExitCode.DECLARED_DEAD
+
+
+@async_test
+async def test_the_silo_terminates_itself_when_a_newer_generation_joins() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    old = make_silo(table, ME, clock)
+    await old.start()
+    new = make_silo(table, address(1, generation=2), clock, prober=FunctionProber(reachable=lambda target: False))
+    await new.start()  # declares the old generation Dead
+    await clock.advance(LOCAL.table_refresh_timeout)
+    assert await old.wait_terminated() is ExitCode.DECLARED_DEAD
+    assert new.status is SiloStatus.ACTIVE
+    await new.stop()
+
+
+@async_test
+async def test_snapshots_arrive_in_version_order() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    silo = make_silo(table, ME, clock)
+    seen: list[int] = []
+
+    async def watch() -> None:
+        async for snapshot in silo.snapshots():
+            seen.append(snapshot.version)
+
+    watcher = asyncio.create_task(watch())
+    await silo.start()
+    await silo.set_properties({"k": "v"})
+    await settle()
+    await silo.stop()
+    await watcher
+    assert seen == sorted(set(seen))
+    assert seen[-1] >= 3
+
+
+@async_test
+async def test_start_twice_and_stop_before_start() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    never_started = make_silo(table, ME, clock)
+    await never_started.stop()
+    assert await never_started.wait_terminated() is ExitCode.OK
+    silo: Silo = make_silo(table, PEER, clock)
+    await silo.start()
+    with pytest.raises(SiloError, match="already started"):
+        await silo.start()
+    await silo.stop()
+
+
+async def outage_with_one_silo_unreachable(probe_periods: int) -> tuple[FlakyTable, FakeClock, FakeNetwork, list[Silo]]:
+    """Three Active silos; then the table goes down and the third silo becomes unreachable."""
+    flaky, clock, network = FlakyTable(memory_table()), FakeClock(T0), FakeNetwork()
+    silos = cluster_silos(flaky, clock, network, [1, 2, 3])
+    for silo in silos:
+        await silo.start()
+    flaky.down = True
+    network.partitioned.add(silos[2].silo_address)  # probes of it fail all through the outage
+    for _ in range(probe_periods):
+        await clock.advance(LOCAL.probe_timeout)
+    return flaky, clock, network, silos
+
+
+@async_test
+async def test_a_table_outage_never_leads_to_a_death_declaration() -> None:
+    flaky, clock, network, silos = await outage_with_one_silo_unreachable(20)
+    assert flaky.failed_calls > 0
+    network.partitioned.clear()
+    flaky.down = False
+    for _ in range(20):
+        await clock.advance(LOCAL.probe_timeout)
+    data = flaky.inner.read_all()
+    assert [entry.status for entry in data.entries] == [SiloStatus.ACTIVE] * 3
+    assert all(entry.suspect_times == () for entry in data.entries)
+    assert [silo.status for silo in silos] == [SiloStatus.ACTIVE] * 3
+    for silo in silos:
+        await silo.stop()
+
+
+@async_test
+async def test_after_an_outage_a_silo_still_unreachable_is_declared_dead_after_the_grace_period() -> None:
+    flaky, clock, _, silos = await outage_with_one_silo_unreachable(10)
+    victim = silos[2].silo_address
+    flaky.down = False
+    await clock.advance(LOCAL.probe_timeout)
+    found = flaky.inner.read_all().get(victim)
+    assert found is not None
+    assert found[0].status is SiloStatus.ACTIVE  # still within the grace after the outage
+    for _ in range(int(LOCAL.stale_after / LOCAL.probe_timeout) + 6):
+        await clock.advance(LOCAL.probe_timeout)
+    found = flaky.inner.read_all().get(victim)
+    assert found is not None
+    assert found[0].status is SiloStatus.DEAD
+    for silo in silos:
+        await silo.stop()

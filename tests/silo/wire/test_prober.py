@@ -1,0 +1,126 @@
+"""``GrpcProber`` against real servers on 127.0.0.1: answers, misses and how errors map."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from membership_tables import SiloAddress
+from silo.membership.probing import GossipSender, IndirectProbeResult, Prober
+from silo.wire import codec
+from silo.wire.prober import GrpcProber, IntermediaryUnreachableError
+from tests.silo.rpc_fakes import CLUSTER, FakeHandler, run, serving
+
+pytestmark = pytest.mark.slow
+
+ME = SiloAddress("127.0.0.1", 1, 99)
+
+
+@contextlib.contextmanager
+def silent_listener() -> Iterator[SiloAddress]:
+    """A port that accepts TCP connections and never answers: a frozen (SIGSTOPped) silo."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        yield SiloAddress("127.0.0.1", sock.getsockname()[1], 1)
+
+
+def closed_port() -> SiloAddress:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return SiloAddress("127.0.0.1", sock.getsockname()[1], 1)
+
+
+def test_grpc_prober_implements_the_probing_seams() -> None:
+    prober: Prober = GrpcProber(CLUSTER, ME)
+    sender: GossipSender = GrpcProber(CLUSTER, ME)
+    assert prober is not None
+    assert sender is not None
+
+
+def test_ping_of_a_live_silo_succeeds() -> None:
+    async def scenario() -> bool:
+        async with serving(FakeHandler) as (_, handler), GrpcProber(CLUSTER, ME) as prober:
+            return await prober.ping(handler.silo_address, 2.0)
+
+    assert run(scenario()) is True
+
+
+def test_ping_of_another_generation_at_the_same_endpoint_is_a_miss() -> None:
+    async def scenario() -> bool:
+        async with serving(FakeHandler) as (_, handler):
+            older = SiloAddress(handler.silo_address.host, handler.silo_address.port, 0)
+            async with GrpcProber(CLUSTER, ME) as prober:
+                return await prober.ping(older, 2.0)
+
+    assert run(scenario()) is False
+
+
+def test_ping_of_a_silo_of_another_cluster_is_a_miss() -> None:
+    async def scenario() -> bool:
+        async with (
+            serving(lambda me: FakeHandler(me, cluster_id="other")) as (_, handler),
+            GrpcProber(CLUSTER, ME) as prober,
+        ):
+            return await prober.ping(handler.silo_address, 2.0)
+
+    assert run(scenario()) is False
+
+
+def test_ping_of_a_closed_port_is_a_miss() -> None:
+    async def scenario() -> bool:
+        async with GrpcProber(CLUSTER, ME) as prober:
+            return await prober.ping(closed_port(), 2.0)
+
+    assert run(scenario()) is False
+
+
+def test_ping_that_gets_no_answer_within_the_timeout_is_a_miss() -> None:
+    async def scenario(target: SiloAddress) -> bool:
+        async with GrpcProber(CLUSTER, ME) as prober:
+            return await prober.ping(target, 0.3)
+
+    with silent_listener() as frozen:
+        assert run(scenario(frozen)) is False
+
+
+def test_probe_indirectly_reports_the_intermediarys_result() -> None:
+    async def probe(target: SiloAddress, timeout: float) -> IndirectProbeResult:
+        return IndirectProbeResult(True, intermediary_health_score=1, response_time=0.01)
+
+    async def scenario() -> IndirectProbeResult:
+        async with serving(lambda me: FakeHandler(me, probe=probe)) as (_, handler), GrpcProber(CLUSTER, ME) as prober:
+            return await prober.probe_indirectly(handler.silo_address, SiloAddress("127.0.0.1", 9, 9), 1.0)
+
+    assert run(scenario()) == IndirectProbeResult(True, intermediary_health_score=1, response_time=0.01)
+
+
+def test_an_unreachable_intermediary_raises_instead_of_reporting_a_failed_probe() -> None:
+    async def scenario() -> None:
+        async with GrpcProber(CLUSTER, ME) as prober:
+            await prober.probe_indirectly(closed_port(), SiloAddress("127.0.0.1", 9, 9), 0.5)
+
+    with pytest.raises(IntermediaryUnreachableError, match="cannot ask"):
+        run(scenario())
+
+
+def test_gossip_is_delivered_and_failures_are_swallowed() -> None:
+    async def scenario() -> list[int]:
+        async with serving(FakeHandler) as (_, handler), GrpcProber(CLUSTER, ME, gossip_timeout=1.0) as prober:
+            await prober.send(handler.silo_address, 12)
+            await prober.send(closed_port(), 13)
+            return handler.gossiped
+
+    assert run(scenario()) == [12]
+
+
+def test_get_membership_reads_a_peers_view() -> None:
+    async def scenario() -> int:
+        async with serving(FakeHandler) as (_, handler), GrpcProber(CLUSTER, None) as prober:
+            response = await prober.get_membership(handler.silo_address, 2.0)
+            return codec.address_from_proto(response.responder).port
+
+    assert run(scenario()) > 0

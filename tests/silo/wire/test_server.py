@@ -1,0 +1,339 @@
+"""The Membership and Work gRPC services and the health service, over real gRPC on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from membership_tables import MembershipTableData, SiloAddress, SiloStatus, TableVersion
+from silo.client.view_sources import GATEWAY_CHANNEL_OPTIONS
+from silo.membership.probing import IndirectProbeResult
+from silo.wire import codec
+from silo.wire.proto.silo.v1 import membership_pb2 as pb
+from silo.wire.server import BindError, MembershipServer
+from silo.work.handlers import CHECKSUM_HANDLER, checksum
+from silo.work.registry import HandlerRegistry
+from tests.silo.rpc_fakes import CLUSTER, T0, FakeHandler, entry, run, serving
+
+pytestmark = pytest.mark.slow
+
+PEER = SiloAddress("127.0.0.1", 4242, 7)
+
+
+async def call(
+    port: int, method: codec.Method[codec.Request, codec.Response], request: codec.Request, timeout: float = 5.0
+) -> codec.Response:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        return await method.bind(channel)(request, timeout=timeout)
+
+
+def header(cluster_id: str = CLUSTER) -> pb.RequestHeader:
+    return codec.header(cluster_id, PEER)
+
+
+def test_ping_answers_with_the_responder_address_and_health_score() -> None:
+    async def scenario() -> pb.PingResponse:
+        async with serving(lambda me: FakeHandler(me, score=3)) as (server, _):
+            return await call(server.port, codec.PING, pb.PingRequest(header=header()))
+
+    response = run(scenario())
+    assert response.health_score == 3
+    assert response.responder.host == "127.0.0.1"
+    assert response.responder.generation == 1
+
+
+REQUESTS_OF_ANOTHER_CLUSTER: list[tuple[codec.Method[Any, Any], Any]] = [
+    (codec.PING, pb.PingRequest(header=header("other-cluster"))),
+    (codec.PROBE_INDIRECTLY, pb.ProbeIndirectlyRequest(header=header("other-cluster"), timeout_seconds=1.0)),
+    (codec.GOSSIP, pb.GossipRequest(header=header("other-cluster"), version=9)),
+    (codec.GET_MEMBERSHIP, pb.GetMembershipRequest(header=header("other-cluster"))),
+    (codec.PROCESS, pb.ProcessRequest(cluster_id="other-cluster", sender=str(PEER), handler=CHECKSUM_HANDLER)),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "request_message"), REQUESTS_OF_ANOTHER_CLUSTER, ids=lambda m: getattr(m, "name", "")
+)
+def test_a_request_for_another_cluster_is_refused_and_logged(
+    method: codec.Method[Any, Any], request_message: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> tuple[grpc.aio.AioRpcError, FakeHandler]:
+        async with serving(FakeHandler) as (server, handler):
+            with pytest.raises(grpc.aio.AioRpcError) as failure:
+                await call(server.port, method, request_message)
+            return failure.value, handler
+
+    with caplog.at_level(logging.WARNING, logger="silo.wire.server"):
+        error, handler = run(scenario())
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "'test-cluster'" in error.details()
+    assert "'other-cluster'" in error.details()
+    assert handler.gossiped == []
+    assert any("refused" in record.message and str(PEER) in record.message for record in caplog.records)
+
+
+def test_probe_indirectly_pings_the_target_through_the_handler() -> None:
+    asked: list[tuple[SiloAddress, float]] = []
+
+    async def probe(target: SiloAddress, timeout: float) -> IndirectProbeResult:
+        asked.append((target, timeout))
+        return IndirectProbeResult(False, intermediary_health_score=2, response_time=0.25, failure_message="timeout")
+
+    async def scenario() -> pb.ProbeIndirectlyResponse:
+        async with serving(lambda me: FakeHandler(me, probe=probe)) as (server, _):
+            request = pb.ProbeIndirectlyRequest(
+                header=header(), target=codec.address_to_proto(PEER), timeout_seconds=1.5
+            )
+            return await call(server.port, codec.PROBE_INDIRECTLY, request)
+
+    response = run(scenario())
+    assert asked == [(PEER, 1.5)]
+    assert (response.succeeded, response.intermediary_health_score) == (False, 2)
+    assert (response.response_time_seconds, response.failure_message) == (0.25, "timeout")
+
+
+@pytest.mark.parametrize(
+    "request_message",
+    [
+        pb.ProbeIndirectlyRequest(header=header(), timeout_seconds=1.0),  # no target
+        pb.ProbeIndirectlyRequest(header=header(), target=codec.address_to_proto(PEER), timeout_seconds=0),
+    ],
+    ids=["missing-target", "zero-timeout"],
+)
+def test_probe_indirectly_rejects_invalid_arguments(request_message: pb.ProbeIndirectlyRequest) -> None:
+    async def scenario() -> grpc.StatusCode:
+        async with serving(FakeHandler) as (server, _):
+            with pytest.raises(grpc.aio.AioRpcError) as failure:
+                await call(server.port, codec.PROBE_INDIRECTLY, request_message)
+            return failure.value.code()
+
+    assert run(scenario()) == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_gossip_hands_the_version_to_the_handler() -> None:
+    async def scenario() -> list[int]:
+        async with serving(FakeHandler) as (server, handler):
+            await call(server.port, codec.GOSSIP, pb.GossipRequest(header=header(), version=42))
+            return handler.gossiped
+
+    assert run(scenario()) == [42]
+
+
+def test_get_membership_returns_the_handlers_snapshot() -> None:
+    row = entry(
+        PEER,
+        SiloStatus.ACTIVE,
+        silo_name="alpha",
+        proxy_port=30000,
+        suspect_times=((SiloAddress("10.0.0.1", 1, 2), T0),),
+        properties={"zone": "a"},
+    )
+    snapshot = MembershipTableData(((row, "etag-1"),), TableVersion(5, "v-etag"))
+
+    async def scenario() -> pb.GetMembershipResponse:
+        async with serving(lambda me: FakeHandler(me, snapshot=snapshot)) as (server, _):
+            return await call(server.port, codec.GET_MEMBERSHIP, pb.GetMembershipRequest(header=header()))
+
+    response = run(scenario())
+    assert codec.snapshot_from_proto(response) == snapshot
+    assert response.responder.host == "127.0.0.1"
+
+
+async def health_of(port: int, service: str) -> int:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        response = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5.0)
+        return int(response.status)
+
+
+@pytest.mark.parametrize("service", ["", codec.SERVICE_NAME])
+def test_health_is_serving_only_while_the_silo_says_so(service: str) -> None:
+    async def scenario() -> list[int]:
+        async with serving(FakeHandler) as (server, _):
+            states = [await health_of(server.port, service)]
+            await server.set_serving(True)
+            states.append(await health_of(server.port, service))
+            await server.set_serving(False)
+            states.append(await health_of(server.port, service))
+            return states
+
+    serving_status = health_pb2.HealthCheckResponse
+    assert run(scenario()) == [serving_status.NOT_SERVING, serving_status.SERVING, serving_status.NOT_SERVING]
+
+
+def test_an_extra_gateway_port_serves_the_same_services() -> None:
+    async def scenario() -> tuple[int, pb.PingResponse]:
+        server = MembershipServer("127.0.0.1", 0)
+        gateway = server.add_port(0)
+        await server.start(FakeHandler(SiloAddress("127.0.0.1", server.port, 1)))
+        try:
+            return gateway, await call(gateway, codec.PING, pb.PingRequest(header=header()))
+        finally:
+            await server.stop(None)
+
+    gateway, response = run(scenario())
+    assert gateway != 0
+    assert response.responder.generation == 1
+
+
+def test_binding_a_port_in_use_fails_with_a_clear_error() -> None:
+    async def scenario(port: int) -> None:
+        MembershipServer("127.0.0.1", port)
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(BindError, match="pick another --port"):
+            run(scenario(taken.getsockname()[1]))
+
+
+def table_data(version: int, *silos: SiloAddress) -> MembershipTableData:
+    return MembershipTableData(tuple((entry(silo), f"e{silo.port}") for silo in silos), TableVersion(version, "v"))
+
+
+async def watch(port: int, request: pb.WatchMembershipRequest) -> tuple[list[int], grpc.aio.AioRpcError]:
+    """The versions streamed, and the error that ended the stream."""
+    versions: list[int] = []
+
+    async def read_stream(channel: grpc.aio.Channel) -> None:
+        async for view in codec.WATCH_MEMBERSHIP.bind(channel)(request, timeout=5.0):
+            versions.append(view.version)
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            await read_stream(channel)
+    return versions, ended.value
+
+
+def test_watch_streams_every_snapshot_then_ends_with_unavailable_when_the_silo_stops() -> None:
+    stream = (table_data(3, PEER), table_data(4, PEER, SiloAddress("127.0.0.1", 4243, 8)), table_data(6))
+
+    async def scenario() -> tuple[list[int], grpc.aio.AioRpcError]:
+        async with serving(lambda me: FakeHandler(me, stream=stream)) as (server, _):
+            return await watch(server.port, pb.WatchMembershipRequest(header=header()))
+
+    versions, ended = run(scenario())
+    assert versions == [3, 4, 6]
+    assert ended.code() == grpc.StatusCode.UNAVAILABLE
+    assert "watch another gateway" in ended.details()
+
+
+def test_a_quiet_watch_survives_the_clients_keepalive_pings() -> None:
+    # The server must accept a ping every 5 s or more; by default it answers the third ping of a
+    # quiet connection with GOAWAY "too_many_pings". The first value of a channel option wins.
+    options = [("grpc.keepalive_time_ms", 6000), *GATEWAY_CHANNEL_OPTIONS]
+
+    async def scenario() -> None:
+        async with (
+            serving(lambda me: FakeHandler(me, hold_open=True)) as (server, _),
+            grpc.aio.insecure_channel(f"127.0.0.1:{server.port}", options=options) as channel,
+        ):
+            stream = codec.WATCH_MEMBERSHIP.bind(channel)(pb.WatchMembershipRequest(header=header()))
+            views = aiter(stream)
+            await anext(views)
+            with pytest.raises(TimeoutError):  # nothing more to say, and no GOAWAY either
+                await asyncio.wait_for(anext(views), 20)
+
+    run(scenario())
+
+
+def test_watch_after_a_version_skips_it_and_older_ones() -> None:
+    stream = (table_data(3), table_data(4), table_data(5))
+
+    async def scenario() -> list[int]:
+        async with serving(lambda me: FakeHandler(me, stream=stream)) as (server, _):
+            versions, _ = await watch(server.port, pb.WatchMembershipRequest(header=header(), after_version=4))
+            return versions
+
+    assert run(scenario()) == [5]
+
+
+def test_watch_of_another_cluster_is_refused() -> None:
+    async def scenario() -> tuple[list[int], grpc.aio.AioRpcError]:
+        async with serving(FakeHandler) as (server, _):
+            return await watch(server.port, pb.WatchMembershipRequest(header=header("other-cluster")))
+
+    versions, refused = run(scenario())
+    assert versions == []
+    assert refused.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "'other-cluster'" in refused.details()
+
+
+def process_request(handler: str, *keys: str) -> pb.ProcessRequest:
+    items = [pb.WorkItem(key=key, payload=key.encode() * 2) for key in keys]
+    return pb.ProcessRequest(cluster_id=CLUSTER, sender="a test", handler=handler, items=items)
+
+
+async def process_on(registry: HandlerRegistry, request: pb.ProcessRequest, **fake: Any) -> pb.ProcessResponse:
+    server = MembershipServer("127.0.0.1", 0, handlers=registry)
+    await server.start(FakeHandler(SiloAddress("127.0.0.1", server.port, 1), **fake))
+    try:
+        return await call(server.port, codec.PROCESS, request)
+    finally:
+        await server.stop(None)
+
+
+def test_process_runs_a_registered_handler_in_a_worker_thread_one_result_per_item_in_order() -> None:
+    threads: list[str] = []
+
+    def shout(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+        threads.append(threading.current_thread().name)
+        return [key.upper().encode() + payload for key, payload in items]
+
+    response = run(process_on(HandlerRegistry({"shout": shout}), process_request("shout", "a", "b", "c")))
+    assert list(response.results) == [b"Aaa", b"Bbb", b"Ccc"]
+    assert response.silo.startswith("127.0.0.1:")
+    assert len(threads) == 1
+    assert threads[0].startswith("silo-work"), "handlers must not run on the event loop"
+
+
+def test_the_builtin_checksum_handler_is_always_registered() -> None:
+    response = run(process_on(HandlerRegistry(), process_request(CHECKSUM_HANDLER, "k1", "k2")))
+    assert list(response.results) == [checksum("k1", b"k1k1"), checksum("k2", b"k2k2")]
+
+
+def fails(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    raise ZeroDivisionError("the handler divided by zero")
+
+
+def too_few(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    return [b"only one"]
+
+
+def not_bytes(items: Sequence[tuple[str, bytes]]) -> list[str]:
+    return ["text" for _ in items]
+
+
+@pytest.mark.parametrize(
+    ("handler", "fake", "code", "message"),
+    [
+        ("nosuch", {}, grpc.StatusCode.NOT_FOUND, "no handler 'nosuch'"),
+        ("fails", {}, grpc.StatusCode.INTERNAL, "ZeroDivisionError: the handler divided by zero"),
+        ("too_few", {}, grpc.StatusCode.INVALID_ARGUMENT, "returned 1 results for 2 items"),
+        ("not_bytes", {}, grpc.StatusCode.INVALID_ARGUMENT, "every result must be bytes"),
+        (CHECKSUM_HANDLER, {"status": SiloStatus.JOINING}, grpc.StatusCode.UNAVAILABLE, "is JOINING, not ACTIVE"),
+        (CHECKSUM_HANDLER, {"status": SiloStatus.DEAD}, grpc.StatusCode.UNAVAILABLE, "send the batch to another"),
+    ],
+    ids=["unknown-handler", "handler-raises", "wrong-count", "not-bytes", "joining", "dead"],
+)
+def test_process_errors_carry_the_agreed_status_codes(
+    handler: str, fake: dict[str, Any], code: grpc.StatusCode, message: str
+) -> None:
+    registry = HandlerRegistry({"fails": fails, "too_few": too_few, "not_bytes": not_bytes})  # type: ignore[dict-item]
+
+    async def scenario() -> grpc.aio.AioRpcError:
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            await process_on(registry, process_request(handler, "a", "b"), **fake)
+        return failure.value
+
+    error = run(scenario())
+    assert error.code() == code
+    assert message in error.details()

@@ -1,0 +1,108 @@
+"""``WorkClient`` and ``SyncWorkClient`` against a real gRPC server: results, and which errors fail over."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from membership_tables import SiloAddress, SiloStatus
+from silo.wire.server import MembershipServer
+from silo.work.client import SyncWorkClient, WorkClient, WorkError, WorkUnavailableError
+from silo.work.handlers import CHECKSUM_HANDLER, checksum
+from silo.work.registry import HandlerRegistry
+from tests.services.process import free_port
+from tests.silo import work_handlers
+from tests.silo.rpc_fakes import CLUSTER, FakeHandler, run
+
+pytestmark = pytest.mark.slow
+
+ITEMS = [("k1", b"one"), ("k2", b"two")]
+FLAVOURS = ["async", "sync"]
+
+
+async def process(flavour: str, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    """One call through the chosen client (the blocking one runs in a thread: the server shares this loop)."""
+    if flavour == "async":
+        async with WorkClient(CLUSTER, sender="test") as client:
+            return await client.process(silo, handler, items, timeout=5.0)
+    with SyncWorkClient(CLUSTER, sender="test") as sync_client:
+        return await asyncio.to_thread(sync_client.process, silo, handler, items, 5.0)
+
+
+async def against_server(flavour: str, handler: str, address: SiloAddress | None = None, **fake: Any) -> list[bytes]:
+    """Serve a fake silo with the test handlers and call ``handler`` on it (at ``address`` if given)."""
+    registry = HandlerRegistry({"reverse": work_handlers.reverse, "crash": work_handlers.crash})
+    server = MembershipServer("127.0.0.1", 0, handlers=registry)
+    me = SiloAddress("127.0.0.1", server.port, 1)
+    await server.start(FakeHandler(me, **fake))
+    try:
+        return await process(flavour, address or me, handler, ITEMS)
+    finally:
+        await server.stop(None)
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_batch_returns_one_result_per_item_in_order(flavour: str) -> None:
+    assert run(against_server(flavour, "reverse")) == [b"eno", b"owt"]
+    assert run(against_server(flavour, CHECKSUM_HANDLER)) == [checksum(key, payload) for key, payload in ITEMS]
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize(
+    ("handler", "fake", "code"),
+    [
+        ("nosuch", {}, "NOT_FOUND"),
+        ("crash", {}, "INTERNAL"),
+        ("reverse", {"cluster_id": "another-cluster"}, "FAILED_PRECONDITION"),
+    ],
+)
+def test_handler_and_cluster_errors_are_work_errors_not_fail_overs(
+    flavour: str, handler: str, fake: dict[str, Any], code: str
+) -> None:
+    with pytest.raises(WorkError) as failure:
+        run(against_server(flavour, handler, **fake))
+    assert failure.value.code == code
+    assert failure.value.handler == handler
+    assert not isinstance(failure.value, WorkUnavailableError)
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_silo_that_is_not_active_is_a_fail_over(flavour: str) -> None:
+    with pytest.raises(WorkUnavailableError, match="SHUTTING_DOWN, not ACTIVE"):
+        run(against_server(flavour, "reverse", status=SiloStatus.SHUTTING_DOWN))
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_another_incarnation_at_the_endpoint_is_a_fail_over(flavour: str) -> None:
+    async def scenario() -> list[bytes]:
+        server = MembershipServer("127.0.0.1", 0)
+        await server.start(FakeHandler(SiloAddress("127.0.0.1", server.port, 2)))
+        try:
+            return await process(flavour, SiloAddress("127.0.0.1", server.port, 1), CHECKSUM_HANDLER, ITEMS)
+        finally:
+            await server.stop(None)
+
+    with pytest.raises(WorkUnavailableError, match="the silo restarted"):
+        run(scenario())
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_an_unreachable_silo_is_a_fail_over(flavour: str) -> None:
+    nobody = SiloAddress("127.0.0.1", free_port(), 1)
+    with pytest.raises(WorkUnavailableError, match="UNAVAILABLE") as failure:
+        run(process(flavour, nobody, CHECKSUM_HANDLER, ITEMS))
+    assert failure.value.silo == nobody
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan")])
+def test_the_timeout_must_be_positive(timeout: float) -> None:
+    with SyncWorkClient(CLUSTER) as client, pytest.raises(ValueError, match="timeout must be a positive"):
+        client.process(SiloAddress("127.0.0.1", 1, 1), CHECKSUM_HANDLER, ITEMS, timeout)
+
+
+def test_the_cluster_id_is_validated() -> None:
+    with pytest.raises(ValueError, match="invalid cluster id"):
+        WorkClient("no spaces allowed")

@@ -1,0 +1,267 @@
+"""The dependency rule of the layout, checked from the source (``silo/__init__.py`` draws it).
+
+Every ``import`` statement of ``silo`` and ``membership_tables`` is parsed (function-level
+imports included, ``TYPE_CHECKING`` blocks excluded: they never run), and the rules below
+are checked on the resulting module graph. A rule that fails names the importing module,
+the imported one and, for transitive rules, the chain that leads there.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("silo", "membership_tables")
+BACKEND_MODULES = (
+    "membership_tables.sql",
+    "membership_tables.zookeeper",
+    "membership_tables.consul",
+    "membership_tables.dynamodb",
+    "membership_tables.memory",
+    "membership_tables.registry",
+)
+DRIVERS = ("grpc", "grpc_health", "sqlalchemy", "psycopg", "pymysql", "kazoo", "consul", "boto3", "botocore", "pyspark")
+CLIENT_SIDE = ("silo.client", "silo.work", "silo.spark")
+PROTOCOL_AND_RUNTIME = ("silo.membership", "silo.runtime", "silo.cli")
+
+Graph = Mapping[str, frozenset[str]]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports_of(source: str, module: str, is_package: bool) -> set[str]:
+    """Absolute names imported by ``source`` (``from a import b`` yields ``a.b`` when that is a module)."""
+    found: set[str] = set()
+    package = module if is_package else module.rpartition(".")[0]
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for orelse in child.orelse:
+                    visit(orelse)
+                continue
+            if isinstance(child, ast.Import):
+                found.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    anchor = package.split(".")[: len(package.split(".")) - (child.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                found.update(f"{base}.{alias.name}" for alias in child.names)
+            visit(child)
+
+    visit(ast.parse(source))
+    return found
+
+
+def build_graph() -> dict[str, frozenset[str]]:
+    """Module -> the modules of ``PACKAGES`` and the third-party top-level packages it imports."""
+    files = {module_name(path): path for package in PACKAGES for path in (ROOT / package).rglob("*.py")}
+    files = {name: path for name, path in files.items() if ".proto." not in f"{name}."}
+    graph: dict[str, frozenset[str]] = {}
+    for name, path in files.items():
+        raw = imports_of(path.read_text(), name, path.name == "__init__.py")
+        edges = set()
+        for imported in raw:
+            if imported.split(".")[0] in PACKAGES:
+                # ``from a.b import name``: the edge goes to module ``a.b.name`` if it is one, else to ``a.b``
+                while imported and imported not in files and ".proto." not in f"{imported}.":
+                    imported = imported.rpartition(".")[0]
+                if imported and imported != name and imported in files:
+                    edges.add(imported)
+            else:
+                edges.add(imported.split(".")[0])
+        graph[name] = frozenset(edges)
+    return graph
+
+
+def within(module: str, parts: Iterable[str]) -> bool:
+    return any(module == part or module.startswith(f"{part}.") for part in parts)
+
+
+def chain_to(graph: Graph, start: str, forbidden: tuple[str, ...]) -> list[str] | None:
+    """The import chain from ``start`` to a module inside ``forbidden``, or None."""
+    parents: dict[str, str | None] = {start: None}
+    frontier = [start]
+    while frontier:
+        current = frontier.pop(0)
+        for imported in sorted(graph.get(current, ())):
+            if imported in parents:
+                continue
+            parents[imported] = current
+            if within(imported, forbidden):
+                path = [imported]
+                step: str | None = current
+                while step is not None:
+                    path.append(step)
+                    step = parents[step]
+                return path[::-1]
+            frontier.append(imported)
+    return None
+
+
+def cycles(graph: Graph) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in graph:
+                continue
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    chain: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {' -> '.join(self.chain)}"
+
+
+def violations(graph: Graph) -> list[Violation]:
+    """Every broken rule of the layout in ``graph``."""
+    found: list[Violation] = []
+
+    def direct(rule: str, sources: tuple[str, ...], forbidden: tuple[str, ...]) -> None:
+        for module, imported in sorted(graph.items()):
+            if within(module, sources):
+                found.extend(Violation(rule, (module, i)) for i in sorted(imported) if within(i, forbidden))
+
+    direct("membership_tables never imports silo", ("membership_tables",), ("silo",))
+    direct(
+        "the membership protocol imports no backend, driver, wire, client or runtime",
+        ("silo.membership",),
+        (*BACKEND_MODULES, *DRIVERS, "silo.wire", "silo.client", "silo.work", "silo.spark", "silo.runtime", "silo.cli"),
+    )
+    direct("the wire imports no runtime, client or CLI", ("silo.wire",), ("silo.runtime", "silo.client", "silo.cli"))
+    direct("the runtime imports no client, Spark or CLI", ("silo.runtime",), ("silo.client", "silo.spark", "silo.cli"))
+    for module in sorted(graph):
+        if within(module, CLIENT_SIDE):
+            chain = chain_to(graph, module, PROTOCOL_AND_RUNTIME)
+            if chain is not None:
+                found.append(Violation("client, work and Spark never load the protocol or the runtime", tuple(chain)))
+    for module, imported in sorted(graph.items()):
+        if not within(module, ("silo.cli",)) and module != "silo.__main__":
+            found.extend(
+                Violation("nothing imports the CLI", (module, i)) for i in imported if within(i, ("silo.cli",))
+            )
+    found.extend(Violation("import cycle", tuple(cycle)) for cycle in cycles(graph))
+    return found
+
+
+def test_the_layout_keeps_its_dependency_rule() -> None:
+    broken = violations(build_graph())
+    assert not broken, "layout rule broken (see silo/__init__.py):\n" + "\n".join(map(str, broken))
+
+
+def test_the_graph_sees_real_imports() -> None:
+    graph = build_graph()
+    assert "silo.membership.snapshot" in graph["silo.membership.table_manager"]
+    assert "silo.wire.codec" in graph["silo.wire.server"]
+    assert "grpc" in graph["silo.wire.server"]
+    assert "silo.client.membership_client" in graph["silo.spark.jobs"]  # a function-level import counts
+
+
+@pytest.mark.parametrize(
+    ("graph", "rule"),
+    [
+        ({"silo.membership.votes": frozenset({"grpc"})}, "the membership protocol imports no backend"),
+        (
+            {
+                "silo.membership.votes": frozenset({"membership_tables.sql.table"}),
+                "membership_tables.sql.table": frozenset(),
+            },
+            "the membership protocol imports no backend",
+        ),
+        (
+            {"membership_tables.model": frozenset({"silo.errors"}), "silo.errors": frozenset()},
+            "membership_tables never",
+        ),
+        (
+            {
+                "silo.spark.jobs": frozenset({"silo.work.routing"}),
+                "silo.work.routing": frozenset({"silo.membership.options"}),
+                "silo.membership.options": frozenset(),
+            },
+            "client, work and Spark never load",
+        ),
+        ({"silo.runtime.silo": frozenset({"silo.cli.status"}), "silo.cli.status": frozenset()}, "nothing imports"),
+        ({"silo.cli.a": frozenset({"silo.cli.b"}), "silo.cli.b": frozenset({"silo.cli.a"})}, "import cycle"),
+    ],
+)
+def test_a_broken_rule_is_reported(graph: dict[str, frozenset[str]], rule: str) -> None:
+    assert any(str(v).startswith(rule) for v in violations(graph)), violations(graph)
+
+
+def test_the_old_import_paths_still_work() -> None:
+    """Names users imported before the layout change, now re-exported from their new homes."""
+    moved = {
+        "silo.client": ["MembershipClient", "AsyncMembershipClient", "ClusterView", "ViewUpdate"],
+        "silo.spark": ["route_to_silos", "read_view", "local_session", "encode_payload"],
+        "silo.routing": ["Router", "Record", "NoLiveSiloError"],
+        "silo.options": ["SiloOptions", "PRESETS", "parse_duration"],
+        "silo.work_client": ["SyncWorkClient", "WorkClient", "WorkError", "WorkUnavailableError"],
+        "silo.work": ["HandlerRegistry", "load_handler"],
+        "silo.runtime": ["Silo", "assemble", "run_process", "SiloProcessConfig"],
+        "silo.cli": ["main"],
+    }
+    for module_path, names in moved.items():
+        module = importlib.import_module(module_path)
+        missing = [name for name in names if not hasattr(module, name)]
+        assert not missing, f"{module_path} lost {missing}"
+    from silo.membership.options import SiloOptions
+    from silo.options import SiloOptions as OldSiloOptions
+
+    assert OldSiloOptions is SiloOptions
+
+
+def test_every_part_says_what_it_may_import() -> None:
+    for part in ("membership", "wire", "client", "work", "spark", "runtime", "cli"):
+        doc = importlib.import_module(f"silo.{part}").__doc__ or ""
+        assert "import" in doc, f"silo/{part}/__init__.py should say what it may import"
