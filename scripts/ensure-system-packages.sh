@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages the test suite starts real servers from (PostgreSQL,
-# MariaDB, ZooKeeper and a JRE), but only those that are missing, and only as root.
+# MariaDB, ZooKeeper and a JRE) or fakes faults with (iproute2, and iptables for the
+# network-namespace lab in tests/netfaults), but only those that are missing, and only as root.
 # The tests start throwaway instances themselves; no system service is enabled.
 set -euo pipefail
 
@@ -10,6 +11,7 @@ command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || missing+=(ma
 [ -f /usr/share/zookeeper/bin/zkServer.sh ] || missing+=(zookeeper)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 command -v tc >/dev/null 2>&1 || missing+=(iproute2)
+command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
 
 if [ ${#missing[@]} -eq 0 ]; then
     echo "system packages: all present"
