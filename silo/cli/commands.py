@@ -90,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
         "KEY=VALUE",
         "advertise a property in the row, e.g. zone=eu-1",
     )
+    run.add_argument(
+        "--history-file",
+        default=None,
+        metavar="PATH",
+        help="append every membership change this silo writes to PATH as JSON lines (an audit trail)",
+    )
     repeatable(
         run, "--handler", "handlers", handler_spec, "NAME=MODULE:FUNCTION", "serve a Work handler, e.g. wc=myjobs:count"
     )
@@ -136,6 +142,7 @@ def _run(args: argparse.Namespace) -> int:
         options=options,
         properties=properties,
         handlers=handlers,
+        history_file=args.history_file,
     )
     return int(run_process(table, config))
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from membership_tables import MembershipTable, SiloAddress, SiloStatus
+from membership_tables.history import JsonLinesSink, RecordingTable
 from silo.errors import SiloError
 from silo.exit_codes import ExitCode
 from silo.membership.options import SiloOptions
@@ -47,6 +48,9 @@ class SiloProcessConfig:
     """Advertised in the silo's row (``--property``)."""
     handlers: HandlerRegistry = field(default_factory=HandlerRegistry)
     """The Work handlers served (``--handler``); the built-ins are always there."""
+    history_file: str | None = None
+    """Append every versioned write this silo makes to this JSON-lines file (``--history-file``):
+    an audit trail that ``membership_tables.history.check_history`` can verify."""
 
 
 def run_process(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
@@ -88,6 +92,8 @@ def assemble(
     gateway_port = server.add_port(config.gateway_port) if config.gateway_port else 0
     address = SiloAddress(config.host, server.port, generation=time.time_ns() // 1_000_000)
     prober = GrpcProber(config.cluster_id, address, gossip_timeout=config.options.probe_timeout)
+    if config.history_file:
+        table = RecordingTable(table, str(address), JsonLinesSink(config.history_file))
     silo = Silo(
         table=table,
         address=address,

@@ -24,6 +24,7 @@ from membership_tables import (
     TableUnavailableError,
     open_table,
 )
+from membership_tables.history import HistoryRecord, assert_history_ok, load_history
 from silo.membership.options import SiloOptions
 from tests.services.process import ServerProcess, wait_until
 
@@ -117,6 +118,8 @@ class Cluster:
         self.options = SiloOptions.local()
         self.log_level = log_level
         self.silos: list[SiloProcess] = []
+        self.history_dir = workdir / f"history-{cluster_id}"
+        """Every silo appends its versioned writes here (``--history-file``); see ``check_history``."""
         self._table: MembershipTable | None = None
 
     @property
@@ -155,6 +158,8 @@ class Cluster:
             name,
             "--log-level",
             self.log_level,
+            "--history-file",
+            str(self.history_dir / f"{name}.jsonl"),
             *extra_args,
         ]
         silo = SiloProcess(argv, self.workdir / f"{name}.log")
@@ -211,6 +216,17 @@ class Cluster:
             rows = f"  (table unavailable: {exc})"
         logs = "\n".join(f"--- {silo.log.name} (running={silo.running})\n{silo.log_tail(15)}" for silo in self.silos)
         return f"table:\n{rows}\n{logs}"
+
+    def history(self) -> list[HistoryRecord]:
+        return load_history(self.history_dir) if self.history_dir.exists() else []
+
+    def check_history(self, min_voters: int = 1, protected: Sequence[SiloProcess] = ()) -> None:
+        """Fail if the recorded writes break an invariant of the protocol (``membership_tables.history``).
+
+        ``protected``: silos that must never have been declared Dead by another silo.
+        """
+        addresses = [silo.address for silo in protected if silo.address is not None]
+        assert_history_ok(self.history(), min_voters=min_voters, protected=addresses)
 
     def close(self) -> None:
         for silo in self.silos:

@@ -62,6 +62,8 @@ def clusters(tmp_path: Path) -> Iterator[Callable[[str, str], Cluster]]:
     finally:
         for cluster in made:
             cluster.close()
+    for cluster in made:  # after a passing test: the writes it made obey the protocol's invariants
+        cluster.check_history()
 
 
 def no_votes(snapshot: MembershipTableData) -> bool:
