@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 
 from membership_tables import SiloAddress
-from silo.membership.probing import IndirectProbeResult, Prober
+from silo.membership.probing import IndirectProbeResult, ProbeOutcome, Prober
 from silo.wire.prober import INDIRECT_DEADLINE_FACTOR, IntermediaryUnreachableError
 
 
@@ -51,10 +51,10 @@ class LossyProber:
         self._rng = random.Random(seed)
         self.injected = Injected()
 
-    async def ping(self, target: SiloAddress, timeout: float) -> bool:
+    async def ping(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
         remaining = await self._impair(timeout)
         if remaining is None:
-            return False
+            return ProbeOutcome.TIMED_OUT
         return await self._inner.ping(target, remaining)
 
     async def probe_indirectly(

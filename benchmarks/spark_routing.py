@@ -33,7 +33,7 @@ from benchmarks.common import (
     summarize,
     workdir,
 )
-from silo.spark.jobs import encode_payload, local_session, route_to_silos
+from silo.spark import encode_payload, local_session, route_to_silos
 from silo.work.handlers import CHECKSUM_HANDLER, checksum, checksum_total
 from tests.silo.cluster_harness import Cluster
 

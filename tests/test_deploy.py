@@ -10,7 +10,7 @@ from typing import Any
 import yaml  # type: ignore[import-untyped]  # PyYAML comes with moto[server] (test extra)
 
 from silo.cli.commands import build_parser
-from silo.spark.jobs import SIDECAR_ENV
+from silo.spark import SIDECAR_ENV
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 

@@ -8,19 +8,15 @@ May import: ``membership_tables``, ``silo.wire`` (messages and channels), ``silo
 Never ``silo.membership``, ``silo.runtime`` or ``silo.cli``.
 """
 
-from silo.client.membership_client import (
-    AsyncMembershipClient,
+from silo.client.errors import (
     ClientClosedError,
     ClientConfigError,
-    ClusterView,
-    MembershipClient,
     MembershipClientError,
     MembershipUnavailableError,
-    SiloInfo,
-    ViewDiff,
-    ViewUpdate,
     WrongClusterError,
 )
+from silo.client.membership_client import AsyncMembershipClient, MembershipClient
+from silo.client.topology import ClusterView, SiloInfo, ViewDiff, ViewUpdate
 
 __all__ = [
     "AsyncMembershipClient",

@@ -36,26 +36,9 @@ from membership_tables.model import validate_cluster_id
 from silo.client.errors import (
     ClientClosedError,
     ClientConfigError,
-    MembershipClientError,
-    MembershipUnavailableError,
-    WrongClusterError,
 )
-from silo.client.topology import ClusterView, SiloInfo, ViewDiff, ViewTracker, ViewUpdate
+from silo.client.topology import ClusterView, ViewTracker, ViewUpdate
 from silo.client.view_sources import GatewaySource, TableSource, ViewSource, parse_endpoint
-
-__all__ = [
-    "AsyncMembershipClient",
-    "ClientClosedError",
-    "ClientConfigError",
-    "ClusterView",
-    "MembershipClient",
-    "MembershipClientError",
-    "MembershipUnavailableError",
-    "SiloInfo",
-    "ViewDiff",
-    "ViewUpdate",
-    "WrongClusterError",
-]
 
 T = TypeVar("T")
 

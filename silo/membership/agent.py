@@ -18,10 +18,16 @@ from membership_tables import MembershipEntry, SiloAddress, SiloStatus, TableUna
 from silo.errors import DeclaredDeadError, JoinError, TableUnavailableAtStartError
 from silo.membership.clock import Clock, Periodic, with_timeout
 from silo.membership.options import SiloOptions
-from silo.membership.probing import Prober
+from silo.membership.probing import ProbeOutcome, Prober
 from silo.membership.table_manager import MembershipTableManager
 
 logger = logging.getLogger(__name__)
+
+
+def join_heartbeat_watch(options: SiloOptions) -> float:
+    """Seconds a joining silo watches an unreachable peer's heartbeat before ignoring it:
+    one heartbeat period plus two of our re-reads (we re-read every ``probe_timeout``)."""
+    return options.i_am_alive_table_publish_timeout + 2 * options.probe_timeout
 
 
 class MembershipAgent:
@@ -80,13 +86,25 @@ class MembershipAgent:
         logger.info("silo %s is Active", self._address)
 
     async def _validate_connectivity(self, deadline: float) -> None:
-        """Ping every Active, non-stale silo each ``probe_timeout`` until all answer or the deadline passes."""
+        """Ping every live Active silo each ``probe_timeout`` until all answer or the deadline passes.
+
+        A silo that does not answer blocks the join only while it may be alive: a row whose
+        heartbeat we watched for a whole ``join_heartbeat_watch`` without seeing it move is
+        a crashed silo nobody has declared Dead yet (e.g. after a whole-cluster crash), and
+        unreachable for a reason that says nothing about our own connectivity.
+        """
+        liveness = self._manager.liveness
+        watch = join_heartbeat_watch(self._options)
         while True:
             self._check_not_terminated()
             snapshot = self._manager.snapshot
-            peers = [s for s in snapshot.active_non_stale(self._clock.now(), self._options) if s != self._address]
+            peers = [s for s in liveness.fresh(snapshot) if s != self._address]
             answers = await asyncio.gather(*(self._ping(peer) for peer in peers))
-            unreachable = [peer for peer, answered in zip(peers, answers, strict=True) if not answered]
+            unreachable = [
+                peer
+                for peer, answered in zip(peers, answers, strict=True)
+                if not answered and liveness.seen_heartbeating(peer, watch) is not False
+            ]
             if not unreachable:
                 return
             names = ", ".join(map(str, unreachable))
@@ -107,7 +125,8 @@ class MembershipAgent:
     async def _ping(self, peer: SiloAddress) -> bool:
         timeout = self._options.probe_timeout
         try:
-            return await with_timeout(self._clock, self._prober.ping(peer, timeout), timeout)
+            outcome = await with_timeout(self._clock, self._prober.ping(peer, timeout), timeout)
+            return outcome is ProbeOutcome.ANSWERED
         except Exception as exc:
             logger.debug("silo %s: join ping of %s failed: %r", self._address, peer, exc)
             return False

@@ -1,10 +1,16 @@
-"""The cluster health monitor: decides whom this silo probes, on every new snapshot.
+"""The cluster health monitor: decides whom this silo probes, and whether it may vote.
 
 Targets are this silo's successors on the hash rings of the Active silos, plus every
 silo that has a fresh vote against it or a stale heartbeat (so suspicions are confirmed
 or cleared by more than one prober). A silo still joining probes only those suspects.
 It keeps one ``SiloHealthMonitor`` per target, creating and stopping them as the
 targets change.
+
+It also applies the **majority rule** (``votes.may_vote``) for its monitors: this silo may
+vote only while it, plus the monitored silos it hears, is a strict majority of itself plus
+the monitored silos that are fresh. On the minority side of a partition a silo hears too
+few of the silos that (still heartbeating into the table) are evidently alive elsewhere,
+so it never votes against the majority.
 """
 
 from __future__ import annotations
@@ -16,18 +22,23 @@ from datetime import datetime
 
 from membership_tables import SiloAddress, SiloStatus
 from silo.membership.clock import Clock
+from silo.membership.liveness import LivenessTracker
 from silo.membership.local_health import LocalHealth
 from silo.membership.options import SiloOptions
 from silo.membership.ring import probe_targets
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot, SnapshotPublisher
-from silo.membership.votes import fresh_votes, is_stale
+from silo.membership.votes import fresh_votes, may_vote
 
 logger = logging.getLogger(__name__)
 
 
 def select_targets(
-    snapshot: MembershipSnapshot, local: SiloAddress, now: datetime, options: SiloOptions
+    snapshot: MembershipSnapshot,
+    local: SiloAddress,
+    now: datetime,
+    options: SiloOptions,
+    is_fresh: Callable[[SiloAddress], bool],
 ) -> list[SiloAddress]:
     """Ring successors (only once we are Active) followed by suspected or stale silos."""
     status = snapshot.status_of(local)
@@ -40,13 +51,16 @@ def select_targets(
         if entry.silo_address != local
         and entry.status is not SiloStatus.DEAD
         and entry.silo_address not in ring
-        and (fresh_votes(entry.suspect_times, now, options.death_vote_expiration) or is_stale(entry, now, options))
+        and (fresh_votes(entry.suspect_times, now, options.death_vote_expiration) or not is_fresh(entry.silo_address))
     ]
     return ring + suspects
 
 
+CreateMonitor = Callable[[SiloAddress, "ClusterHealthMonitor"], SiloHealthMonitor]
+
+
 class ClusterHealthMonitor:
-    """Keeps one silo health monitor per current probe target."""
+    """Keeps one silo health monitor per current probe target; judges the majority rule."""
 
     def __init__(
         self,
@@ -55,13 +69,15 @@ class ClusterHealthMonitor:
         options: SiloOptions,
         clock: Clock,
         publisher: SnapshotPublisher,
-        create_monitor: Callable[[SiloAddress], SiloHealthMonitor],
+        liveness: LivenessTracker,
+        create_monitor: CreateMonitor,
         local_health: LocalHealth,
     ) -> None:
         self._local = local
         self._options = options
         self._clock = clock
         self._publisher = publisher
+        self._liveness = liveness
         self._create_monitor = create_monitor
         self._health = local_health
         self.monitors: dict[SiloAddress, SiloHealthMonitor] = {}
@@ -76,17 +92,34 @@ class ClusterHealthMonitor:
 
     async def update(self, snapshot: MembershipSnapshot) -> None:
         """Start monitors for new targets and stop the ones no longer targeted."""
-        targets = select_targets(snapshot, self._local, self._clock.now(), self._options)
+        targets = select_targets(snapshot, self._local, self._clock.now(), self._options, self._liveness.is_fresh)
         for gone in [silo for silo in self.monitors if silo not in targets]:
             await self.monitors.pop(gone).stop()
             self._health.forget(gone)
         for target in targets:
             if target not in self.monitors:
-                monitor = self._create_monitor(target)
+                monitor = self._create_monitor(target, self)
                 self.monitors[target] = monitor
                 monitor.start()
         if targets:
             logger.debug("silo %s probes %s", self._local, ", ".join(map(str, targets)))
+
+    def may_vote(self) -> bool:
+        """The majority rule over the monitored silos that are fresh (``votes.may_vote``)."""
+        fresh = [monitor for silo, monitor in self.monitors.items() if self._liveness.is_fresh(silo)]
+        heard = sum(1 for monitor in fresh if monitor.heard_recently())
+        return may_vote(heard, len(fresh))
+
+    def intermediaries(self) -> list[SiloAddress]:
+        """Fresh Active silos that we do not suspect ourselves: the ones worth asking for a veto."""
+        snapshot = self._publisher.current
+        if snapshot is None:
+            return []
+        return [
+            silo
+            for silo in self._liveness.fresh(snapshot)
+            if silo != self._local and not (silo in self.monitors and not self.monitors[silo].hears_target())
+        ]
 
     async def stop(self) -> None:
         if self._task is not None:

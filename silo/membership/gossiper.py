@@ -2,21 +2,21 @@
 
 Fire-and-forget: one background send per target, failures logged at debug level (the
 periodic refresh is the safety net), and no relaying: only the writer gossips, so a
-write costs one message per silo.
+write costs one message per silo. A silo the write declared Dead is told too, so it stops
+serving at once instead of at its next refresh.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime
+from collections.abc import Callable, Iterable
 
 from membership_tables import SiloAddress, SiloStatus
 from silo.membership.clock import Clock
 from silo.membership.options import SiloOptions
 from silo.membership.probing import GossipSender
 from silo.membership.snapshot import MembershipSnapshot
-from silo.membership.votes import is_stale
 
 logger = logging.getLogger(__name__)
 
@@ -24,30 +24,43 @@ GOSSIP_STATUSES = (SiloStatus.JOINING, SiloStatus.ACTIVE, SiloStatus.SHUTTING_DO
 
 
 def gossip_targets(
-    snapshot: MembershipSnapshot, local: SiloAddress, now: datetime, options: SiloOptions
+    snapshot: MembershipSnapshot,
+    local: SiloAddress,
+    is_fresh: Callable[[SiloAddress], bool],
+    declared_dead: Iterable[SiloAddress] = (),
 ) -> list[SiloAddress]:
-    """Every other silo that is alive by status and not stale."""
-    return [
+    """Every other silo alive by status and fresh, then the silos the write declared Dead."""
+    live = [
         entry.silo_address
         for entry in snapshot.with_status(*GOSSIP_STATUSES)
-        if entry.silo_address != local and not is_stale(entry, now, options)
+        if entry.silo_address != local and is_fresh(entry.silo_address)
     ]
+    return live + [silo for silo in declared_dead if silo != local and silo not in live]
 
 
 class Gossiper:
     """Sends "the table is at version V" to the live silos after each write of ours."""
 
-    def __init__(self, *, address: SiloAddress, options: SiloOptions, clock: Clock, sender: GossipSender) -> None:
+    def __init__(
+        self,
+        *,
+        address: SiloAddress,
+        options: SiloOptions,
+        clock: Clock,
+        sender: GossipSender,
+        is_fresh: Callable[[SiloAddress], bool],
+    ) -> None:
         self._address = address
         self._options = options
         self._clock = clock
         self._sender = sender
+        self._is_fresh = is_fresh
         self._sends: set[asyncio.Task[None]] = set()
 
-    def publish(self, version: int, snapshot: MembershipSnapshot) -> None:
+    def publish(self, version: int, snapshot: MembershipSnapshot, declared_dead: tuple[SiloAddress, ...] = ()) -> None:
         if not self._options.use_liveness_gossip:
             return
-        for target in gossip_targets(snapshot, self._address, self._clock.now(), self._options):
+        for target in gossip_targets(snapshot, self._address, self._is_fresh, declared_dead):
             task = asyncio.create_task(self._send(target, version))
             self._sends.add(task)
             task.add_done_callback(self._sends.discard)

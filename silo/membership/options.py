@@ -41,12 +41,24 @@ class SiloOptions:
     """Timings and thresholds of the membership protocol (defaults = production preset)."""
 
     probe_timeout: float = 5.0
-    """Seconds between probes of one target and the wait for each answer. Shorter detects
-    failures sooner but mistakes slow (GC-pausing, overloaded) silos for dead ones."""
+    """Seconds each probe waits for its answer. Shorter detects failures sooner but mistakes
+    slow (GC-pausing, overloaded) silos for dead ones."""
+
+    probe_interval: float = 2.0
+    """Seconds between probes of one target, counted from the previous send, so probes overlap
+    (capped at ``probe_timeout``: see ``effective_probe_interval``). Shorter confirms a live
+    target more often, so a silence is measured more precisely and a hang is found nearer the
+    detection time, at more probe traffic."""
 
     num_missed_probes_limit: int = 3
-    """Consecutive missed probes before this silo votes against the target. Detection time is
-    about ``num_missed_probes_limit * probe_timeout``; a higher limit tolerates more packet loss."""
+    """How long a target may stay silent, in probe timeouts, before this silo suspects it:
+    the detection time is ``num_missed_probes_limit * probe_timeout`` of silence (lengthened
+    while this silo's own health is poor). Higher tolerates longer loss bursts and pauses."""
+
+    num_indirect_probes: int = 2
+    """Intermediaries asked, in parallel, to ping a silent target before we vote; any that
+    reaches it vetoes the suspicion. More vetoes protect better against one bad link, at one
+    RPC each per suspicion."""
 
     num_probed_silos: int = 10
     """Silos each silo probes (one successor on each of this many hash rings). More probers
@@ -81,8 +93,8 @@ class SiloOptions:
     periodic refresh (slower, but fewer RPCs)."""
 
     enable_indirect_probes: bool = True
-    """Before voting, ask a healthy third silo to probe the target too (SWIM). Fewer false
-    positives from one bad link; costs one extra RPC per suspicion."""
+    """Before voting, ask ``num_indirect_probes`` other silos to probe the target (SWIM);
+    any answer vetoes the vote. Off: a silo votes on its own silence alone."""
 
     defunct_silo_expiration: float = 7 * _DAY
     """Dead rows older than this (seconds since their last activity) are removed. Long enough
@@ -106,6 +118,7 @@ class SiloOptions:
         return dataclasses.replace(
             cls.production(),
             probe_timeout=0.5,
+            probe_interval=0.25,
             death_vote_expiration=10.0,
             i_am_alive_table_publish_timeout=1.0,
             table_refresh_timeout=2.0,
@@ -116,8 +129,13 @@ class SiloOptions:
 
     @property
     def detection_time(self) -> float:
-        """Seconds of missed probes before a vote: ``num_missed_probes_limit * probe_timeout``."""
+        """Seconds of silence before a suspicion: ``num_missed_probes_limit * probe_timeout``."""
         return self.num_missed_probes_limit * self.probe_timeout
+
+    @property
+    def effective_probe_interval(self) -> float:
+        """``probe_interval``, but never longer than ``probe_timeout`` (e.g. after overriding only the timeout)."""
+        return min(self.probe_interval, self.probe_timeout)
 
     @property
     def stale_after(self) -> float:

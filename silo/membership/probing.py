@@ -1,16 +1,29 @@
 """The seams between the protocol logic and the wire.
 
-The protocol roles depend on these protocols only; ``silo.wire.prober`` and ``silo.gossip``
+The protocol roles depend on these protocols only; ``silo.wire.prober``
 implement them over gRPC, and unit tests implement them with plain functions
 (a scripted partition is a three-line lambda).
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Protocol
 
 from membership_tables import MembershipTableData, SiloAddress
+
+
+class ProbeOutcome(enum.Enum):
+    """How one direct probe ended; the detector treats the three differently."""
+
+    ANSWERED = "answered"
+    """The target answered, as the incarnation we probed."""
+    REFUSED = "refused"
+    """Nothing listens at the target's endpoint (connection refused), or another incarnation
+    answered: evidence of a crash or a restart, never produced by loss or a partition."""
+    TIMED_OUT = "timed_out"
+    """No answer in time (or any other failure): silence, which may be loss or a partition."""
 
 
 @dataclass(frozen=True)
@@ -29,8 +42,8 @@ class IndirectProbeResult:
 class Prober(Protocol):
     """Direct and indirect probes of other silos."""
 
-    async def ping(self, target: SiloAddress, timeout: float) -> bool:
-        """True if ``target`` answered within ``timeout`` seconds."""
+    async def ping(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
+        """Ping ``target`` and say how it ended within ``timeout`` seconds."""
         ...
 
     async def probe_indirectly(

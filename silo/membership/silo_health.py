@@ -1,37 +1,54 @@
-"""The silo health monitor: probes one target and asks for a vote when it stops answering.
+"""The silo health monitor: watches one target and votes against it on its own evidence.
 
-One instance per probed silo. It probes every ``probe_timeout`` with a timeout
-lengthened by our own local health (Lifeguard) and counts consecutive misses (reset by
-any answer). From ``num_missed_probes_limit - 1`` misses it also asks a random healthy
-Active third silo to probe the target (SWIM's indirect probe): a healthy intermediary that
-cannot reach the target either adds its vote to ours; an intermediary that reports
-itself unhealthy (or cannot be asked) means "unknown" and is not asked again until the
-membership changes. At ``num_missed_probes_limit`` misses we vote alone. A lost race or
-an unreachable table is not an error: the next probe tries again.
+One instance per probed silo. The rules (docs/protocol.md, "Failure detector"):
+
+- **Probes at a fixed rate.** A ping leaves every ``probe_interval`` seconds, scheduled from
+  the previous send, each with its own timeout (``probe_timeout``, lengthened by our local
+  health): probes overlap, so a hung target is noticed at the same pace as a healthy one is
+  confirmed, and one slow answer does not delay the next probe.
+- **Three outcomes.** *Answered* resets everything. *Refused* (nothing listens there, or
+  another incarnation answered) counts towards ``REFUSALS_TO_SUSPECT`` consecutive refusals:
+  strong evidence of a crash. *Timed out* says nothing by itself; what counts is the
+  **silence**: seconds since the last answer.
+- **Suspicion**: silence of ``suspect_after`` (``num_missed_probes_limit * probe_timeout``
+  times our local-health multiplier, Lifeguard), or repeated refusals.
+- **Indirect probes are a veto, never a vote.** From half the suspicion time on, up to
+  ``num_indirect_probes`` distinct fresh intermediaries ping the target in parallel; any
+  that reaches it cancels the suspicion (our link is the problem, not the target). An
+  intermediary that fails says nothing: it did not observe a sustained silence itself.
+- **A vote** needs a suspicion, a finished indirect round that started after the target's
+  last answer and was not vetoed (unless no intermediary exists), and the majority rule of
+  the cluster health monitor (``may_vote``). It is repeated every ``suspect_after`` while the
+  silence lasts, so a vote that expired or a quorum that shrank is completed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random as random_module
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from membership_tables import SiloAddress
-from silo.membership.clock import Clock, Periodic, with_timeout
+from silo.membership.clock import Clock, with_timeout
 from silo.membership.local_health import LocalHealth, effective_timeout
 from silo.membership.options import SiloOptions
-from silo.membership.probing import IndirectProbeResult, Prober
-from silo.membership.snapshot import MembershipSnapshot
+from silo.membership.probing import IndirectProbeResult, ProbeOutcome, Prober
 from silo.membership.table_manager import VoteOutcome
 
 logger = logging.getLogger(__name__)
 
-RequestVote = Callable[[SiloAddress, SiloAddress | None], Awaitable[VoteOutcome]]
-"""Vote against a target, with a healthy intermediary as second voter (or None)."""
+REFUSALS_TO_SUSPECT = 2
+"""Consecutive refused probes that make a suspicion. A refusal cannot come from loss or a
+partition (those are silence): only from a closed port or another incarnation. Two, so one
+refusal while a restarted process binds is not enough."""
+
+RequestVote = Callable[[SiloAddress], Awaitable[VoteOutcome]]
+"""Vote against a target (the table manager's ``try_vote``)."""
 
 
 class SiloHealthMonitor:
-    """Probes ``target`` periodically and requests votes against it."""
+    """Probes ``target`` at a fixed rate, asks for vetoes, and votes on sustained silence."""
 
     def __init__(
         self,
@@ -42,7 +59,8 @@ class SiloHealthMonitor:
         clock: Clock,
         prober: Prober,
         local_health: LocalHealth,
-        snapshot: Callable[[], MembershipSnapshot],
+        intermediaries: Callable[[], Sequence[SiloAddress]],
+        may_vote: Callable[[], bool],
         vote: RequestVote,
         random: random_module.Random,
     ) -> None:
@@ -52,89 +70,176 @@ class SiloHealthMonitor:
         self._clock = clock
         self._prober = prober
         self._health = local_health
-        self._snapshot = snapshot
+        self._intermediaries = intermediaries
+        self._may_vote = may_vote
         self._vote = vote
         self._random = random
-        self.missed_probes = 0
-        self._unusable: set[SiloAddress] = set()
-        self._unusable_version = -1
-        self._prober_loop: Periodic | None = None
+        self.last_heard = clock.monotonic()
+        """Monotonic time of the last answer (or veto); the monitor's start counts as one."""
+        self.refusals = 0
+        self.answered = False
+        """True once the target answered us (or an intermediary) at least once."""
+        self._round_started: float | None = None
+        self._round: asyncio.Task[None] | None = None
+        self._round_vetoed = False
+        self._last_vote: float | None = None
+        self._last_denied_log: float | None = None
+        self._voting: asyncio.Task[None] | None = None
+        self._probes: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.Task[None] | None = None
+        self.votes_cast = 0
+
+    # --- what others read -----------------------------------------------------------
+
+    def suspect_after(self) -> float:
+        """Seconds of silence before a suspicion, lengthened when we are degraded (Lifeguard)."""
+        return self._options.detection_time * (1 + self._health.score())
+
+    def silence(self) -> float:
+        return self._clock.monotonic() - self.last_heard
+
+    def hears_target(self) -> bool:
+        """True unless the target is currently suspected by us (silent or refusing)."""
+        return not self.suspected()
+
+    def heard_recently(self) -> bool:
+        """The target answered, and is not suspected: it counts as heard for the majority rule.
+
+        A monitor that never got an answer does not count: on the minority side of a
+        partition, monitors created after the split must not make the side look larger.
+        """
+        return self.answered and not self.suspected()
+
+    def suspected(self) -> bool:
+        return self.refusals >= REFUSALS_TO_SUSPECT or self.silence() >= self.suspect_after()
+
+    # --- lifecycle ------------------------------------------------------------------
 
     def start(self) -> None:
-        self._prober_loop = Periodic(self._clock, self._options.probe_timeout, self.probe_once, immediately=True)
-        self._prober_loop.start()
+        self.last_heard = self._clock.monotonic()
+        self._loop = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
-        if self._prober_loop is not None:
-            await self._prober_loop.stop()
+        tasks = [task for task in (self._loop, self._round, self._voting) if task is not None]
+        tasks += list(self._probes)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _timeout(self) -> float:
-        return effective_timeout(self._options.probe_timeout, self._health.score())
+    async def _run(self) -> None:
+        while True:
+            probe = asyncio.create_task(self.probe_once())
+            self._probes.add(probe)
+            probe.add_done_callback(self._probes.discard)
+            await self._clock.sleep(self._options.effective_probe_interval)
+
+    # --- one probe and its consequences ----------------------------------------------
 
     async def probe_once(self) -> None:
-        """One round: a direct probe, maybe an indirect one, maybe a vote."""
-        answered = await self._ping()
-        self._health.record_probe(self.target, answered)
-        if answered:
-            self.missed_probes = 0
-            return
-        self.missed_probes += 1
-        logger.debug("silo %s: %s missed %d probe(s)", self._local, self.target, self.missed_probes)
-        limit = self._options.num_missed_probes_limit
-        if self.missed_probes >= limit - 1 and self._options.enable_indirect_probes:
-            intermediary = self._pick_intermediary()
-            if intermediary is not None:
-                verdict = await self._probe_through(intermediary)
-                if verdict is True:
-                    self.missed_probes = 0
-                    return
-                if verdict is False:
-                    await self._request_vote(intermediary)
-                    return
-        if self.missed_probes >= limit:
-            await self._request_vote(None)
+        """Send one ping, record its outcome, then act on the evidence."""
+        sent = self._clock.monotonic()
+        outcome = await self._ping()
+        self._health.record_probe(self.target, outcome is ProbeOutcome.ANSWERED)
+        if outcome is ProbeOutcome.ANSWERED:
+            self.last_heard = max(self.last_heard, sent)
+            self.refusals = 0
+            self.answered = True
+        elif outcome is ProbeOutcome.REFUSED:
+            self.refusals += 1
+        await self.evaluate()
 
-    async def _ping(self) -> bool:
+    async def _ping(self) -> ProbeOutcome:
+        timeout = effective_timeout(self._options.probe_timeout, self._health.score())
         try:
-            return await with_timeout(self._clock, self._prober.ping(self.target, self._timeout()), self._timeout())
+            return await with_timeout(self._clock, self._prober.ping(self.target, timeout), timeout)
+        except TimeoutError:
+            return ProbeOutcome.TIMED_OUT
         except Exception as exc:
             logger.debug("silo %s: ping of %s failed: %r", self._local, self.target, exc)
+            return ProbeOutcome.TIMED_OUT
+
+    async def evaluate(self) -> None:
+        """Start an indirect round or a vote if the evidence calls for one."""
+        early = self.silence() >= self.suspect_after() / 2 or self.refusals > 0
+        if not (early or self.suspected()):
+            return
+        if self._options.enable_indirect_probes and self._needs_new_round():
+            self._start_round()
+        if not self.suspected() or not self._round_allows_vote():
+            return
+        if self._voting is not None and not self._voting.done():
+            return
+        now = self._clock.monotonic()
+        if self._last_vote is not None and now - self._last_vote < self.suspect_after():
+            return
+        if not self._may_vote():
+            if self._last_denied_log is None or now - self._last_denied_log >= self.suspect_after():
+                self._last_denied_log = now
+                logger.info(
+                    "silo %s suspects %s but hears too few of the silos it monitors to vote (minority side?)",
+                    self._local, self.target,
+                )  # fmt: skip
+            return
+        self._last_vote = now
+        self._voting = asyncio.create_task(self._cast_vote())
+
+    async def _cast_vote(self) -> None:
+        self.votes_cast += 1
+        outcome = await self._vote(self.target)
+        logger.debug("silo %s: vote against %s: %s", self._local, self.target, outcome.value)
+
+    # --- indirect probes: the veto ----------------------------------------------------
+
+    def _needs_new_round(self) -> bool:
+        if self._round is not None and not self._round.done():
             return False
+        if self._round_started is None or self._round_started <= self.last_heard:
+            return True  # no round covers the current silence yet
+        return self._clock.monotonic() - self._round_started >= self.suspect_after() / 2
 
-    def _pick_intermediary(self) -> SiloAddress | None:
-        snapshot = self._snapshot()
-        if snapshot.version != self._unusable_version:
-            self._unusable.clear()  # membership changed: give unhealthy intermediaries another chance
-            self._unusable_version = snapshot.version
-        candidates = [
-            silo
-            for silo in snapshot.active_non_stale(self._clock.now(), self._options)
-            if silo not in (self.target, self._local) and silo not in self._unusable
-        ]
-        return self._random.choice(candidates) if candidates else None
+    def _round_allows_vote(self) -> bool:
+        """No veto from a finished round that covers the current silence (or no one to ask)."""
+        if not self._options.enable_indirect_probes:
+            return True
+        if self._round_started is None:
+            return not self._candidates()  # no intermediary exists: our own evidence decides
+        in_flight = self._round is not None and not self._round.done() and self._round is not asyncio.current_task()
+        return not in_flight and self._round_started > self.last_heard and not self._round_vetoed
 
-    async def _probe_through(self, intermediary: SiloAddress) -> bool | None:
-        """True: the target answered; False: a healthy intermediary could not reach it; None: unknown."""
-        timeout = self._timeout()
+    def _candidates(self) -> list[SiloAddress]:
+        return [silo for silo in self._intermediaries() if silo not in (self.target, self._local)]
+
+    def _start_round(self) -> None:
+        candidates = self._candidates()
+        if not candidates:
+            return
+        chosen = self._random.sample(candidates, min(self._options.num_indirect_probes, len(candidates)))
+        self._round_started = self._clock.monotonic()
+        self._round_vetoed = False
+        self._round = asyncio.create_task(self._indirect_round(chosen, self._round_started))
+
+    async def _indirect_round(self, intermediaries: Sequence[SiloAddress], started: float) -> None:
+        """Ask every intermediary at once; any that reaches the target vetoes the suspicion."""
+        results = await asyncio.gather(*(self._probe_through(via) for via in intermediaries))
+        if any(results):
+            logger.info(
+                "silo %s: %s answered an intermediary, so it is alive (our link to it may be bad): no vote",
+                self._local, self.target,
+            )  # fmt: skip
+            self._round_vetoed = True
+            self.last_heard = max(self.last_heard, started)
+            self.refusals = 0
+            self.answered = True
+            return
+        await self.evaluate()
+
+    async def _probe_through(self, intermediary: SiloAddress) -> bool:
+        timeout = effective_timeout(self._options.probe_timeout, self._health.score())
         try:
             result: IndirectProbeResult = await with_timeout(
                 self._clock, self._prober.probe_indirectly(intermediary, self.target, timeout), 2 * timeout
             )
         except Exception as exc:
             logger.debug("silo %s: cannot ask %s to probe %s: %r", self._local, intermediary, self.target, exc)
-            self._unusable.add(intermediary)
-            return None
-        if result.succeeded:
-            return True
-        if result.intermediary_health_score > 0:
-            logger.info(
-                "silo %s: intermediary %s is unhealthy (score %d); its failed probe of %s is not a vote",
-                self._local, intermediary, result.intermediary_health_score, self.target,
-            )  # fmt: skip
-            self._unusable.add(intermediary)
-            return None
-        return False
-
-    async def _request_vote(self, intermediary: SiloAddress | None) -> None:
-        outcome = await self._vote(self.target, intermediary)
-        logger.debug("silo %s: vote against %s: %s", self._local, self.target, outcome.value)
+            return False
+        return result.succeeded

@@ -3,8 +3,8 @@
 A ``MembershipSnapshot`` is one atomic table read plus derived helpers. The publisher
 accepts a snapshot only if its version is newer than the current one, so no consumer ever
 sees an older view after a newer one. A re-read at the *same* version (only heartbeats
-changed) replaces the current snapshot quietly: its IAmAlive times are fresher, which
-matters for staleness, but it is not a membership change.
+changed) is merged into the current snapshot quietly, each row keeping the later of its
+two IAmAlive times (two reads can complete out of order): not a membership change.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from datetime import datetime
 
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
 from silo.membership.options import SiloOptions
-from silo.membership.votes import fresh_votes, is_stale
+from silo.membership.votes import fresh_votes
 
 
 @dataclass(frozen=True)
@@ -52,15 +52,6 @@ class MembershipSnapshot:
     def active_silos(self) -> tuple[SiloAddress, ...]:
         return tuple(entry.silo_address for entry in self.with_status(SiloStatus.ACTIVE))
 
-    def is_stale(self, silo: SiloAddress, now: datetime, options: SiloOptions) -> bool:
-        entry = self.entry(silo)
-        return entry is not None and is_stale(entry, now, options)
-
-    def active_non_stale(self, now: datetime, options: SiloOptions) -> tuple[SiloAddress, ...]:
-        return tuple(
-            entry.silo_address for entry in self.with_status(SiloStatus.ACTIVE) if not is_stale(entry, now, options)
-        )
-
     def fresh_votes_against(self, silo: SiloAddress, now: datetime, options: SiloOptions) -> int:
         entry = self.entry(silo)
         return len(fresh_votes(entry.suspect_times, now, options.death_vote_expiration)) if entry else 0
@@ -70,6 +61,17 @@ class MembershipSnapshot:
 
     def older_generations_of(self, silo: SiloAddress) -> tuple[MembershipEntry, ...]:
         return tuple(entry for entry in self.entries if entry.silo_address.is_predecessor_of(silo))
+
+
+def latest_heartbeats(current: MembershipSnapshot, reread: MembershipSnapshot) -> MembershipSnapshot:
+    """``reread`` (same version as ``current``) with each row's IAmAlive never older than in ``current``."""
+    rows = []
+    for entry, etag in reread.data.rows:
+        before = current.entry(entry.silo_address)
+        if before is not None and before.i_am_alive_time > entry.i_am_alive_time:
+            entry = entry.replace(i_am_alive_time=before.i_am_alive_time)
+        rows.append((entry, etag))
+    return MembershipSnapshot(MembershipTableData(tuple(rows), reread.data.version))
 
 
 class SnapshotPublisher:
@@ -88,13 +90,15 @@ class SnapshotPublisher:
     async def publish(self, snapshot: MembershipSnapshot) -> bool:
         """Make ``snapshot`` current if it is newer; True if it was a new version.
 
-        A snapshot at the current version replaces the current one (fresher heartbeats)
-        and wakes only the subscribers that asked for refreshes; an older one is dropped.
+        A snapshot at the current version is merged (``latest_heartbeats``) and wakes only
+        the subscribers that asked for refreshes; an older one is dropped.
         """
         current = self._current
         if current is not None and snapshot.version < current.version:
             return False
         newer = current is None or snapshot.version > current.version
+        if current is not None and not newer:
+            snapshot = latest_heartbeats(current, snapshot)
         async with self._changed:
             self._current = snapshot
             self._refreshes += 1

@@ -3,8 +3,8 @@
 Every table call of the runtime goes through ``TableAccess``: it runs the blocking call
 through an injected runner (a worker thread in production, inline in deterministic tests),
 retries ``TableUnavailableError`` with exponential backoff and jitter (tenacity, sleeping on
-the injected clock) until a deadline, and remembers whether the table is reachable and
-when it came back, which the table manager needs to keep votes safe.
+the injected clock) until a deadline, and remembers since when calls have been failing, which
+the table manager needs to tell a hiccup from an outage.
 """
 
 from __future__ import annotations
@@ -64,13 +64,17 @@ class TableAccess:
         self._run = run_blocking
         self._give_up = give_up
         self._unavailable_since: float | None = None
-        self.recovered_at: float | None = None
-        """``clock.monotonic()`` when the table last came back after an outage (None: never down)."""
 
     @property
     def available(self) -> bool:
         """False from the first failed call until the next successful one."""
         return self._unavailable_since is None
+
+    def unavailable_for(self) -> float:
+        """Seconds since the first of the current run of failed calls (0 if the last call succeeded)."""
+        if self._unavailable_since is None:
+            return 0.0
+        return self._clock.monotonic() - self._unavailable_since
 
     async def attempt(self, call: Callable[[], _T]) -> _T:
         """One try; a failure marks the table unavailable, a success available again."""
@@ -83,7 +87,6 @@ class TableAccess:
             raise
         if self._unavailable_since is not None:
             self._unavailable_since = None
-            self.recovered_at = self._clock.monotonic()
             logger.warning("silo %s reaches the membership table again", self._address)
         return result
 

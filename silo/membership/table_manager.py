@@ -8,10 +8,15 @@ when this silo must terminate itself (it reads itself Dead, finds a newer genera
 itself, or its row vanished after it joined).
 
 Safety when the table is down: infrastructure errors are retried with exponential
-backoff and jitter, never turned into a vote. Votes are never retried across an outage
-(their evidence would be stale), and after an outage no vote is cast until every live
-silo has had ``stale_after`` seconds to heartbeat again, because heartbeats that lapsed
-during the outage would otherwise shrink the quorum.
+backoff and jitter, never turned into a vote. The table is *down* once calls have failed
+for ``probe_timeout`` without a success in between; one failed call is a hiccup and
+suspends nothing. While it is down no vote is attempted (a vote needs a fresh read), and
+votes are never retried across an outage (their evidence would be stale). Heartbeats that
+lapsed during an outage do not shrink the quorum: the ``LivenessTracker`` does not count
+time during which we could not read.
+
+Lost races are normal: a vote that loses is retried at once on a fresh read, up to
+``VOTE_ATTEMPTS`` times, so a quorum is not delayed by a whole probe round.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from membership_tables import (
     TableUnavailableError,
 )
 from silo.membership.clock import Clock, Periodic
+from silo.membership.liveness import LivenessTracker
 from silo.membership.options import SiloOptions
 from silo.membership.snapshot import MembershipSnapshot, SnapshotPublisher
 from silo.membership.table_access import BlockingRunner, TableAccess, run_in_thread
@@ -53,8 +59,12 @@ class VoteOutcome(enum.Enum):
     """The table is or just was unreachable, or this silo is not a live member."""
 
 
-OnWrite = Callable[[int, MembershipSnapshot], None]
-"""Called after every successful versioned write with the version written."""
+OnWrite = Callable[[int, MembershipSnapshot, tuple[SiloAddress, ...]], None]
+"""Called after every successful versioned write with the version written, the snapshot
+after it and the silos it declared Dead (gossip must reach them too)."""
+
+VOTE_ATTEMPTS = 3
+"""Fresh read-and-write attempts of one vote when other writers win the race."""
 
 
 class MembershipTableManager:
@@ -87,6 +97,8 @@ class MembershipTableManager:
         self._leaving = False
         self._refresher: Periodic | None = None
         self._empty = MembershipSnapshot(MembershipTableData((), UNINITIALIZED_VERSION))
+        self.liveness = LivenessTracker(options, clock.monotonic)
+        """Which peers are fresh, on our own monotonic clock (fed by every read)."""
 
     @property
     def snapshot(self) -> MembershipSnapshot:
@@ -96,12 +108,14 @@ class MembershipTableManager:
     def table_available(self) -> bool:
         return self._access.available
 
+    @property
+    def table_down(self) -> bool:
+        """True once table calls have failed for ``probe_timeout`` with no success in between."""
+        return self._access.unavailable_for() >= self._options.probe_timeout
+
     def can_vote(self) -> bool:
-        """False while the table is unreachable and for ``stale_after`` seconds after it came back."""
-        if not self._access.available or self.terminated.is_set():
-            return False
-        recovered = self._access.recovered_at
-        return recovered is None or self._clock.monotonic() - recovered >= self._options.stale_after
+        """False once this silo terminated or while the table is down (one failed call is not enough)."""
+        return not self.terminated.is_set() and not self.table_down
 
     def mark_leaving(self) -> None:
         """This silo is about to write itself Dead: reading that back is not a reason to terminate."""
@@ -130,6 +144,7 @@ class MembershipTableManager:
 
     async def _accept(self, data: MembershipTableData) -> MembershipSnapshot:
         snapshot = MembershipSnapshot(data)
+        self.liveness.observe(snapshot)
         await self.publisher.publish(snapshot)
         self._check_own_row(snapshot.entry(self._address), snapshot.version)
         newer = snapshot.newer_generations_of(self._address)
@@ -155,13 +170,13 @@ class MembershipTableManager:
 
     # --- writes --------------------------------------------------------------------------
 
-    async def _after_write(self, version: int) -> None:
+    async def _after_write(self, version: int, declared_dead: tuple[SiloAddress, ...] = ()) -> None:
         try:
             snapshot = await self.refresh()
         except TableUnavailableError:
             snapshot = self.snapshot
         if self._on_write is not None:
-            self._on_write(version, snapshot)
+            self._on_write(version, snapshot, declared_dead)
 
     async def insert_self(self, entry: MembershipEntry, deadline: float) -> None:
         """Insert this silo's row (retried until ``deadline``); an existing row of ours counts as done."""
@@ -230,47 +245,54 @@ class MembershipTableManager:
         before = self._clock.now() - timedelta(seconds=older_than)
         return await self._access.call(functools.partial(self._table.cleanup_defunct_entries, before), None)
 
-    async def try_vote(self, target: SiloAddress, intermediary: SiloAddress | None = None) -> VoteOutcome:
-        """Vote against ``target`` (with a healthy ``intermediary``), declaring it Dead on quorum.
+    async def try_vote(self, target: SiloAddress) -> VoteOutcome:
+        """Vote against ``target`` on our own evidence, declaring it Dead when ours completes the quorum.
 
-        One attempt, never retried: a silo that cannot read the table does not vote, and
-        the next failed probe votes again on fresh evidence.
+        Each attempt reads the table fresh and writes conditionally; a lost race is retried
+        at once on a new read (``VOTE_ATTEMPTS`` in all). A table error ends the vote: a
+        silo that cannot read the table does not vote, and the monitor votes again later
+        on fresh evidence.
         """
-        if not self.can_vote():
-            return VoteOutcome.NOT_ALLOWED
-        try:
-            data = await self._access.attempt(self._table.read_all)
-            snapshot = await self._accept(data)
-            if snapshot.status_of(self._address) not in (SiloStatus.JOINING, SiloStatus.ACTIVE):
+        outcome = VoteOutcome.LOST_RACE
+        for _ in range(VOTE_ATTEMPTS):
+            if not self.can_vote():
                 return VoteOutcome.NOT_ALLOWED
-            row = data.get(target)
-            if row is None or row[0].status is SiloStatus.DEAD:
-                return VoteOutcome.ALREADY_GONE
-            now = self._clock.now()
-            read = MembershipSnapshot(data)
-            quorum_base = len(read.active_non_stale(now, self._options))
-            dead = {entry.silo_address for entry in read.with_status(SiloStatus.DEAD)}
-            decision = decide_vote(row[0], self._address, intermediary, now, self._options, quorum_base, dead)
-            written = data.version.next()
-            if not await self._access.attempt(
-                functools.partial(self._table.update_row, decision.entry, row[1], written)
-            ):
-                return VoteOutcome.LOST_RACE
-        except TableUnavailableError:
+            try:
+                outcome = await self._vote_once(target)
+            except TableUnavailableError:
+                return VoteOutcome.NOT_ALLOWED
+            if outcome is not VoteOutcome.LOST_RACE:
+                return outcome
+            logger.info("silo %s lost the race to vote against %s; retrying on a fresh read", self._address, target)
+        return outcome
+
+    async def _vote_once(self, target: SiloAddress) -> VoteOutcome:
+        data = await self._access.attempt(self._table.read_all)
+        snapshot = await self._accept(data)
+        if snapshot.status_of(self._address) not in (SiloStatus.JOINING, SiloStatus.ACTIVE):
             return VoteOutcome.NOT_ALLOWED
-        helper = f" with {intermediary}" if intermediary else ""
+        row = data.get(target)
+        if row is None or row[0].status is SiloStatus.DEAD:
+            return VoteOutcome.ALREADY_GONE
+        now = self._clock.now()
+        read = MembershipSnapshot(data)
+        quorum_base = len(self.liveness.fresh(read))
+        dead = {entry.silo_address for entry in read.with_status(SiloStatus.DEAD)}
+        decision = decide_vote(row[0], self._address, now, self._options, quorum_base, dead)
+        written = data.version.next()
+        if not await self._access.attempt(functools.partial(self._table.update_row, decision.entry, row[1], written)):
+            return VoteOutcome.LOST_RACE
         if decision.kind is VoteKind.DECLARE_DEAD:
             logger.warning(
-                "silo %s declared %s Dead%s (%d of %d votes)",
-                self._address, target, helper, decision.votes, decision.required,
-            )  # fmt: skip
-        else:
-            logger.info(
-                "silo %s voted against %s%s (%d of %d votes)",
-                self._address, target, helper, decision.votes, decision.required,
-            )  # fmt: skip
+                "silo %s declared %s Dead (%d of %d votes)", self._address, target, decision.votes, decision.required
+            )
+            await self._after_write(written.version, declared_dead=(target,))
+            return VoteOutcome.DECLARED_DEAD
+        logger.info(
+            "silo %s voted against %s (%d of %d votes)", self._address, target, decision.votes, decision.required
+        )
         await self._after_write(written.version)
-        return VoteOutcome.DECLARED_DEAD if decision.kind is VoteKind.DECLARE_DEAD else VoteOutcome.VOTED
+        return VoteOutcome.VOTED
 
     # --- periodic refresh ------------------------------------------------------------
 

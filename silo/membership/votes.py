@@ -1,4 +1,4 @@
-"""The arithmetic of suspicion votes: freshness, quorum, staleness and the vote itself.
+"""The arithmetic of suspicion votes: vote freshness, the quorum and the vote itself.
 
 Pure functions of a row, the time and the options, so the rules can be tested as tables.
 The table manager applies the resulting ``VoteDecision`` in one conditional write.
@@ -29,18 +29,26 @@ def fresh_votes(votes: Iterable[Vote], now: datetime, expiration: float) -> tupl
     return tuple((voter, when) for voter, when in votes if (window_end - when).total_seconds() < expiration)
 
 
-def required_votes(num_votes_for_death_declaration: int, active_non_stale: int) -> int:
-    """Votes needed to declare death: the configured number, capped at a majority.
+def required_votes(num_votes_for_death_declaration: int, fresh_active: int) -> int:
+    """Votes needed to declare death: the configured number, capped at half the fresh Active silos.
 
     In a small cluster ``num_votes_for_death_declaration`` healthy voters may not exist;
-    ``(active_non_stale + 1) // 2`` still needs half of them. Never less than one.
+    ``(fresh_active + 1) // 2`` still needs half of them. Never less than one. (Fresh: see
+    ``silo.membership.liveness``; a crashed silo stops heartbeating and drops out.)
     """
-    return max(1, min(num_votes_for_death_declaration, (active_non_stale + 1) // 2))
+    return max(1, min(num_votes_for_death_declaration, (fresh_active + 1) // 2))
 
 
-def is_stale(entry: MembershipEntry, now: datetime, options: SiloOptions) -> bool:
-    """True if the silo missed ``num_missed_table_i_am_alive_limit`` heartbeats."""
-    return (now - entry.i_am_alive_time).total_seconds() > options.stale_after
+def may_vote(heard: int, fresh_monitored: int) -> bool:
+    """The majority rule: a silo votes only while it is on the majority side of what it monitors.
+
+    ``heard``: monitored silos that answered within the suspicion time; ``fresh_monitored``:
+    monitored silos that are fresh (they still heartbeat, so they are alive somewhere).
+    The silo plus those it hears must be a strict majority of itself plus the fresh ones.
+    A partitioned silo still reaches the table and stays fresh, so it keeps counting
+    against a minority; a crashed or hung one stops heartbeating and drops out.
+    """
+    return 2 * (1 + heard) > 1 + fresh_monitored
 
 
 class VoteKind(enum.Enum):
@@ -63,13 +71,12 @@ class VoteDecision:
 def decide_vote(
     target_entry: MembershipEntry,
     voter: SiloAddress,
-    intermediary: SiloAddress | None,
     now: datetime,
     options: SiloOptions,
-    active_non_stale_count: int,
+    fresh_active_count: int,
     dead_voters: Collection[SiloAddress] = (),
 ) -> VoteDecision:
-    """Add ``voter``'s vote (and a healthy ``intermediary``'s) to the target's row.
+    """Add ``voter``'s vote to the target's row: one vote per observer, on its own evidence.
 
     Expired votes are pruned; a repeated vote by the same silo replaces its older one.
     Votes cast by ``dead_voters`` are dropped too: a silo that was itself declared Dead
@@ -77,14 +84,13 @@ def decide_vote(
     If the fresh votes reach ``required_votes`` the row is declared Dead and the voter
     (the killer) is recorded last in ``suspect_times``.
     """
-    new_voters = [voter] if intermediary is None or intermediary == voter else [intermediary, voter]
     kept = tuple(
         vote
         for vote in fresh_votes(target_entry.suspect_times, now, options.death_vote_expiration)
-        if vote[0] not in new_voters and vote[0] not in dead_voters
+        if vote[0] != voter and vote[0] not in dead_voters
     )
-    votes = kept + tuple((who, now) for who in new_voters)
-    required = required_votes(options.num_votes_for_death_declaration, active_non_stale_count)
+    votes = (*kept, (voter, now))
+    required = required_votes(options.num_votes_for_death_declaration, fresh_active_count)
     if len(votes) >= required:
         entry = target_entry.replace(status=SiloStatus.DEAD, suspect_times=votes)
         return VoteDecision(VoteKind.DECLARE_DEAD, entry, len(votes), required)

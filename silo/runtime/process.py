@@ -21,10 +21,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from membership_tables import MembershipTable, SiloAddress, SiloStatus
+from membership_tables import MembershipTable, MembershipTableError, SiloAddress, SiloStatus
 from membership_tables.history import JsonLinesSink, RecordingTable
 from silo.errors import SiloError
 from silo.exit_codes import ExitCode
+from silo.membership.generation import next_generation
 from silo.membership.options import SiloOptions
 from silo.membership.probing import Prober
 from silo.runtime.silo import Silo
@@ -90,7 +91,8 @@ def assemble(
     """
     server = MembershipServer(config.host, config.port, handlers=config.handlers)
     gateway_port = server.add_port(config.gateway_port) if config.gateway_port else 0
-    address = SiloAddress(config.host, server.port, generation=time.time_ns() // 1_000_000)
+    generation = next_generation(time.time_ns() // 1_000_000, config.host, server.port, _known_silos(table))
+    address = SiloAddress(config.host, server.port, generation=generation)
     prober = GrpcProber(config.cluster_id, address, gossip_timeout=config.options.probe_timeout)
     if config.history_file:
         table = RecordingTable(table, str(address), JsonLinesSink(config.history_file))
@@ -106,6 +108,16 @@ def assemble(
         properties=config.properties,
     )
     return SiloStack(silo, server, prober, gateway_port)
+
+
+def _known_silos(table: MembershipTable) -> list[SiloAddress]:
+    """The silos in the table now, to keep generations increasing; none if it cannot be read yet
+    (the join retries the table; a clock stepped back while the table is down is not covered)."""
+    try:
+        return [entry.silo_address for entry in table.read_all().entries]
+    except MembershipTableError as exc:
+        log.info("cannot read the table before choosing a generation (%s); using the clock", exc)
+        return []
 
 
 async def _serve(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:

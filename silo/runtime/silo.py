@@ -38,7 +38,7 @@ from silo.membership.cluster_health import ClusterHealthMonitor
 from silo.membership.gossiper import Gossiper
 from silo.membership.local_health import LocalHealth
 from silo.membership.options import SiloOptions
-from silo.membership.probing import GossipSender, IndirectProbeResult, Prober
+from silo.membership.probing import GossipSender, IndirectProbeResult, ProbeOutcome, Prober
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import BlockingRunner, run_in_thread
@@ -85,7 +85,13 @@ class Silo:
             role_name=role_name,
             properties=dict(properties or {}),
         )
-        self._gossiper = Gossiper(address=address, options=options, clock=self._clock, sender=gossip)
+        self._gossiper = Gossiper(
+            address=address,
+            options=options,
+            clock=self._clock,
+            sender=gossip,
+            is_fresh=lambda silo: self._manager.liveness.is_fresh(silo),
+        )
         self._manager = MembershipTableManager(
             table=table,
             address=address,
@@ -101,6 +107,7 @@ class Silo:
             options=options,
             clock=self._clock,
             publisher=self._manager.publisher,
+            liveness=self._manager.liveness,
             create_monitor=self._create_monitor,
             local_health=self._health,
         )
@@ -138,7 +145,8 @@ class Silo:
         started = self._clock.monotonic()
         failure = ""
         try:
-            answered = await with_timeout(self._clock, self._prober.ping(target, timeout), timeout)
+            outcome = await with_timeout(self._clock, self._prober.ping(target, timeout), timeout)
+            answered = outcome is ProbeOutcome.ANSWERED
         except Exception as exc:
             answered, failure = False, f"{type(exc).__name__}: {exc}"
         if not answered and not failure:
@@ -250,7 +258,7 @@ class Silo:
     def _current(self) -> MembershipSnapshot:
         return self._manager.snapshot
 
-    def _create_monitor(self, target: SiloAddress) -> SiloHealthMonitor:
+    def _create_monitor(self, target: SiloAddress, cluster: ClusterHealthMonitor) -> SiloHealthMonitor:
         return SiloHealthMonitor(
             target=target,
             local=self._address,
@@ -258,7 +266,8 @@ class Silo:
             clock=self._clock,
             prober=self._prober,
             local_health=self._health,
-            snapshot=self._current,
+            intermediaries=cluster.intermediaries,
+            may_vote=cluster.may_vote,
             vote=self._manager.try_vote,
             random=self._random,
         )

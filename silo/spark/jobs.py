@@ -53,19 +53,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = [
-    "DEFAULT_TIMEOUT",
-    "OUTPUT_COLUMNS",
-    "SIDECAR_ENV",
-    "RoutingJob",
-    "ViewSource",
-    "encode_payload",
-    "local_session",
-    "read_view",
-    "route_to_silos",
-    "routing_key",
-]
-
 SIDECAR_ENV = "SILO_SIDECAR_ADDRESS"
 """Executor environment variable: the local sidecar silo's advertised ``host:port``."""
 

@@ -16,7 +16,7 @@ import grpc
 
 from membership_tables import InvalidEntryError, SiloAddress
 from silo.errors import SiloError
-from silo.membership.probing import IndirectProbeResult
+from silo.membership.probing import IndirectProbeResult, ProbeOutcome
 from silo.wire import codec
 from silo.wire.channels import CHANNEL_OPTIONS
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
@@ -26,6 +26,23 @@ log = logging.getLogger(__name__)
 INDIRECT_DEADLINE_FACTOR = 2.0
 """An indirect probe gives the intermediary ``timeout`` to reach the target, and the whole
 call ``INDIRECT_DEADLINE_FACTOR * timeout`` (the intermediary's own round trip on top)."""
+
+
+REFUSAL_MARKERS = ("connection refused", "econnrefused")
+"""How gRPC reports a closed port in an UNAVAILABLE error's details (C core, all platforms)."""
+
+
+def is_refusal(error: grpc.aio.AioRpcError) -> bool:
+    """True if the call failed because nothing listens at the endpoint (not loss, not a timeout).
+
+    The server refusing another cluster's call (FAILED_PRECONDITION) is also a refusal: the
+    endpoint is a silo, but not the member we probed.
+    """
+    code = error.code()
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        return True
+    details = (error.details() or "").lower()
+    return code == grpc.StatusCode.UNAVAILABLE and any(marker in details for marker in REFUSAL_MARKERS)
 
 
 class IntermediaryUnreachableError(SiloError, ConnectionError):
@@ -41,21 +58,21 @@ class GrpcProber:
         self._gossip_timeout = gossip_timeout
         self._channels: dict[str, Any] = {}
 
-    async def ping(self, target: SiloAddress, timeout: float) -> bool:
+    async def ping(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
         request = pb.PingRequest(header=self._header())
         try:
             response = await self._call(target, codec.PING, request, timeout)
             responder = codec.address_from_proto(response.responder)
         except grpc.aio.AioRpcError as exc:
             log.debug("ping %s failed: %s %s", target, exc.code().name, exc.details())
-            return False
+            return ProbeOutcome.REFUSED if is_refusal(exc) else ProbeOutcome.TIMED_OUT
         except InvalidEntryError as exc:
             log.warning("ping %s: the answer names an invalid address: %s", target, exc)
-            return False
+            return ProbeOutcome.TIMED_OUT
         if responder != target:
-            log.info("ping %s was answered by %s, another incarnation: counted as a miss", target, responder)
-            return False
-        return True
+            log.info("ping %s was answered by %s, another incarnation: the probed one is gone", target, responder)
+            return ProbeOutcome.REFUSED
+        return ProbeOutcome.ANSWERED
 
     async def probe_indirectly(
         self, intermediary: SiloAddress, target: SiloAddress, timeout: float

@@ -28,7 +28,7 @@ from membership_tables import (
 )
 from silo.membership.clock import FakeClock
 from silo.membership.options import SiloOptions
-from silo.membership.probing import GossipSender, IndirectProbeResult, MembershipRpcHandler, Prober
+from silo.membership.probing import GossipSender, IndirectProbeResult, MembershipRpcHandler, ProbeOutcome, Prober
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import run_inline
 from silo.runtime.silo import Silo
@@ -130,16 +130,20 @@ async def _maybe_await(value: Any) -> Any:
 class FunctionProber:
     """A ``Prober`` backed by plain functions; records every call."""
 
-    reachable: Callable[[SiloAddress], bool | Awaitable[bool]] = lambda target: True
+    reachable: Callable[[SiloAddress], bool | ProbeOutcome | Awaitable[bool | ProbeOutcome]] = lambda target: True
+    """True: answered; False: timed out (silence); or a ``ProbeOutcome``."""
     indirect: Callable[[SiloAddress, SiloAddress], IndirectProbeResult | Awaitable[IndirectProbeResult]] | None = None
     pings: list[SiloAddress] = field(default_factory=list)
     timeouts: list[float] = field(default_factory=list)
     indirect_calls: list[tuple[SiloAddress, SiloAddress]] = field(default_factory=list)
 
-    async def ping(self, target: SiloAddress, timeout: float) -> bool:
+    async def ping(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
         self.pings.append(target)
         self.timeouts.append(timeout)
-        return bool(await _maybe_await(self.reachable(target)))
+        result = await _maybe_await(self.reachable(target))
+        if isinstance(result, ProbeOutcome):
+            return result
+        return ProbeOutcome.ANSWERED if result else ProbeOutcome.TIMED_OUT
 
     async def probe_indirectly(
         self, intermediary: SiloAddress, target: SiloAddress, timeout: float

@@ -16,7 +16,7 @@ import pytest
 from membership_tables import SiloAddress
 from membership_tables.memory import InMemoryMembershipTable
 from silo import client as client_module
-from silo.client.membership_client import (
+from silo.client import (
     AsyncMembershipClient,
     ClientClosedError,
     ClientConfigError,

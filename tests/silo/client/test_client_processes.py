@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from membership_tables import SiloAddress, SiloStatus
-from silo.client.membership_client import MembershipClient, ViewUpdate
+from silo.client import MembershipClient, ViewUpdate
 from tests.services.process import free_port
 from tests.silo.cluster_harness import Cluster, SiloProcess, death_bound
 

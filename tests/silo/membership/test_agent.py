@@ -8,6 +8,7 @@ import pytest
 from membership_tables import MembershipEntry, SiloStatus, TableVersion
 from silo.errors import DeclaredDeadError, JoinError, TableUnavailableAtStartError
 from silo.exit_codes import ExitCode
+from silo.membership.agent import join_heartbeat_watch
 from silo.membership.clock import FakeClock
 from tests.silo.harness import (
     LOCAL,
@@ -130,13 +131,37 @@ async def test_join_succeeds_once_the_peer_answers() -> None:
 
 
 @async_test
-async def test_a_stale_active_silo_does_not_block_the_join() -> None:
-    table, clock = memory_table(), FakeClock(T0 + timedelta(seconds=LOCAL.stale_after + 1))
+async def test_an_active_row_that_never_heartbeats_does_not_block_the_join_for_long() -> None:
+    # e.g. the whole cluster crashed: nobody declared PEER Dead, and it never answers
+    table, clock = memory_table(), FakeClock(T0 + timedelta(hours=1))
     seed(table, row(PEER, when=T0))
     silo = make_silo(table, ME, clock, prober=FunctionProber(reachable=lambda target: False))
-    await silo.start()
+    joining = asyncio.create_task(silo.start())
+    waited = 0.0
+    while not joining.done() and waited < LOCAL.max_join_attempt_time:
+        await clock.advance(LOCAL.probe_timeout)
+        waited += LOCAL.probe_timeout
+    await joining
     assert silo.status is SiloStatus.ACTIVE
+    assert waited <= join_heartbeat_watch(LOCAL) + 2 * LOCAL.probe_timeout  # judged on our clock, not the row's age
     await silo.stop()
+
+
+@async_test
+async def test_an_unreachable_silo_that_still_heartbeats_blocks_the_join() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table, row(PEER, when=T0))
+    silo = make_silo(table, ME, clock, prober=FunctionProber(reachable=lambda target: False))
+    joining = asyncio.create_task(silo.start())
+    for _ in range(int(join_heartbeat_watch(LOCAL) / LOCAL.probe_timeout) * 2):
+        await clock.advance(LOCAL.probe_timeout)
+        table.update_i_am_alive(PEER, clock.now())  # alive, but we cannot reach it
+    assert not joining.done()
+    while not joining.done():
+        await clock.advance(LOCAL.probe_timeout)
+        table.update_i_am_alive(PEER, clock.now())
+    with pytest.raises(JoinError):
+        await joining
 
 
 @async_test

@@ -6,6 +6,7 @@ from datetime import timedelta
 from membership_tables import SiloAddress, SiloStatus
 from silo.membership.clock import FakeClock
 from silo.membership.cluster_health import ClusterHealthMonitor, select_targets
+from silo.membership.liveness import LivenessTracker
 from silo.membership.local_health import LocalHealth
 from silo.membership.options import SiloOptions
 from silo.membership.ring import probe_targets
@@ -20,10 +21,14 @@ NOW = T0 + timedelta(seconds=1)
 ONE_RING = SiloOptions(num_probed_silos=1, num_votes_for_death_declaration=1)
 
 
+def everyone_fresh(silo: SiloAddress) -> bool:
+    return True
+
+
 def test_an_active_silo_probes_its_ring_successors() -> None:
     snapshot = view(row(ME), *(row(peer) for peer in PEERS))
     options = SiloOptions(num_probed_silos=3)
-    assert select_targets(snapshot, ME, NOW, options) == probe_targets(ME, [ME, *PEERS], 3)
+    assert select_targets(snapshot, ME, NOW, options, everyone_fresh) == probe_targets(ME, [ME, *PEERS], 3)
 
 
 def test_suspected_and_stale_silos_are_probed_too() -> None:
@@ -34,11 +39,12 @@ def test_suspected_and_stale_silos_are_probed_too() -> None:
         row(ME, when=NOW),
         *(row(peer, when=NOW) for peer in PEERS if peer not in (suspected, stale, dead, joining)),
         row(suspected, when=NOW).replace(suspect_times=((ring[0], NOW),)),
-        row(stale, when=NOW - timedelta(seconds=91)),
+        row(stale, when=NOW),  # its heartbeat has not changed in our reads for too long: see is_fresh
         row(dead, SiloStatus.DEAD).replace(suspect_times=((ring[0], NOW),)),
         row(joining, SiloStatus.JOINING, when=NOW),
     )
-    assert select_targets(snapshot, ME, NOW, ONE_RING) == [*ring, *sorted([suspected, stale])]
+    targets = select_targets(snapshot, ME, NOW, ONE_RING, lambda silo: silo != stale)
+    assert targets == [*ring, *sorted([suspected, stale])]
 
 
 def test_a_joining_silo_probes_only_suspects_and_an_absent_one_nobody() -> None:
@@ -48,8 +54,8 @@ def test_a_joining_silo_probes_only_suspects_and_an_absent_one_nobody() -> None:
         row(suspected, when=NOW).replace(suspect_times=((PEERS[1], NOW),)),
         *(row(peer, when=NOW) for peer in PEERS[1:]),
     )
-    assert select_targets(snapshot, ME, NOW, SiloOptions()) == [suspected]
-    assert select_targets(view(*(row(peer) for peer in PEERS)), ME, NOW, SiloOptions()) == []
+    assert select_targets(snapshot, ME, NOW, SiloOptions(), everyone_fresh) == [suspected]
+    assert select_targets(view(*(row(peer) for peer in PEERS)), ME, NOW, SiloOptions(), everyone_fresh) == []
 
 
 @async_test
@@ -60,10 +66,10 @@ async def test_one_monitor_per_target_created_and_stopped_with_the_membership() 
 
     health = LocalHealth(address=ME, options=options, clock=clock, snapshot=lambda: publisher.current or view())
 
-    async def vote(target: SiloAddress, intermediary: SiloAddress | None) -> VoteOutcome:
+    async def vote(target: SiloAddress) -> VoteOutcome:
         return VoteOutcome.VOTED
 
-    def create(target: SiloAddress) -> SiloHealthMonitor:
+    def create(target: SiloAddress, owner: ClusterHealthMonitor) -> SiloHealthMonitor:
         return SiloHealthMonitor(
             target=target,
             local=ME,
@@ -71,15 +77,24 @@ async def test_one_monitor_per_target_created_and_stopped_with_the_membership() 
             clock=clock,
             prober=FunctionProber(),
             local_health=health,
-            snapshot=lambda: publisher.current or view(),
+            intermediaries=owner.intermediaries,
+            may_vote=owner.may_vote,
             vote=vote,
             random=random.Random(0),
         )
 
+    liveness = LivenessTracker(options, clock.monotonic)
     cluster = ClusterHealthMonitor(
-        local=ME, options=options, clock=clock, publisher=publisher, create_monitor=create, local_health=health
+        local=ME,
+        options=options,
+        clock=clock,
+        publisher=publisher,
+        liveness=liveness,
+        create_monitor=create,
+        local_health=health,
     )
     cluster.start()
+    liveness.observe(view(row(ME), row(PEERS[0]), row(PEERS[1]), version=1))
     await publisher.publish(view(row(ME), row(PEERS[0]), row(PEERS[1]), version=1))
     await clock.advance(0)
     assert set(cluster.monitors) == {PEERS[0], PEERS[1]}

@@ -26,8 +26,22 @@ SNAPSHOT = view(
 )
 
 
-def test_gossip_goes_to_every_other_live_non_stale_silo() -> None:
-    assert gossip_targets(SNAPSHOT, ME, NOW, SiloOptions()) == [address(2), address(3), address(4), address(5)]
+def is_fresh(silo: SiloAddress) -> bool:
+    return silo != STALE
+
+
+def test_gossip_goes_to_every_other_live_fresh_silo() -> None:
+    assert gossip_targets(SNAPSHOT, ME, is_fresh) == [address(2), address(3), address(4), address(5)]
+
+
+def test_a_silo_declared_dead_is_told_too() -> None:
+    assert gossip_targets(SNAPSHOT, ME, is_fresh, declared_dead=(address(6),)) == [
+        address(2),
+        address(3),
+        address(4),
+        address(5),
+        address(6),
+    ]
 
 
 @async_test
@@ -39,7 +53,7 @@ async def test_each_write_is_gossiped_fire_and_forget() -> None:
             raise ConnectionError("unreachable")
 
     sender = RecordingGossip(deliver=deliver)
-    gossiper = Gossiper(address=ME, options=SiloOptions(), clock=clock, sender=sender)
+    gossiper = Gossiper(address=ME, options=SiloOptions(), clock=clock, sender=sender, is_fresh=is_fresh)
     gossiper.publish(17, SNAPSHOT)
     await settle()
     assert sorted(sender.sent) == [(address(2), 17), (address(3), 17), (address(4), 17), (address(5), 17)]
@@ -50,6 +64,6 @@ async def test_each_write_is_gossiped_fire_and_forget() -> None:
 async def test_gossip_can_be_disabled() -> None:
     sender = RecordingGossip()
     options = SiloOptions(use_liveness_gossip=False)
-    Gossiper(address=ME, options=options, clock=FakeClock(NOW), sender=sender).publish(3, SNAPSHOT)
+    Gossiper(address=ME, options=options, clock=FakeClock(NOW), sender=sender, is_fresh=is_fresh).publish(3, SNAPSHOT)
     await settle()
     assert sender.sent == []

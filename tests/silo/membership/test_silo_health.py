@@ -1,161 +1,229 @@
+"""The silo health monitor on a fake clock: rate, silence, refusals, vetoes, the majority rule."""
+
 from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import pytest
 
 from membership_tables import SiloAddress
 from silo.membership.clock import FakeClock
 from silo.membership.local_health import LocalHealth
 from silo.membership.options import SiloOptions
-from silo.membership.probing import IndirectProbeResult
-from silo.membership.silo_health import SiloHealthMonitor
+from silo.membership.probing import IndirectProbeResult, ProbeOutcome
+from silo.membership.silo_health import REFUSALS_TO_SUSPECT, SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_manager import VoteOutcome
 from tests.silo.harness import T0, FunctionProber, address, async_test, row, view
 
 ME, TARGET, HELPER, OTHER = address(1), address(2), address(3), address(4)
-OPTIONS = SiloOptions.local()  # 3 missed probes
+OPTIONS = SiloOptions.local()  # probes every 0.25 s, 0.5 s timeout, 1.5 s of silence to suspect
+FLOOR = OPTIONS.detection_time
+
+
+def result(succeeded: bool, health_score: int = 0) -> IndirectProbeResult:
+    return IndirectProbeResult(succeeded=succeeded, intermediary_health_score=health_score, response_time=0.1)
 
 
 @dataclass
 class Scene:
-    prober: FunctionProber
-    snapshot: MembershipSnapshot = field(default_factory=lambda: view(row(ME), row(TARGET), row(HELPER)))
-    votes: list[tuple[SiloAddress, SiloAddress | None]] = field(default_factory=list)
-    clock: FakeClock = field(default_factory=lambda: FakeClock(T0))
+    """A monitor of TARGET with scripted probes, intermediaries and majority rule."""
 
-    def monitor(self, health: LocalHealth | None = None) -> SiloHealthMonitor:
-        async def vote(target: SiloAddress, intermediary: SiloAddress | None) -> VoteOutcome:
-            self.votes.append((target, intermediary))
+    prober: FunctionProber
+    intermediaries: list[SiloAddress] = field(default_factory=list)
+    majority: bool = True
+    options: SiloOptions = OPTIONS
+    votes: list[float] = field(default_factory=list)
+    clock: FakeClock = field(default_factory=lambda: FakeClock(T0))
+    health: LocalHealth | None = None
+
+    def monitor(self) -> SiloHealthMonitor:
+        async def vote(target: SiloAddress) -> VoteOutcome:
+            assert target == TARGET
+            self.votes.append(self.clock.monotonic())
             return VoteOutcome.VOTED
 
+        self.health = self.health or LocalHealth(address=ME, options=self.options, clock=self.clock, snapshot=self.view)
         return SiloHealthMonitor(
             target=TARGET,
             local=ME,
-            options=OPTIONS,
+            options=self.options,
             clock=self.clock,
             prober=self.prober,
-            local_health=health or LocalHealth(address=ME, options=OPTIONS, clock=self.clock, snapshot=self.view),
-            snapshot=self.view,
+            local_health=self.health,
+            intermediaries=lambda: list(self.intermediaries),
+            may_vote=lambda: self.majority,
             vote=vote,
             random=random.Random(1),
         )
 
     def view(self) -> MembershipSnapshot:
-        return self.snapshot
+        return view(row(ME), row(TARGET), *(row(silo) for silo in self.intermediaries))
 
 
-def failed(health_score: int = 0) -> IndirectProbeResult:
-    return IndirectProbeResult(succeeded=False, intermediary_health_score=health_score, response_time=0.1)
+def hanging(clock: FakeClock) -> Callable[[SiloAddress], asyncio.Future[bool]]:
+    """A target that stopped answering: every ping waits for ever (until its timeout)."""
+
+    def ping(target: SiloAddress) -> asyncio.Future[bool]:
+        return asyncio.get_running_loop().create_future()
+
+    return ping
 
 
-@async_test
-async def test_misses_are_counted_and_reset_by_an_answer() -> None:
-    answers = [False, False, True, False]
-    scene = Scene(FunctionProber(reachable=lambda target: answers.pop(0)))
-    scene.snapshot = view(row(ME), row(TARGET))  # no third silo: no indirect probes
-    monitor = scene.monitor()
-    counts = []
-    for _ in range(4):
-        await monitor.probe_once()
-        counts.append(monitor.missed_probes)
-    assert counts == [1, 2, 0, 1]
-    assert scene.votes == []
-
-
-@async_test
-async def test_without_an_intermediary_the_silo_votes_alone_at_the_limit() -> None:
-    scene = Scene(FunctionProber(reachable=lambda target: False))
-    scene.snapshot = view(row(ME), row(TARGET))
-    monitor = scene.monitor()
-    for _ in range(OPTIONS.num_missed_probes_limit - 1):
-        await monitor.probe_once()
-    assert scene.votes == []
-    await monitor.probe_once()
-    assert scene.votes == [(TARGET, None)]
-    await monitor.probe_once()  # a lost race or a short quorum: the next miss votes again
-    assert scene.votes == [(TARGET, None), (TARGET, None)]
+async def run_for(scene: Scene, monitor: SiloHealthMonitor, seconds: float, step: float = 0.05) -> None:
+    elapsed = 0.0
+    while elapsed < seconds - 1e-9:
+        await scene.clock.advance(step)
+        elapsed += step
 
 
 @async_test
-async def test_a_healthy_intermediary_that_cannot_reach_the_target_votes_with_us() -> None:
-    scene = Scene(FunctionProber(reachable=lambda target: False, indirect=lambda via, target: failed()))
-    monitor = scene.monitor()
-    await monitor.probe_once()
-    assert scene.prober.indirect_calls == []
-    await monitor.probe_once()  # limit - 1 misses: ask a third silo
-    assert scene.prober.indirect_calls == [(HELPER, TARGET)]
-    assert scene.votes == [(TARGET, HELPER)]
-
-
-@async_test
-async def test_an_indirect_answer_clears_the_suspicion() -> None:
-    answered = IndirectProbeResult(succeeded=True, intermediary_health_score=0, response_time=0.1)
-    scene = Scene(FunctionProber(reachable=lambda target: False, indirect=lambda via, target: answered))
-    monitor = scene.monitor()
-    await monitor.probe_once()
-    await monitor.probe_once()
-    assert monitor.missed_probes == 0
-    assert scene.votes == []
-
-
-@async_test
-async def test_an_unhealthy_intermediary_gives_unknown_and_is_not_reused_until_membership_changes() -> None:
-    scene = Scene(FunctionProber(reachable=lambda target: False, indirect=lambda via, target: failed(health_score=3)))
-    monitor = scene.monitor()
-    await monitor.probe_once()
-    await monitor.probe_once()  # unknown: no vote
-    assert scene.votes == []
-    await monitor.probe_once()  # the limit: vote alone, and HELPER is not asked again
-    assert scene.prober.indirect_calls == [(HELPER, TARGET)]
-    assert scene.votes == [(TARGET, None)]
-    scene.snapshot = view(row(ME), row(TARGET), row(HELPER), version=2)
-    await monitor.probe_once()
-    assert scene.prober.indirect_calls == [(HELPER, TARGET), (HELPER, TARGET)]
-
-
-@async_test
-async def test_an_intermediary_that_cannot_be_asked_is_skipped_for_another() -> None:
-    scene = Scene(FunctionProber(reachable=lambda target: False))  # every indirect call raises
-    scene.snapshot = view(row(ME), row(TARGET), row(HELPER), row(OTHER))
-    monitor = scene.monitor()
-    for _ in range(4):
-        await monitor.probe_once()
-    asked = [via for via, _ in scene.prober.indirect_calls]
-    assert sorted(asked) == [HELPER, OTHER]
-    assert scene.votes == [(TARGET, None), (TARGET, None)]
-
-
-@async_test
-async def test_a_ping_that_hangs_is_a_miss_after_the_timeout() -> None:
-    hung: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-    scene = Scene(FunctionProber(reachable=lambda target: hung))
-    monitor = scene.monitor()
-    probe = asyncio.create_task(monitor.probe_once())
-    await scene.clock.advance(OPTIONS.probe_timeout / 2)
-    assert not probe.done()
-    await scene.clock.advance(OPTIONS.probe_timeout / 2)
-    assert probe.done()
-    assert monitor.missed_probes == 1
-
-
-@async_test
-async def test_poor_local_health_lengthens_the_probe_timeout() -> None:
-    scene = Scene(FunctionProber(reachable=lambda target: True))
-    health = LocalHealth(address=ME, options=OPTIONS, clock=scene.clock, snapshot=scene.view)
-    monitor = scene.monitor(health)
-    await monitor.probe_once()
-    health.record_loop_lag(OPTIONS.probe_timeout)  # four points of lag
-    await monitor.probe_once()
-    assert scene.prober.timeouts == [OPTIONS.probe_timeout, OPTIONS.probe_timeout * 5]
-
-
-@async_test
-async def test_the_probe_loop_runs_every_probe_timeout() -> None:
-    scene = Scene(FunctionProber(reachable=lambda target: True))
+async def test_probes_leave_at_a_fixed_rate_even_while_earlier_ones_hang() -> None:
+    scene = Scene(FunctionProber())
+    scene.prober.reachable = hanging(scene.clock)
     monitor = scene.monitor()
     monitor.start()
-    await scene.clock.advance(OPTIONS.probe_timeout * 3)
-    assert len(scene.prober.pings) == 4  # at start, then once per period
+    await run_for(scene, monitor, 1.0)
+    # at 0, 0.25, 0.5, 0.75 and 1.0 s: a hung probe does not delay the next one
+    assert len(scene.prober.pings) == 5
     await monitor.stop()
+
+
+@async_test
+async def test_a_hung_target_is_voted_against_after_the_silence_floor_not_before() -> None:
+    scene = Scene(FunctionProber())
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 1.0)  # answering
+    assert monitor.last_heard == pytest.approx(1.0)
+    scene.prober.reachable = hanging(scene.clock)
+    await run_for(scene, monitor, FLOOR - 0.1)
+    assert scene.votes == []
+    await run_for(scene, monitor, 0.2)
+    assert len(scene.votes) == 1
+    assert scene.votes[0] - 1.0 == pytest.approx(FLOOR, abs=OPTIONS.probe_interval)
+    await monitor.stop()
+
+
+@async_test
+async def test_answers_keep_the_target_unsuspected_whatever_else_times_out() -> None:
+    answers = iter([True, False, False, True] * 100)  # half the probes lost, in bursts of two
+    scene = Scene(FunctionProber(reachable=lambda target: next(answers)))
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 10 * FLOOR)
+    assert scene.votes == []
+    assert not monitor.suspected()
+    await monitor.stop()
+
+
+@async_test
+async def test_repeated_refusals_are_a_crash_found_well_inside_the_floor() -> None:
+    scene = Scene(FunctionProber(reachable=lambda target: ProbeOutcome.REFUSED))
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, OPTIONS.probe_interval * (REFUSALS_TO_SUSPECT - 1) + 0.01)
+    assert len(scene.votes) == 1
+    assert scene.votes[0] <= FLOOR / 2
+    await monitor.stop()
+
+
+@async_test
+async def test_a_single_refusal_is_not_a_suspicion() -> None:
+    outcomes = iter([ProbeOutcome.REFUSED] + [ProbeOutcome.ANSWERED] * 100)
+    scene = Scene(FunctionProber(reachable=lambda target: next(outcomes)))
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 2 * FLOOR)
+    assert scene.votes == []
+    await monitor.stop()
+
+
+@async_test
+async def test_intermediaries_are_asked_in_parallel_early_and_their_failures_are_no_votes() -> None:
+    scene = Scene(FunctionProber(indirect=lambda via, target: result(False)), intermediaries=[HELPER, OTHER])
+    scene.prober.reachable = hanging(scene.clock)
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, FLOOR / 2 + 0.05)
+    # half the floor: both asked at once, before any vote
+    assert sorted(via for via, _ in scene.prober.indirect_calls) == [HELPER, OTHER]
+    assert scene.votes == []
+    await run_for(scene, monitor, FLOOR / 2)
+    assert len(scene.votes) == 1  # our own silence votes; the intermediaries' failures added nothing
+    await monitor.stop()
+
+
+@async_test
+async def test_any_intermediary_that_reaches_the_target_vetoes_the_vote() -> None:
+    def indirect(via: SiloAddress, target: SiloAddress) -> IndirectProbeResult:
+        return result(via == OTHER)  # HELPER fails, OTHER still hears the target: our link is bad
+
+    scene = Scene(FunctionProber(indirect=indirect), intermediaries=[HELPER, OTHER])
+    scene.prober.reachable = hanging(scene.clock)
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 10 * FLOOR)
+    assert scene.votes == []
+    assert len(scene.prober.indirect_calls) > 4  # the suspicion is re-checked while our link stays bad
+    await monitor.stop()
+
+
+@async_test
+async def test_an_intermediary_that_cannot_be_asked_neither_vetoes_nor_votes() -> None:
+    scene = Scene(FunctionProber(), intermediaries=[HELPER])  # every indirect call raises
+    scene.prober.reachable = hanging(scene.clock)
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, FLOOR + 0.3)
+    assert len(scene.votes) == 1
+    await monitor.stop()
+
+
+@async_test
+async def test_a_silo_on_the_minority_side_does_not_vote_until_it_is_the_majority() -> None:
+    scene = Scene(FunctionProber(), majority=False)
+    scene.prober.reachable = hanging(scene.clock)
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 3 * FLOOR)
+    assert scene.votes == []
+    scene.majority = True  # e.g. the silent silos went stale: they left the count
+    await run_for(scene, monitor, 2 * OPTIONS.probe_interval)
+    assert len(scene.votes) == 1
+    await monitor.stop()
+
+
+@async_test
+async def test_the_vote_is_repeated_once_per_suspicion_period_while_the_silence_lasts() -> None:
+    scene = Scene(FunctionProber())
+    scene.prober.reachable = hanging(scene.clock)
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 3 * FLOOR + 0.1)
+    assert len(scene.votes) == 3
+    assert scene.votes[1] - scene.votes[0] == pytest.approx(FLOOR, abs=OPTIONS.probe_interval)
+    await monitor.stop()
+
+
+@async_test
+async def test_poor_local_health_lengthens_timeouts_and_the_silence_needed() -> None:
+    scene = Scene(FunctionProber())
+    scene.health = LocalHealth(address=ME, options=OPTIONS, clock=scene.clock, snapshot=scene.view)
+    monitor = scene.monitor()
+    scene.health.record_loop_lag(OPTIONS.probe_timeout / 4)  # one point: everything doubles
+    assert monitor.suspect_after() == pytest.approx(2 * FLOOR)
+    await monitor.probe_once()
+    assert scene.prober.timeouts == [2 * OPTIONS.probe_timeout]
+
+
+@async_test
+async def test_majority_bookkeeping_counts_only_targets_that_answered() -> None:
+    scene = Scene(FunctionProber())
+    monitor = scene.monitor()
+    assert not monitor.heard_recently()  # created after a split: it must not inflate our side
+    await monitor.probe_once()
+    assert monitor.heard_recently()

@@ -37,18 +37,21 @@ def test_backoff_bounds(options: SiloOptions, bounds: tuple[float, float]) -> No
 
 
 @async_test
-async def test_one_attempt_tracks_availability_and_recovery() -> None:
+async def test_one_attempt_tracks_availability_and_how_long_it_has_been_down() -> None:
     clock = FakeClock(T0)
-    tables, store = access(clock), Store(failures=1)
+    tables, store = access(clock), Store(failures=2)
     assert tables.available
-    assert tables.recovered_at is None
+    assert tables.unavailable_for() == 0
     with pytest.raises(TableUnavailableError):
         await tables.attempt(store.read)
     assert not tables.available
     await clock.advance(3)
+    with pytest.raises(TableUnavailableError):
+        await tables.attempt(store.read)
+    assert tables.unavailable_for() == 3  # since the first failure of the run
     assert await tables.attempt(store.read) == "rows"
     assert tables.available
-    assert tables.recovered_at == 3
+    assert tables.unavailable_for() == 0
 
 
 @async_test

@@ -1,15 +1,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from datetime import timedelta
 
-from membership_tables import MembershipEntry, MembershipTable, SiloAddress, SiloStatus, TableVersion
+from membership_tables import (
+    MembershipEntry,
+    MembershipTable,
+    SiloAddress,
+    SiloStatus,
+    TableUnavailableError,
+    TableVersion,
+)
 from silo.membership.clock import FakeClock
 from silo.membership.options import SiloOptions
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import backoff_bounds, run_inline
-from silo.membership.table_manager import MembershipTableManager, VoteOutcome
+from silo.membership.table_manager import VOTE_ATTEMPTS, MembershipTableManager, VoteOutcome
 from tests.silo.harness import T0, FlakyTable, address, async_test, memory_table, row, seed
 
 ME, PEER, OTHER = address(1), address(2), address(3)
@@ -17,11 +25,17 @@ OPTIONS = SiloOptions.local()
 
 
 def manager(
-    table: MembershipTable, clock: FakeClock, writes: list[int] | None = None, me: SiloAddress = ME
+    table: MembershipTable,
+    clock: FakeClock,
+    writes: list[int] | None = None,
+    me: SiloAddress = ME,
+    declared: list[SiloAddress] | None = None,
 ) -> MembershipTableManager:
-    def on_write(version: int, snapshot: MembershipSnapshot) -> None:
+    def on_write(version: int, snapshot: MembershipSnapshot, declared_dead: tuple[SiloAddress, ...]) -> None:
         if writes is not None:
             writes.append(version)
+        if declared is not None:
+            declared.extend(declared_dead)
 
     return MembershipTableManager(
         table=table,
@@ -116,24 +130,94 @@ async def test_refresh_backs_off_while_the_table_is_down_and_recovers() -> None:
     assert tables.table_available
 
 
+async def joined_with_three_peers() -> tuple[FlakyTable, FakeClock, MembershipTableManager]:
+    """Our silo joined beside PEER, OTHER and a fourth silo, on a table the test can switch off."""
+    flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
+    seed(flaky.inner, row(PEER), row(OTHER), row(address(4)))
+    tables = manager(flaky, clock)
+    await tables.insert_self(row(ME), tables.deadline_in(10))
+    return flaky, clock, tables
+
+
 @async_test
 async def test_a_silo_that_cannot_read_the_table_does_not_vote() -> None:
+    flaky, _clock, tables = await joined_with_three_peers()
+    flaky.down = True
+    assert await tables.try_vote(PEER) is VoteOutcome.NOT_ALLOWED
+    peer_row = flaky.inner.read_all().get(PEER)
+    assert peer_row is not None
+    assert peer_row[0].suspect_times == ()
+
+
+@async_test
+async def test_one_failed_table_call_is_a_hiccup_not_an_outage() -> None:
+    flaky, _clock, tables = await joined_with_three_peers()
+    flaky.down = True
+    with contextlib.suppress(TableUnavailableError):
+        await tables.refresh()
+    assert not tables.table_down
+    flaky.down = False
+    assert tables.can_vote()
+    assert await tables.try_vote(PEER) is VoteOutcome.VOTED  # at once, not a stale period later
+
+
+@async_test
+async def test_a_sustained_outage_suspends_voting_until_a_call_succeeds() -> None:
+    flaky, clock, tables = await joined_with_three_peers()
+    flaky.down = True
+    with contextlib.suppress(TableUnavailableError):
+        await tables.refresh()
+    await clock.advance(OPTIONS.probe_timeout)
+    assert tables.table_down
+    calls = len(flaky.calls)
+    assert await tables.try_vote(PEER) is VoteOutcome.NOT_ALLOWED
+    assert len(flaky.calls) == calls  # not even attempted
+    flaky.down = False
+    await tables.refresh()
+    assert tables.can_vote()
+
+
+@async_test
+async def test_heartbeats_that_lapsed_during_an_outage_do_not_shrink_the_quorum() -> None:
     flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
-    seed(flaky.inner, row(PEER), row(OTHER))
+    peers = [PEER, OTHER, address(4), address(5)]
+    seed(flaky.inner, *(row(peer) for peer in peers))
     tables = manager(flaky, clock)
     await tables.insert_self(row(ME), tables.deadline_in(10))
     flaky.down = True
-    assert await tables.try_vote(PEER, OTHER) is VoteOutcome.NOT_ALLOWED
+    await clock.advance(10 * tables.liveness.limit)  # nobody (us included) could read or heartbeat
     flaky.down = False
-    # the first vote attempt saw the outage; until peers had time to heartbeat again, no vote
-    assert await tables.try_vote(PEER, OTHER) is VoteOutcome.NOT_ALLOWED
     await tables.refresh()
-    assert await tables.try_vote(PEER, OTHER) is VoteOutcome.NOT_ALLOWED
-    await clock.advance(OPTIONS.stale_after)
-    for silo in (ME, PEER, OTHER):
-        flaky.update_i_am_alive(silo, clock.now())
-    assert await tables.try_vote(PEER, OTHER) is VoteOutcome.DECLARED_DEAD
-    assert tables.snapshot.status_of(PEER) is SiloStatus.DEAD
+    assert all(tables.liveness.is_fresh(peer) for peer in peers)
+    assert await tables.try_vote(PEER) is VoteOutcome.VOTED  # 5 fresh silos: 2 votes needed, not 1
+
+
+@async_test
+async def test_silos_whose_heartbeat_stopped_leave_the_quorum_on_our_own_clock() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    crashed = [OTHER, address(4), address(5)]
+    seed(table, row(PEER), *(row(silo) for silo in crashed))
+    tables = manager(table, clock)
+    await tables.insert_self(row(ME), tables.deadline_in(10))
+    for _ in range(int(tables.liveness.limit / OPTIONS.table_refresh_timeout) + 2):
+        await clock.advance(OPTIONS.table_refresh_timeout)
+        table.update_i_am_alive(ME, clock.now())
+        table.update_i_am_alive(PEER, clock.now())
+        await tables.refresh()
+    assert [tables.liveness.is_fresh(silo) for silo in crashed] == [False] * 3
+    # 2 fresh Active silos (us and PEER): one vote is a majority of them
+    assert await tables.try_vote(PEER) is VoteOutcome.DECLARED_DEAD
+
+
+@async_test
+async def test_a_declaration_names_the_dead_silo_for_the_gossip() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    declared: list[SiloAddress] = []
+    seed(table, row(PEER).replace(suspect_times=((OTHER, T0),)), row(OTHER), row(address(4)))
+    tables = manager(table, clock, declared=declared)
+    await tables.insert_self(row(ME), tables.deadline_in(10))
+    assert await tables.try_vote(PEER) is VoteOutcome.DECLARED_DEAD
+    assert declared == [PEER]
 
 
 @async_test
@@ -166,12 +250,29 @@ class RacingTable(FlakyTable):
 
 
 @async_test
-async def test_a_lost_race_is_reported_not_retried() -> None:
+async def test_a_lost_race_is_retried_at_once_on_a_fresh_read() -> None:
     racing, clock = RacingTable(memory_table()), FakeClock(T0)
     seed(racing.inner, row(ME), row(PEER), row(OTHER))
     tables = manager(racing, clock)
-    assert await tables.try_vote(PEER) is VoteOutcome.LOST_RACE
     assert await tables.try_vote(PEER) is VoteOutcome.VOTED
+    assert racing.calls == ["read_all", "update_row", "read_all", "update_row", "read_all"]  # then the re-read
+
+
+class AlwaysRacedTable(FlakyTable):
+    """Another writer wins every time."""
+
+    def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
+        seed(self.inner, row(SiloAddress("10.9.9.9", len(self.calls), 1)))
+        return super().update_row(entry, etag, version)
+
+
+@async_test
+async def test_a_vote_gives_up_after_losing_every_attempt() -> None:
+    racing, clock = AlwaysRacedTable(memory_table()), FakeClock(T0)
+    seed(racing.inner, row(ME), row(PEER), row(OTHER))
+    tables = manager(racing, clock)
+    assert await tables.try_vote(PEER) is VoteOutcome.LOST_RACE
+    assert racing.calls.count("update_row") == VOTE_ATTEMPTS
 
 
 @async_test

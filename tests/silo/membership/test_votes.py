@@ -6,7 +6,7 @@ import pytest
 
 from membership_tables import MembershipEntry, SiloAddress, SiloStatus, Vote
 from silo.membership.options import SiloOptions
-from silo.membership.votes import VoteKind, decide_vote, fresh_votes, is_stale, required_votes
+from silo.membership.votes import VoteKind, decide_vote, fresh_votes, may_vote, required_votes
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 A, B, C, D = (SiloAddress("10.0.0.1", 11000 + index, 1) for index in range(4))
@@ -41,28 +41,45 @@ def test_fresh_votes(votes: tuple[Vote, ...], expected: tuple[Vote, ...]) -> Non
 
 
 @pytest.mark.parametrize(
-    ("active_non_stale", "expected"),
+    ("fresh_active", "expected"),
     [(0, 1), (1, 1), (2, 1), (3, 2), (4, 2), (5, 2), (6, 2), (7, 2), (8, 2), (9, 2), (10, 2)],
 )
-def test_quorum_with_two_votes_configured(active_non_stale: int, expected: int) -> None:
-    assert required_votes(2, active_non_stale) == expected
+def test_quorum_with_two_votes_configured(fresh_active: int, expected: int) -> None:
+    assert required_votes(2, fresh_active) == expected
 
 
 @pytest.mark.parametrize(
-    ("active_non_stale", "expected"),
+    ("fresh_active", "expected"),
     [(1, 1), (2, 1), (3, 2), (4, 2), (5, 3), (6, 3), (7, 4), (8, 4), (9, 5), (10, 5)],
 )
-def test_quorum_is_capped_at_a_majority(active_non_stale: int, expected: int) -> None:
-    assert required_votes(10, active_non_stale) == expected
+def test_quorum_is_capped_at_a_majority(fresh_active: int, expected: int) -> None:
+    assert required_votes(10, fresh_active) == expected
 
 
-@pytest.mark.parametrize(("alive_seconds_ago", "stale"), [(0, False), (89.9, False), (90, False), (90.1, True)])
-def test_staleness(alive_seconds_ago: float, stale: bool) -> None:
-    assert is_stale(target_row(alive_seconds_ago=alive_seconds_ago), NOW, OPTIONS) is stale
+@pytest.mark.parametrize(
+    ("heard", "fresh_monitored", "allowed", "case"),
+    [
+        (4, 4, True, "5 silos, all connected"),
+        (2, 4, True, "3|2 split, majority side: 3 of 5"),
+        (1, 4, False, "3|2 split, minority side: 2 of 5"),
+        (0, 4, False, "1|4 isolation, the isolated silo"),
+        (3, 4, True, "1|4 isolation, the others: 4 of 5"),
+        (3, 6, True, "4|3 of 7, majority: 4 of 7"),
+        (2, 6, False, "4|3 of 7, minority: 3 of 7"),
+        (1, 3, False, "2|2 even split: 2 of 4 on both sides, nobody votes"),
+        (1, 4, False, "3 of 5 killed, before they go stale: 2 of 5"),
+        (1, 1, True, "3 of 5 killed, once stale: 2 of 2"),
+        (0, 1, False, "2 silos, the other silent but fresh: 1 of 2 (an even split)"),
+        (0, 0, True, "2 silos, the other stale: 1 of 1"),
+        (3, 4, True, "one cut link in 5: each end hears 3 of 4"),
+    ],
+)
+def test_the_majority_rule(heard: int, fresh_monitored: int, allowed: bool, case: str) -> None:
+    assert may_vote(heard, fresh_monitored) is allowed, case
 
 
 def test_first_vote_is_written_not_a_declaration() -> None:
-    decision = decide_vote(target_row(), A, None, NOW, OPTIONS, active_non_stale_count=5)
+    decision = decide_vote(target_row(), A, NOW, OPTIONS, fresh_active_count=5)
     assert decision.kind is VoteKind.VOTE
     assert decision.entry.status is SiloStatus.ACTIVE
     assert decision.entry.suspect_times == ((A, NOW),)
@@ -70,36 +87,39 @@ def test_first_vote_is_written_not_a_declaration() -> None:
 
 
 def test_last_voter_declares_death_and_records_itself_as_the_killer() -> None:
-    decision = decide_vote(target_row((B, at(-30))), A, None, NOW, OPTIONS, active_non_stale_count=5)
+    decision = decide_vote(target_row((B, at(-30))), A, NOW, OPTIONS, fresh_active_count=5)
     assert decision.kind is VoteKind.DECLARE_DEAD
     assert decision.entry.status is SiloStatus.DEAD
     assert decision.entry.suspect_times == ((B, at(-30)), (A, NOW))
     assert decision.entry.suspect_times[-1][0] == A
 
 
-def test_a_healthy_intermediary_votes_too() -> None:
-    decision = decide_vote(target_row(), A, C, NOW, OPTIONS, active_non_stale_count=5)
-    assert decision.kind is VoteKind.DECLARE_DEAD
-    assert decision.entry.suspect_times == ((C, NOW), (A, NOW))
+def test_one_observer_is_one_vote_however_often_it_votes() -> None:
+    entry = target_row()
+    for seconds in (0, 1, 2):
+        decision = decide_vote(entry, A, at(seconds), OPTIONS, fresh_active_count=5)
+        entry = decision.entry
+    assert decision.kind is VoteKind.VOTE
+    assert entry.suspect_times == ((A, at(2)),)
 
 
 def test_a_repeated_vote_replaces_the_old_one() -> None:
-    decision = decide_vote(target_row((A, at(-60))), A, None, NOW, OPTIONS, active_non_stale_count=5)
+    decision = decide_vote(target_row((A, at(-60))), A, NOW, OPTIONS, fresh_active_count=5)
     assert decision.kind is VoteKind.VOTE
     assert decision.entry.suspect_times == ((A, NOW),)
 
 
 def test_expired_votes_are_pruned_and_do_not_count() -> None:
-    decision = decide_vote(target_row((B, at(-121)), (C, at(-10))), A, None, NOW, OPTIONS, active_non_stale_count=9)
+    decision = decide_vote(target_row((B, at(-121)), (C, at(-10))), A, NOW, OPTIONS, fresh_active_count=9)
     assert decision.kind is VoteKind.DECLARE_DEAD
     assert decision.entry.suspect_times == ((C, at(-10)), (A, NOW))
-    alone = decide_vote(target_row((B, at(-121))), A, None, NOW, OPTIONS, active_non_stale_count=9)
+    alone = decide_vote(target_row((B, at(-121))), A, NOW, OPTIONS, fresh_active_count=9)
     assert alone.kind is VoteKind.VOTE
     assert alone.entry.suspect_times == ((A, NOW),)
 
 
 def test_in_a_two_silo_cluster_one_vote_is_enough() -> None:
-    decision = decide_vote(target_row(), A, None, NOW, OPTIONS, active_non_stale_count=2)
+    decision = decide_vote(target_row(), A, NOW, OPTIONS, fresh_active_count=2)
     assert decision.kind is VoteKind.DECLARE_DEAD
 
 
@@ -110,7 +130,7 @@ def test_votes_needed_to_kill_in_clusters_of_one_to_ten(cluster_size: int) -> No
     entry = target_row()
     kinds = []
     for voter in voters:
-        decision = decide_vote(entry, voter, None, NOW, options, active_non_stale_count=cluster_size)
+        decision = decide_vote(entry, voter, NOW, options, fresh_active_count=cluster_size)
         kinds.append(decision.kind)
         entry = decision.entry
         if decision.kind is VoteKind.DECLARE_DEAD:
@@ -119,6 +139,6 @@ def test_votes_needed_to_kill_in_clusters_of_one_to_ten(cluster_size: int) -> No
 
 
 def test_votes_of_dead_silos_do_not_count() -> None:
-    decision = decide_vote(target_row((B, at(-5))), A, None, NOW, OPTIONS, active_non_stale_count=5, dead_voters={B})
+    decision = decide_vote(target_row((B, at(-5))), A, NOW, OPTIONS, fresh_active_count=5, dead_voters={B})
     assert decision.kind is VoteKind.VOTE
     assert decision.entry.suspect_times == ((A, NOW),)

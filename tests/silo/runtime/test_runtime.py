@@ -9,6 +9,7 @@ from membership_tables import MembershipTable, SiloAddress, SiloStatus
 from silo.errors import SiloError
 from silo.exit_codes import ExitCode
 from silo.membership.clock import FakeClock, settle
+from silo.membership.liveness import freshness_limit
 from silo.membership.probing import MembershipRpcHandler
 from silo.runtime.silo import Silo
 from tests.silo.harness import (
@@ -64,10 +65,15 @@ async def test_each_write_is_gossiped_to_the_live_silos_only() -> None:
     await silo.start()
     await settle()
     version = table.read_all().version.version
-    assert gossip.sent == [(PEER, version - 1), (PEER, version)]  # insert as Joining, then Active
+    # just joined: a row whose heartbeat we have not watched long enough counts as live
+    assert gossip.sent == [(PEER, version - 1), (stale, version - 1), (PEER, version), (stale, version)]
+    limit = freshness_limit(LOCAL)
+    while clock.monotonic() < limit + LOCAL.table_refresh_timeout:  # PEER heartbeats, the stale silo never
+        await clock.advance(LOCAL.i_am_alive_table_publish_timeout)
+        table.update_i_am_alive(PEER, clock.now())
     await silo.set_properties({"endpoint": "grpc://x"})
     await settle()
-    assert gossip.sent[-1] == (PEER, version + 1)
+    assert [target for target, sent in gossip.sent if sent == version + 1] == [PEER]
     await silo.stop()
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from membership_tables import SiloAddress
-from silo.membership.probing import GossipSender, IndirectProbeResult, Prober
+from silo.membership.probing import GossipSender, IndirectProbeResult, ProbeOutcome, Prober
 from silo.wire import codec
 from silo.wire.prober import GrpcProber, IntermediaryUnreachableError
 from tests.silo.rpc_fakes import CLUSTER, FakeHandler, run, serving
@@ -41,50 +41,50 @@ def test_grpc_prober_implements_the_probing_seams() -> None:
     assert sender is not None
 
 
-def test_ping_of_a_live_silo_succeeds() -> None:
-    async def scenario() -> bool:
+def test_ping_of_a_live_silo_is_answered() -> None:
+    async def scenario() -> ProbeOutcome:
         async with serving(FakeHandler) as (_, handler), GrpcProber(CLUSTER, ME) as prober:
             return await prober.ping(handler.silo_address, 2.0)
 
-    assert run(scenario()) is True
+    assert run(scenario()) is ProbeOutcome.ANSWERED
 
 
-def test_ping_of_another_generation_at_the_same_endpoint_is_a_miss() -> None:
-    async def scenario() -> bool:
+def test_ping_of_another_generation_at_the_same_endpoint_is_a_refusal() -> None:
+    async def scenario() -> ProbeOutcome:
         async with serving(FakeHandler) as (_, handler):
             older = SiloAddress(handler.silo_address.host, handler.silo_address.port, 0)
             async with GrpcProber(CLUSTER, ME) as prober:
                 return await prober.ping(older, 2.0)
 
-    assert run(scenario()) is False
+    assert run(scenario()) is ProbeOutcome.REFUSED
 
 
-def test_ping_of_a_silo_of_another_cluster_is_a_miss() -> None:
-    async def scenario() -> bool:
+def test_ping_of_a_silo_of_another_cluster_is_a_refusal() -> None:
+    async def scenario() -> ProbeOutcome:
         async with (
             serving(lambda me: FakeHandler(me, cluster_id="other")) as (_, handler),
             GrpcProber(CLUSTER, ME) as prober,
         ):
             return await prober.ping(handler.silo_address, 2.0)
 
-    assert run(scenario()) is False
+    assert run(scenario()) is ProbeOutcome.REFUSED
 
 
-def test_ping_of_a_closed_port_is_a_miss() -> None:
-    async def scenario() -> bool:
+def test_ping_of_a_closed_port_is_a_refusal_not_a_timeout() -> None:
+    async def scenario() -> ProbeOutcome:
         async with GrpcProber(CLUSTER, ME) as prober:
             return await prober.ping(closed_port(), 2.0)
 
-    assert run(scenario()) is False
+    assert run(scenario()) is ProbeOutcome.REFUSED
 
 
-def test_ping_that_gets_no_answer_within_the_timeout_is_a_miss() -> None:
-    async def scenario(target: SiloAddress) -> bool:
+def test_ping_that_gets_no_answer_within_the_timeout_is_silence() -> None:
+    async def scenario(target: SiloAddress) -> ProbeOutcome:
         async with GrpcProber(CLUSTER, ME) as prober:
             return await prober.ping(target, 0.3)
 
     with silent_listener() as frozen:
-        assert run(scenario(frozen)) is False
+        assert run(scenario(frozen)) is ProbeOutcome.TIMED_OUT
 
 
 def test_probe_indirectly_reports_the_intermediarys_result() -> None:

@@ -1,0 +1,103 @@
+"""Which peers are fresh: judged by our own monotonic clock, never by another host's wall clock.
+
+A peer is *fresh* while its IAmAlive value changed, in the snapshots we read, within
+``freshness_limit(options)`` seconds of our monotonic time. Comparing our wall clock with
+the time another host wrote would mark live silos stale whenever the two clocks disagree
+by more than the margin, and would shrink the quorum on ordinary jitter.
+
+The limit is the staleness limit (``num_missed_table_i_am_alive_limit`` heartbeats) plus
+one ``table_refresh_timeout``: a live peer's new heartbeat reaches us at most one refresh
+after it was written.
+
+We can only watch while we read the table. Time during which we could not (a gap between
+our successful reads longer than one ``table_refresh_timeout``: a table outage, or our own
+process paused) does not count: every watch is moved forward by the blind part of the gap.
+Peers' heartbeats may have lapsed for the same reason (the table was down for them too),
+so an outage never shrinks the quorum or the majority count by itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from membership_tables import SiloAddress, SiloStatus
+from silo.membership.options import SiloOptions
+from silo.membership.snapshot import MembershipSnapshot
+
+
+def freshness_limit(options: SiloOptions) -> float:
+    """Seconds without a visible new heartbeat after which a peer is stale."""
+    return options.stale_after + options.table_refresh_timeout
+
+
+@dataclass
+class _Watch:
+    i_am_alive: datetime
+    changed_at: float
+    """Our monotonic time when we first saw this IAmAlive value."""
+    first_seen: float
+    """Our monotonic time when we first saw the silo at all."""
+    moved: bool = False
+    """Whether we ever saw its IAmAlive change (proof that it heartbeats)."""
+
+
+class LivenessTracker:
+    """Fed every snapshot this silo reads; answers "is that peer fresh?" on the local clock."""
+
+    def __init__(self, options: SiloOptions, monotonic: Callable[[], float]) -> None:
+        self._limit = freshness_limit(options)
+        self._normal_gap = options.table_refresh_timeout
+        self._monotonic = monotonic
+        self._watches: dict[SiloAddress, _Watch] = {}
+        self._last_observed: float | None = None
+
+    @property
+    def limit(self) -> float:
+        return self._limit
+
+    def observe(self, snapshot: MembershipSnapshot) -> None:
+        """Record the heartbeats of a snapshot just read from the table (or a newer one)."""
+        now = self._monotonic()
+        if self._last_observed is not None:
+            blind = now - self._last_observed - self._normal_gap
+            if blind > 0:  # we could not watch: that time does not count against anyone
+                for paused in self._watches.values():
+                    paused.changed_at = min(now, paused.changed_at + blind)
+                    paused.first_seen = min(now, paused.first_seen + blind)
+        self._last_observed = now
+        present: set[SiloAddress] = set()
+        for entry in snapshot.entries:
+            present.add(entry.silo_address)
+            watch = self._watches.get(entry.silo_address)
+            if watch is None:
+                self._watches[entry.silo_address] = _Watch(entry.i_am_alive_time, now, now)
+            elif entry.i_am_alive_time > watch.i_am_alive:
+                watch.i_am_alive, watch.changed_at, watch.moved = entry.i_am_alive_time, now, True
+        for gone in self._watches.keys() - present:
+            del self._watches[gone]
+
+    def silent_for(self, silo: SiloAddress) -> float | None:
+        """Seconds since ``silo``'s heartbeat last changed in our reads (None if never seen)."""
+        watch = self._watches.get(silo)
+        return None if watch is None else self._monotonic() - watch.changed_at
+
+    def seen_heartbeating(self, silo: SiloAddress, within: float) -> bool | None:
+        """True if ``silo``'s heartbeat moved while we watched; False if we watched it for
+        ``within`` seconds without a move; None if we cannot tell yet."""
+        watch = self._watches.get(silo)
+        if watch is None:
+            return None
+        if watch.moved:
+            return True
+        return False if self._monotonic() - watch.first_seen >= within else None
+
+    def is_fresh(self, silo: SiloAddress) -> bool:
+        silent = self.silent_for(silo)
+        return silent is not None and silent <= self._limit
+
+    def fresh(self, snapshot: MembershipSnapshot, *statuses: SiloStatus) -> tuple[SiloAddress, ...]:
+        """The silos of ``snapshot`` with one of ``statuses`` (default Active) that are fresh."""
+        wanted = statuses or (SiloStatus.ACTIVE,)
+        return tuple(entry.silo_address for entry in snapshot.with_status(*wanted) if self.is_fresh(entry.silo_address))
