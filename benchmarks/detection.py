@@ -1,23 +1,44 @@
-"""Failure detection: SIGKILL a random silo of N real ``silo run`` processes; how soon is it Dead?
+"""Failure detection: how soon is a crashed, hung or partitioned silo Dead, and what does watching cost?
 
-For N = 5, 10, 20 silos (local preset) on SQLite and PostgreSQL, each trial kills one
-random silo and measures (a) crash to the Dead write in the table and (b) crash to the
-moment the last survivor's own view (its GetMembership RPC) stops counting it; then a
-replacement joins and the cluster converges before the next trial. The floor is
-``num_missed_probes_limit x probe_timeout``: no prober can vote sooner.
+Everything is measured against the **floor**, ``num_missed_probes_limit x probe_timeout``
+(1.5 s with the local preset): the silence after which a silo suspects a peer. Targets
+(issue "failure detector v2"): a crash is Dead within 0.5 x floor (median), a hang within
+1.0 x floor (median) and 1.2 x floor (p99).
 
-Baseline, same run: N ``benchmarks.zk_member`` processes holding ephemeral znodes with the
-session timeout set to that floor, an observer watching the group; SIGKILL a member and
-time until the observer's watch sees its node go.
+* **Crash and hang**, at N = 5, 10, 20 ``silo run`` processes (local preset, SQLite): each
+  trial SIGKILLs (crash: the port refuses at once) or SIGSTOPs (hang: the port accepts,
+  nothing answers) a random silo, alternately, and times signal -> Dead row (the killer's
+  vote time, stored in the row) and signal -> the last survivor's view without it. A frozen
+  silo is SIGKILLed once its watch ends. A replacement joins before the next trial.
+* **ZooKeeper**, same run and sizes: N ``benchmarks.zk_member`` processes holding ephemeral
+  znodes with session timeout = floor; SIGKILL or SIGSTOP one, time until an observer's
+  children watch sees its node deleted.
+* **Partitions**: 5 silos, each alone in a network namespace (tests/faults/net_cluster.py),
+  one SQLite table every side still reaches. A 3|2 split and a 1|4 isolation (random
+  minority) cut with iptables; time cut -> every minority silo Dead in the table, and cut ->
+  every minority process exited (it must exit with 3, DECLARED_DEAD); no majority silo may
+  be declared Dead (checked at every poll and in the recorded write history).
+* **Cost of an idle cluster**: CPU seconds per silo per minute (``/proc/<pid>/stat``) at each
+  N, against a ZooKeeper member's and the ZooKeeper server's; probe RPCs per silo per second
+  are **computed from the options** (``min(N - 1, num_probed_silos) / probe_interval``; idle
+  means no indirect probes), and checked against the TCP segments each namespace's silo
+  actually sends and receives before a partition's cut. ZooKeeper's pings are **counted**
+  (the server's ``srvr`` packet counter).
 
     python -m benchmarks.detection [--quick]
+
+A full run takes about half an hour on two cores; ``--quick`` (N = 5, 3 + 3 trials, one
+partition of each kind) about a minute.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
+import re
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,50 +53,118 @@ from benchmarks.common import (
     ratio,
     save_figure,
     summarize,
+    wall,
     workdir,
 )
-from benchmarks.silo_cluster import BenchCluster, KillTrial
+from benchmarks.silo_cluster import (
+    BenchCluster,
+    KillTrial,
+    PartitionPlan,
+    PartitionTrial,
+    cpu_seconds,
+    partition_trial,
+    pings_per_second,
+)
 from benchmarks.zk_group import ZkGroup
 from silo.membership.options import SiloOptions
+from tests.services.zookeeper import ZooKeeperServer, four_letter_word
 
 NAME = "detection"
+MODES = {"crash": "SIGKILL", "hang": "SIGSTOP"}
+TARGETS = {"crash_median": 0.5, "hang_median": 1.0, "hang_p99": 1.2}
+"""Acceptance targets, as multiples of the floor, for the silos' signal -> Dead row."""
+SCENARIOS = {"split_3_2": 2, "isolate_1_4": 1}
+"""Partition scenarios of 5 silos: name -> size of the cut-off minority."""
 
 
 @dataclass(frozen=True)
 class Config:
-    backends: tuple[str, ...] = ("sqlite", "postgres")
+    backend: str = "sqlite"
     sizes: tuple[int, ...] = (5, 10, 20)
-    trials: int = 20
-    freeze_trials: int = 5
-    """Extra trials per size where the victim is SIGSTOPped (hung: probes time out) instead of killed."""
+    crash_trials: int = 30
+    hang_trials: int = 30
+    """Per size; 30 samples make the p99 the interpolation between the two largest."""
+    partition_trials: int = 10
+    """Per scenario, each on a fresh 5-silo cluster."""
+    partition_size: int = 5
+    idle_seconds: float = 60.0
+    """Idle window per size for the CPU cost (silos and ZooKeeper alike)."""
+    partition_idle_seconds: float = 5.0
+    """Idle window before each cut, for the TCP segment count."""
+    hold_seconds: float = 5.0
+    """After the minority is gone, the majority must stay Active and running this long."""
+    watch_views: bool = True
+    """Also poll every survivor's GetMembership every 0.1 s during crash/hang trials (the last view)."""
     seed: int = 20261122
     preset: str = "local"
 
     @classmethod
     def quick(cls) -> Config:
-        return cls(sizes=(5,), trials=2, freeze_trials=1)
+        return cls(
+            sizes=(5,),
+            crash_trials=3,
+            hang_trials=3,
+            partition_trials=1,
+            idle_seconds=5.0,
+            partition_idle_seconds=3.0,
+            hold_seconds=2.0,
+        )
+
+
+def options() -> SiloOptions:
+    return SiloOptions.local()
 
 
 def floor_seconds() -> float:
-    return SiloOptions.local().detection_time
+    return options().detection_time
+
+
+def present(values: Sequence[float | None]) -> list[float]:
+    return [value for value in values if value is not None]
+
+
+def ratios(stats: dict[str, float]) -> dict[str, float]:
+    floor = floor_seconds()
+    return {"median": ratio(stats["median"], floor), "p99": ratio(stats["p99"], floor)}
+
+
+def meets_targets(mode: str, stats: dict[str, float]) -> bool | None:
+    """Whether ``stats`` (signal -> Dead row, seconds) meet the targets of ``mode``; None without samples."""
+    if not stats["n"]:
+        return None
+    relative = ratios(stats)
+    if mode == "crash":
+        return relative["median"] <= TARGETS["crash_median"]
+    return relative["median"] <= TARGETS["hang_median"] and relative["p99"] <= TARGETS["hang_p99"]
+
+
+def plan(config: Config) -> list[str]:
+    """Crashes and hangs alternated, so that a change of machine load hits both alike."""
+    counts = {"crash": config.crash_trials, "hang": config.hang_trials}
+    return [mode for index in range(max(counts.values())) for mode, count in counts.items() if index < count]
+
+
+# --- silos on loopback ---------------------------------------------------------------------------
 
 
 async def silo_trials(uri: str, size: int, config: Config, root: Path, rng: random.Random) -> dict[str, Any]:
     root.mkdir(parents=True, exist_ok=True)
-    bench = BenchCluster(root, uri, f"det{size}")
-    trials: dict[str, list[KillTrial]] = {"kill": [], "freeze": []}
+    bench = BenchCluster(root, uri, f"det{size}", watch_views=config.watch_views)
+    trials: dict[str, list[KillTrial]] = {mode: [] for mode in MODES}
+    idle: dict[str, Any] = {}
     extra_deaths = 0
     error = None
     try:
         await bench.start(size)
-        plan = ["kill"] * config.trials + ["freeze"] * config.freeze_trials
-        for index, mode in enumerate(plan):
-            trial = await bench.kill_one(rng, freeze=mode == "freeze")
+        idle = silo_idle(await bench.idle_cost(config.idle_seconds), size)
+        modes = plan(config)
+        for index, mode in enumerate(modes):
+            trial = await (bench.kill_one(rng) if mode == "crash" else bench.freeze_one(rng))
             trials[mode].append(trial)
             extra_deaths += await bench.replace_missing(size) - 1
             print(
-                f"  N={size} {mode} {index + 1}/{len(plan)}: Dead after {trial.table_dead}, "
-                f"last view after {trial.last_view}",
+                f"  N={size} {mode} {index + 1}/{len(modes)}: Dead after {fmt_s(trial.table_dead)} "
+                f"({fmt_ratio(trial.table_dead)} x floor), last view after {fmt_s(trial.last_view)}",
                 flush=True,
             )
     except (RuntimeError, AssertionError) as exc:  # a cluster that would not converge: keep the trials so far, say why
@@ -84,132 +173,404 @@ async def silo_trials(uri: str, size: int, config: Config, root: Path, rng: rand
     finally:
         await bench.close()
     return {
-        "kill": summarize_trials(trials["kill"]),
-        "freeze": summarize_trials(trials["freeze"]),
+        **{mode: summarize_trials(mode, trials[mode]) for mode in MODES},
         "other_silos_declared_dead": extra_deaths,
+        "idle": idle,
         "error": error,
     }
 
 
-def present(values: Sequence[float | None]) -> list[float]:
-    return [value for value in values if value is not None]
+def silo_idle(measured: dict[str, Any], size: int) -> dict[str, Any]:
+    cpu = summarize(measured["cpu_s_per_min_each"])
+    return {
+        "seconds": measured["seconds"],
+        "silos": measured["silos"],
+        "cpu_s_per_min_per_silo": cpu,
+        "pings_per_s_per_silo": pings_per_second(options(), size),
+        "pings_basis": "computed: min(N - 1, num_probed_silos) / probe_interval (idle: no indirect probes)",
+    }
 
 
-def summarize_trials(trials: list[KillTrial]) -> dict[str, Any]:
-    floor = floor_seconds()
+def summarize_trials(mode: str, trials: list[KillTrial]) -> dict[str, Any]:
     dead = summarize(present([t.table_dead for t in trials]))
     view = summarize(present([t.last_view for t in trials]))
     return {
+        "signal": MODES[mode],
         "table_dead": dead,
         "last_view": view,
-        "ratio_to_floor": {
-            "table_dead_median": ratio(dead["median"], floor),
-            "table_dead_p99": ratio(dead["p99"], floor),
-            "last_view_median": ratio(view["median"], floor),
-            "last_view_p99": ratio(view["p99"], floor),
-        },
+        "ratio_to_floor": {"table_dead": ratios(dead), "last_view": ratios(view)},
+        "meets_target": meets_targets(mode, dead),
         "undetected_within_bound": sum(t.table_dead is None for t in trials),
         "trials": [t.to_json() for t in trials],
     }
 
 
-def zookeeper_trials(hosts: str, size: int, config: Config, root: Path, rng: random.Random) -> dict[str, Any]:
+# --- ZooKeeper -----------------------------------------------------------------------------------
+
+
+def server_pid(zookeeper: ZooKeeperServer) -> int | None:
+    """The ZooKeeper JVM's pid: the process whose command line names this server's zoo.cfg."""
+    config = str(zookeeper.workdir / "zoo.cfg")
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if config in (entry / "cmdline").read_bytes().decode(errors="replace").split("\0"):
+                    return int(entry.name)
+            except OSError:
+                continue
+    return None
+
+
+def packets_received(zookeeper: ZooKeeperServer) -> int | None:
+    """The server's count of packets received from clients (``srvr``), pings included."""
+    match = re.search(r"^Received: (\d+)", four_letter_word(zookeeper.port, "srvr"), re.MULTILINE)
+    return int(match.group(1)) if match else None
+
+
+def zookeeper_idle(group: ZkGroup, zookeeper: ZooKeeperServer, seconds: float) -> dict[str, Any]:
+    """CPU per member and of the server, and packets per session, over ``seconds`` of an idle group.
+
+    Sessions = the members plus the observer; idle, a session's packets are its pings.
+    """
+    members = [group.pid(name) for name in group.running]
+    server = server_pid(zookeeper)
+    pids = [*members, *([server] if server is not None else [])]
+    before = {pid: cpu_seconds(pid) for pid in pids}
+    received_before = packets_received(zookeeper)
+    started = wall()
+    time.sleep(seconds)
+    elapsed = wall() - started
+    after = {pid: cpu_seconds(pid) for pid in pids}
+    received_after = packets_received(zookeeper)
+
+    def per_minute(pid: int) -> float:
+        start, end = before[pid], after[pid]
+        return math.nan if start is None or end is None else (end - start) * 60.0 / elapsed
+
+    packets = math.nan
+    if received_before is not None and received_after is not None:
+        packets = (received_after - received_before) / elapsed / (len(members) + 1)
+    server_cpu = per_minute(server) if server is not None else math.nan
+    return {
+        "seconds": seconds,
+        "members": len(members),
+        "cpu_s_per_min_per_member": summarize([per_minute(pid) for pid in members]),
+        "server_cpu_s_per_min": server_cpu,
+        "server_cpu_s_per_min_per_member": server_cpu / len(members) if members else math.nan,
+        "pings_per_s_per_member": packets,
+        "pings_basis": "counted: the server's received-packet counter (srvr) / sessions (members + observer)",
+    }
+
+
+def zookeeper_trials(
+    zookeeper: ZooKeeperServer, size: int, config: Config, root: Path, rng: random.Random
+) -> dict[str, Any]:
     floor = floor_seconds()
     root.mkdir(parents=True, exist_ok=True)
-    group = ZkGroup(root, hosts, f"/bench/det{size}", floor)
-    samples: dict[str, list[float | None]] = {"kill": [], "freeze": []}
+    group = ZkGroup(root, zookeeper.hosts, f"/bench/det{size}", floor)
+    samples: dict[str, list[float | None]] = {mode: [] for mode in MODES}
     try:
         group.start(size)
-        plan = ["kill"] * config.trials + ["freeze"] * config.freeze_trials
-        for mode in plan:
-            samples[mode].append(group.kill_one(rng, bound=10 * floor + 10, freeze=mode == "freeze"))
+        idle = zookeeper_idle(group, zookeeper, config.idle_seconds)
+        modes = plan(config)
+        for index, mode in enumerate(modes):
+            sample = group.kill_one(rng, bound=10 * floor + 10, freeze=mode == "hang")
+            samples[mode].append(sample)
+            print(f"  ZooKeeper N={size} {mode} {index + 1}/{len(modes)}: node gone after {fmt_s(sample)}", flush=True)
             group.replace_missing(size)
         false_positives = group.false_positives()
     finally:
         group.close()
-    result: dict[str, Any] = {"other_members_expired": len(false_positives)}
+    result: dict[str, Any] = {"other_members_expired": len(false_positives), "idle": idle}
     for mode, values in samples.items():
         stats = summarize(present(values))
         result[mode] = {
-            "watch_saw_gone": stats,
-            "ratio_to_floor": {"median": ratio(stats["median"], floor), "p99": ratio(stats["p99"], floor)},
+            "signal": MODES[mode],
+            "node_gone": stats,
+            "ratio_to_floor": ratios(stats),
             "undetected_within_bound": sum(value is None for value in values),
             "samples": values,
         }
     return result
 
 
+# --- partitions ------------------------------------------------------------------------------------
+
+
+async def partition_trials(config: Config, root: Path, rng: random.Random) -> dict[str, Any]:
+    from tests.netfaults import lab_unavailable_reason
+
+    reason = lab_unavailable_reason()
+    if reason is not None:
+        print(f"[detection] partitions skipped: {reason}", flush=True)
+        return {"unavailable": reason}
+    results: dict[str, Any] = {}
+    for scenario, minority in SCENARIOS.items():
+        trials: list[PartitionTrial] = []
+        errors: list[str] = []
+        for index in range(config.partition_trials):
+            partition_plan = PartitionPlan(
+                scenario,
+                config.partition_size,
+                minority,
+                idle_window=config.partition_idle_seconds,
+                hold=config.hold_seconds,
+            )
+            try:
+                trial = await partition_trial(root / f"{scenario}-{index}", partition_plan, rng, f"p{index}")
+            except (RuntimeError, AssertionError, OSError) as exc:
+                errors.append(str(exc)[:2000])
+                print(f"  {scenario} {index + 1}: failed: {str(exc)[:300]}", flush=True)
+                continue
+            trials.append(trial)
+            print(
+                f"  {scenario} {index + 1}/{config.partition_trials}: minority {trial.minority} Dead after "
+                f"{fmt_s(trial.all_dead)} ({fmt_ratio(trial.all_dead)} x floor), exited after "
+                f"{fmt_s(trial.all_exited)}, codes {trial.exit_codes}, majority declared dead "
+                f"{trial.majority_declared_dead or 'none'}, history {'ok' if trial.history_error is None else 'BAD'}",
+                flush=True,
+            )
+        results[scenario] = summarize_partitions(trials, errors)
+    return results
+
+
+def summarize_partitions(trials: list[PartitionTrial], errors: list[str]) -> dict[str, Any]:
+    dead = summarize(present([t.all_dead for t in trials]))
+    exited = summarize(present([t.all_exited for t in trials]))
+    return {
+        "trials": len(trials),
+        "all_dead": dead,
+        "all_exited": exited,
+        "ratio_to_floor": {"all_dead": ratios(dead), "all_exited": ratios(exited)},
+        "minority_exited_with_3": sum(t.all_exited is not None for t in trials),
+        "majority_declared_dead": sum(len(t.majority_declared_dead) for t in trials),
+        "history_errors": sum(t.history_error is not None for t in trials),
+        "cut_verified": sum(t.cut_verified is True for t in trials),
+        "idle_segments_per_s_per_silo": summarize([x for t in trials for x in t.idle_segments_per_s]),
+        "idle_cpu_s_per_min_per_silo": summarize([x for t in trials for x in t.idle_cpu_s_per_min]),
+        "errors": errors,
+        "trials_detail": [t.to_json() for t in trials],
+    }
+
+
+# --- the run ---------------------------------------------------------------------------------------
+
+
 async def run(config: Config) -> dict[str, Any]:
     rng = random.Random(config.seed)
-    results: dict[str, Any] = {"floor_s": floor_seconds(), "silos": {}, "zookeeper": {}}
+    floor = floor_seconds()
+    results: dict[str, Any] = {
+        "floor_s": floor,
+        "probe_interval_s": options().effective_probe_interval,
+        "targets_x_floor": TARGETS,
+        "backend": config.backend,
+        "silos": {},
+        "zookeeper": {},
+        "partitions": {},
+        "elapsed_s": {},
+    }
     with workdir(NAME) as root:
-        for backend in config.backends:
-            results["silos"][backend] = {}
-            with services.table_uris(backend, root) as fresh_uri:
-                for size in config.sizes:
-                    print(f"[detection] {backend} N={size}", flush=True)
-                    results["silos"][backend][str(size)] = await silo_trials(
-                        fresh_uri(), size, config, root / f"{backend}-{size}", rng
-                    )
+        with services.table_uris(config.backend, root) as fresh_uri:
+            for size in config.sizes:
+                print(f"[detection] silos on {config.backend}, N={size}", flush=True)
+                started = wall()
+                results["silos"][str(size)] = await silo_trials(fresh_uri(), size, config, root / f"silos-{size}", rng)
+                results["elapsed_s"][f"silos-{size}"] = wall() - started
         with services.zookeeper(root) as zookeeper:
             for size in config.sizes:
-                print(f"[detection] zookeeper ephemeral nodes N={size}", flush=True)
+                print(f"[detection] ZooKeeper ephemeral nodes, N={size}", flush=True)
+                started = wall()
                 results["zookeeper"][str(size)] = await asyncio.to_thread(
-                    zookeeper_trials, zookeeper.hosts, size, config, root / f"zk-{size}", rng
+                    zookeeper_trials, zookeeper, size, config, root / f"zk-{size}", rng
                 )
+                results["elapsed_s"][f"zookeeper-{size}"] = wall() - started
+        print(f"[detection] partitions of {config.partition_size} silos in network namespaces", flush=True)
+        started = wall()
+        results["partitions"] = await partition_trials(config, root / "partitions", rng)
+        results["elapsed_s"]["partitions"] = wall() - started
+    print("[detection] seconds per phase: " + ", ".join(f"{k} {v:.0f}" for k, v in results["elapsed_s"].items()))
     return results
+
+
+# --- output ----------------------------------------------------------------------------------------
+
+
+def fmt_s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}s"
+
+
+def fmt_ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value / floor_seconds():.2f}"
+
+
+def target_text(mode: str) -> str:
+    if mode == "crash":
+        return f"median <= {TARGETS['crash_median']}"
+    return f"median <= {TARGETS['hang_median']}, p99 <= {TARGETS['hang_p99']}"
+
+
+def yes_no(value: bool | None) -> str:
+    return "-" if value is None else ("yes" if value else "NO")
+
+
+def detection_rows(results: dict[str, Any]) -> list[list[object]]:
+    """One row per system, N, failure and measure: seconds, ratios to the floor, target, trials, false deaths."""
+    rows: list[list[object]] = []
+    for size, entry in results["silos"].items():
+        for mode in MODES:
+            for measure, label in (("table_dead", "Dead row"), ("last_view", "last view")):
+                stats = entry[mode][measure]
+                relative = entry[mode]["ratio_to_floor"][measure]
+                dead_row = measure == "table_dead"
+                rows.append(
+                    ["silos", size, f"{mode} ({MODES[mode]})", label, stats["median"], stats["p99"],
+                     relative["median"], relative["p99"], target_text(mode) if dead_row else "",
+                     yes_no(entry[mode]["meets_target"]) if dead_row else "", stats["n"],
+                     entry["other_silos_declared_dead"]]
+                )  # fmt: skip
+    for size, entry in results["zookeeper"].items():
+        for mode in MODES:
+            stats, relative = entry[mode]["node_gone"], entry[mode]["ratio_to_floor"]
+            rows.append(
+                ["ZooKeeper", size, f"{mode} ({MODES[mode]})", "node deleted", stats["median"], stats["p99"],
+                 relative["median"], relative["p99"], "", "", stats["n"], entry["other_members_expired"]]
+            )  # fmt: skip
+    return rows
+
+
+DETECTION_HEADERS = ["system", "N", "failure", "measure", "median s", "p99 s", "median/floor", "p99/floor",
+                     "target (x floor)", "met", "trials", "false deaths"]  # fmt: skip
+
+
+def partition_rows(results: dict[str, Any]) -> list[list[object]]:
+    rows: list[list[object]] = []
+    for scenario, entry in results["partitions"].items():
+        if not isinstance(entry, dict):
+            continue
+        dead, exited = entry["all_dead"], entry["all_exited"]
+        relative_dead, relative_exit = entry["ratio_to_floor"]["all_dead"], entry["ratio_to_floor"]["all_exited"]
+        rows.append(
+            [scenario, entry["trials"], dead["median"], dead["p99"], relative_dead["median"], relative_dead["p99"],
+             exited["median"], exited["p99"], relative_exit["median"], relative_exit["p99"],
+             f"{entry['minority_exited_with_3']}/{entry['trials']}", entry["majority_declared_dead"],
+             f"{entry['trials'] - entry['history_errors']}/{entry['trials']}"]
+        )  # fmt: skip
+    return rows
+
+
+PARTITION_HEADERS = ["scenario", "trials", "all Dead median s", "p99 s", "median/floor", "p99/floor",
+                     "all exited median s", "p99 s", "median/floor", "p99/floor", "exited with 3",
+                     "majority declared dead", "history ok"]  # fmt: skip
+
+
+def cost_rows(results: dict[str, Any]) -> list[list[object]]:
+    rows: list[list[object]] = []
+    for size, entry in results["silos"].items():
+        idle = entry["idle"]
+        if idle:
+            rows.append(
+                ["silos", size, idle["pings_per_s_per_silo"], "computed", idle["cpu_s_per_min_per_silo"]["median"],
+                 math.nan]
+            )  # fmt: skip
+    for size, entry in results["zookeeper"].items():
+        idle = entry["idle"]
+        rows.append(
+            ["ZooKeeper", size, idle["pings_per_s_per_member"], "counted", idle["cpu_s_per_min_per_member"]["median"],
+             idle["server_cpu_s_per_min"]]
+        )  # fmt: skip
+    return rows
+
+
+COST_HEADERS = ["system", "N", "probes/s per member", "basis", "CPU s/min per member (median)",
+                "ZooKeeper server CPU s/min"]  # fmt: skip
+
+
+def segments_note(results: dict[str, Any]) -> str | None:
+    """The measured TCP segments per silo beside the computed ping rate, from the partition clusters' idle time."""
+    segments = [
+        entry["idle_segments_per_s_per_silo"]["median"]
+        for entry in results["partitions"].values()
+        if isinstance(entry, dict) and entry["idle_segments_per_s_per_silo"]["n"]
+    ]
+    if not segments:
+        return None
+    size = 5
+    pings = pings_per_second(options(), size)
+    median = sorted(segments)[len(segments) // 2]
+    return (
+        f"Check of the computed rate, N = {size} in network namespaces: {median:.0f} TCP segments/s in+out per silo "
+        f"while idle, for {pings:.0f} pings sent + {pings:.0f} answered per second: "
+        f"{median / (2 * pings):.1f} segments per ping exchange."
+    )
 
 
 def report(results: dict[str, Any]) -> None:
     floor = results["floor_s"]
-    rows: list[list[object]] = []
-    for backend, by_size in results["silos"].items():
-        for size, entry in by_size.items():
-            for mode in ("kill", "freeze"):
-                for measure in ("table_dead", "last_view"):
-                    stats = entry[mode][measure]
-                    rows.append(
-                        [f"silo/{backend}", size, mode, measure, stats["median"], stats["p95"], stats["p99"],
-                         ratio(stats["median"], floor), entry["other_silos_declared_dead"]]
-                    )  # fmt: skip
-    for size, entry in results["zookeeper"].items():
-        for mode in ("kill", "freeze"):
-            stats = entry[mode]["watch_saw_gone"]
-            rows.append(
-                ["zookeeper", size, mode, "watch_saw_gone", stats["median"], stats["p95"], stats["p99"],
-                 ratio(stats["median"], floor), entry["other_members_expired"]]
-            )  # fmt: skip
     print_table(
-        f"Crash to detection (s); floor = num_missed_probes_limit x probe_timeout = {floor}s",
-        ["system", "N", "victim", "measure", "median", "p95", "p99", "median/floor", "false deaths"],
-        rows,
+        f"Failure to detection; floor = num_missed_probes_limit x probe_timeout = {floor}s, "
+        f"probe_interval = {results['probe_interval_s']}s",
+        DETECTION_HEADERS,
+        detection_rows(results),
     )
+    if "unavailable" in results["partitions"]:
+        print(f"\nPartitions not measured: {results['partitions']['unavailable']}")
+    else:
+        print_table("Partition (5 silos, network namespaces): cut to minority Dead / exited", PARTITION_HEADERS,
+                    partition_rows(results))  # fmt: skip
+    print_table("Cost of an idle cluster", COST_HEADERS, cost_rows(results))
+    note = segments_note(results)
+    if note:
+        print(note)
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
     plt = pyplot()
     figure, axes = plt.subplots(2, 2, figsize=(13, 9))
-    sizes = list(results["zookeeper"])
-    for row, mode in enumerate(("kill", "freeze")):
-        for axis, stat in zip(axes[row], ("median", "p99"), strict=True):
-            series: dict[str, list[float]] = {}
-            for backend, by_size in results["silos"].items():
-                for measure, label in (("table_dead", "Dead in table"), ("last_view", "last survivor's view")):
-                    series[f"{backend}: {label}"] = [by_size[s][mode][measure][stat] for s in sizes]
-            series["ZooKeeper ephemeral node + watch"] = [
-                results["zookeeper"][s][mode]["watch_saw_gone"][stat] for s in sizes
+    sizes = list(results["silos"])
+    groups = [f"N={s}" for s in sizes]
+    for axis, mode in zip(axes[0], MODES, strict=True):
+        series = {
+            f"silos Dead row {stat}": [results["silos"][s][mode]["ratio_to_floor"]["table_dead"][stat] for s in sizes]
+            for stat in ("median", "p99")
+        }
+        for stat in ("median", "p99"):
+            series[f"ZooKeeper {stat}"] = [
+                results["zookeeper"][s][mode]["ratio_to_floor"][stat] if s in results["zookeeper"] else math.nan
+                for s in sizes
             ]
-            grouped_bars(
-                axis, [f"N={s}" for s in sizes], series, f"{stat} s after SIG{'STOP' if mode == 'freeze' else 'KILL'}"
-            )
-            axis.axhline(results["floor_s"], color="black", linestyle="--", linewidth=1, label="floor")
-            axis.legend(fontsize=7, ncol=2, loc="upper left")
-            axis.set_title(f"{'hung (SIGSTOP)' if mode == 'freeze' else 'crashed (SIGKILL)'} silo to detection, {stat}")
+        grouped_bars(axis, groups, series, "x floor")
+        targets = [("median", TARGETS["crash_median"])] if mode == "crash" else [
+            ("median", TARGETS["hang_median"]), ("p99", TARGETS["hang_p99"])]  # fmt: skip
+        for stat, value in targets:
+            style = {"median": ("purple", ":"), "p99": ("magenta", "-.")}[stat]
+            axis.axhline(value, color=style[0], linestyle=style[1], linewidth=1.5, label=f"target {stat}")
+        axis.axhline(1.0, color="black", linestyle="--", linewidth=1, label="floor")
+        axis.legend(fontsize=7, ncol=2, loc="upper left")
+        axis.set_title(f"{mode} ({MODES[mode]}) to detection, multiples of the {results['floor_s']} s floor")
+    scenarios = [s for s, e in results["partitions"].items() if isinstance(e, dict)]
+    series = {
+        f"{label} {stat}": [results["partitions"][s]["ratio_to_floor"][measure][stat] for s in scenarios]
+        for measure, label in (("all_dead", "all Dead"), ("all_exited", "all exited"))
+        for stat in ("median", "p99")
+    }
+    grouped_bars(axes[1][0], scenarios or ["not measured"], series if scenarios else {}, "x floor")
+    axes[1][0].set_title("partition: cut to every minority silo Dead / exited")
+    cost = {
+        "silo": [results["silos"][s]["idle"].get("cpu_s_per_min_per_silo", {}).get("median", math.nan) for s in sizes],
+        "ZooKeeper member": [
+            results["zookeeper"][s]["idle"]["cpu_s_per_min_per_member"]["median"] if s in results["zookeeper"]
+            else math.nan for s in sizes],
+        "ZooKeeper server / N": [
+            results["zookeeper"][s]["idle"]["server_cpu_s_per_min_per_member"] if s in results["zookeeper"]
+            else math.nan for s in sizes],
+    }  # fmt: skip
+    grouped_bars(axes[1][1], groups, cost, "CPU s per minute")
+    axes[1][1].set_title("idle cost per member")
     save_figure(figure, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    extra = {"options": asdict(SiloOptions.local())}
+    extra = {"options": asdict(options()), "targets_x_floor": TARGETS}
     return benchmark_main(NAME, __doc__, argv, Config, lambda config: asyncio.run(run(config)), report, plot, extra)
 
 

@@ -1,16 +1,23 @@
 """Clusters of real ``silo run`` processes for the benchmarks, and what each silo sees.
 
 ``BenchCluster`` wraps the test suite's ``Cluster`` (tests/silo/cluster_harness.py): it
-starts silos with the local preset, kills one with SIGKILL and measures, in wall-clock
-time, (a) when the table says Dead and (b) when each survivor's own view (its
-``GetMembership`` RPC, polled) no longer counts the victim. The Dead write's time is the
-killer's vote time in the row (the voter stamps it just before its conditional write), so
-it does not depend on how often the benchmark polls the table.
+starts silos with the local preset, kills one with SIGKILL (``kill_one``) or hangs one with
+SIGSTOP (``freeze_one``) and measures, in wall-clock time, (a) when the table says Dead and
+(b) when each survivor's own view (its ``GetMembership`` RPC, polled) no longer counts the
+victim. The Dead write's time is the killer's vote time in the row (the voter stamps it just
+before its conditional write), so it does not depend on how often the benchmark polls the
+table. ``idle_cost`` reads each silo's CPU time from ``/proc`` while nobody touches the cluster.
+
+``partition_trial`` does the same for network partitions: silos in network namespaces
+(tests/faults/net_cluster.py), one side cut off with iptables, and the time until every
+cut-off silo is Dead in the table and has exited.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import random
 import signal
 from collections.abc import Sequence
@@ -18,7 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.common import wall
-from membership_tables import MembershipTableData, SiloAddress, SiloStatus, TableUnavailableError
+from membership_tables import (
+    MembershipTableData,
+    MembershipTableError,
+    SiloAddress,
+    SiloStatus,
+    TableUnavailableError,
+)
+from silo.exit_codes import ExitCode
+from silo.membership.options import SiloOptions
 from silo.wire import codec
 from silo.wire.prober import GrpcProber
 from tests.silo.cluster_harness import Cluster, SiloProcess, death_bound
@@ -27,22 +42,85 @@ POLL = 0.1
 """Seconds between polls of the views and the table (the resolution of the view times)."""
 RPC_TIMEOUT = 1.0
 JOIN_TIMEOUT = 120.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# --- what a process costs ------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far, all threads (``/proc/<pid>/stat``); None if gone.
+
+    Why /proc and not ``resource``: the silos are other processes, not our children's totals.
+    """
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rpartition(")")[2].split()  # the command name may contain spaces: split after it
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # fields 14 and 15 of proc(5): utime, stime
+
+
+def tcp_segments(pid: int) -> tuple[int, int] | None:
+    """(InSegs, OutSegs) of the network namespace ``pid`` runs in (``/proc/<pid>/net/snmp``); None if gone.
+
+    Only meaningful for a process alone in its namespace (a lab host): then it counts exactly
+    that process's TCP traffic.
+    """
+    try:
+        lines = [line.split() for line in Path(f"/proc/{pid}/net/snmp").read_text().splitlines()]
+    except OSError:
+        return None
+    header, values = [line for line in lines if line and line[0] == "Tcp:"][:2]
+    counters = dict(zip(header[1:], values[1:], strict=True))
+    return int(counters["InSegs"]), int(counters["OutSegs"])
+
+
+def pings_per_second(options: SiloOptions, size: int) -> float:
+    """Pings each silo of an idle, healthy cluster of ``size`` sends per second, from the options.
+
+    Computed, not counted: a silo probes its successor on each of ``num_probed_silos`` rings
+    (so ``min(size - 1, num_probed_silos)`` targets) once per ``effective_probe_interval``;
+    with nobody suspected there are no extra targets and no indirect probes. By symmetry it
+    also answers as many as it sends, on average.
+    """
+    return min(size - 1, options.num_probed_silos) / options.effective_probe_interval
+
+
+async def idle_cpu(pids: Sequence[int], seconds: float) -> list[float]:
+    """CPU seconds per minute each of ``pids`` used over ``seconds`` of wall time (those that lived through it)."""
+    before = {pid: cpu_seconds(pid) for pid in pids}
+    started = wall()
+    await asyncio.sleep(seconds)
+    elapsed = wall() - started
+    after = {pid: cpu_seconds(pid) for pid in pids}
+    return [
+        (end - start) * 60.0 / elapsed
+        for pid in pids
+        if (start := before[pid]) is not None and (end := after[pid]) is not None
+    ]
+
+
+# --- kills and freezes on loopback -------------------------------------------------------------
 
 
 @dataclass
 class KillTrial:
-    """One SIGKILL and what followed, in seconds after the kill (None = not within the bound)."""
+    """One SIGKILL (or SIGSTOP) and what followed, in seconds after the signal (None = not within the bound)."""
 
     victim: str
     survivors: int
+    signal: str = "SIGKILL"
     table_dead: float | None = None
-    """Crash to the Dead write (the killer's vote time)."""
+    """Signal to the Dead write (the killer's vote time)."""
     table_dead_seen: float | None = None
-    """Crash to the benchmark's table poll first returning Dead."""
+    """Signal to the benchmark's table poll first returning Dead."""
     dead_version: int | None = None
     views: dict[str, float] = field(default_factory=dict)
-    """Crash to each survivor's view excluding the victim."""
+    """Signal to each survivor's view excluding the victim."""
     view_versions: dict[str, int] = field(default_factory=dict)
+    killed_after: float | None = None
+    """For a SIGSTOP: seconds until the frozen process was SIGKILLed (once the watch ended)."""
 
     @property
     def last_view(self) -> float | None:
@@ -60,6 +138,7 @@ class KillTrial:
     def to_json(self) -> dict[str, object]:
         return {
             "victim": self.victim,
+            "signal": self.signal,
             "survivors": self.survivors,
             "table_dead_s": self.table_dead,
             "table_dead_polled_s": self.table_dead_seen,
@@ -67,6 +146,7 @@ class KillTrial:
             "propagation_s": self.propagation,
             "dead_version": self.dead_version,
             "views_s": sorted(self.views.values()),
+            "killed_after_s": self.killed_after,
         }
 
 
@@ -79,12 +159,22 @@ class BenchCluster:
     """N silos of one cluster; keeps N running by replacing the ones that die."""
 
     def __init__(
-        self, workdir: Path, table_uri: str, cluster_id: str, extra_args: Sequence[str] = (), poll_table: bool = True
+        self,
+        workdir: Path,
+        table_uri: str,
+        cluster_id: str,
+        extra_args: Sequence[str] = (),
+        poll_table: bool = True,
+        watch_views: bool = True,
     ) -> None:
         self.cluster = Cluster(workdir, table_uri, cluster_id)
         self.poll_table = poll_table
         """False: take the Dead write from the survivors' views and never read the table during a trial
         (so that store-side statement counts are the silos' alone)."""
+        self.watch_views = watch_views
+        """False: only the table is watched (no GetMembership polling of the survivors during a trial)."""
+        if not (poll_table or watch_views):
+            raise ValueError("a trial must watch the table, the views, or both")
         self.extra_args = tuple(extra_args)
         self.prober = GrpcProber(cluster_id, None)
         self.bound = death_bound(self.cluster.options)
@@ -132,18 +222,56 @@ class BenchCluster:
         return max(missing, 0)
 
     async def kill_one(self, rng: random.Random, freeze: bool = False) -> KillTrial:
-        """SIGKILL (or, with ``freeze``, SIGSTOP: a hung silo whose probes time out) a random silo and watch."""
-        victim = rng.choice(self.running)
-        survivors = [silo for silo in self.running if silo is not victim]
+        """SIGKILL a random silo (a crash: its port refuses at once) and watch; ``freeze``: see ``freeze_one``."""
+        if freeze:
+            return await self.freeze_one(rng)
+        victim, survivors = self._pick(rng)
         assert victim.address is not None
         trial = KillTrial(str(victim.address), len(survivors))
         killed_at = wall()
-        victim.send(signal.SIGSTOP if freeze else signal.SIGKILL)
-        table = [self._watch_table(trial, victim.address, killed_at)] if self.poll_table else []
-        await asyncio.gather(*table, *(self._watch_view(trial, silo, victim.address, killed_at) for silo in survivors))
-        if freeze:
+        victim.send(signal.SIGKILL)
+        await self._watch(trial, victim.address, survivors, killed_at)
+        return trial
+
+    async def freeze_one(self, rng: random.Random) -> KillTrial:
+        """SIGSTOP a random silo (a hang: its port accepts, nothing answers), watch, then SIGKILL it.
+
+        The hang is what a user cares about: the process is there and its socket open, so only
+        silence betrays it. It is SIGKILLed once the watch ends (a thawed silo would read itself
+        Dead and exit anyway), so the next trial starts with N live silos again.
+        """
+        victim, survivors = self._pick(rng)
+        assert victim.address is not None
+        trial = KillTrial(str(victim.address), len(survivors), signal="SIGSTOP")
+        stopped_at = wall()
+        victim.send(signal.SIGSTOP)
+        try:
+            await self._watch(trial, victim.address, survivors, stopped_at)
+        finally:
+            trial.killed_after = wall() - stopped_at
             await asyncio.to_thread(victim.close)  # SIGKILL works on a stopped process too
         return trial
+
+    def _pick(self, rng: random.Random) -> tuple[SiloProcess, list[SiloProcess]]:
+        victim = rng.choice(self.running)
+        return victim, [silo for silo in self.running if silo is not victim]
+
+    async def _watch(
+        self, trial: KillTrial, victim: SiloAddress, survivors: Sequence[SiloProcess], signalled_at: float
+    ) -> None:
+        table = [self._watch_table(trial, victim, signalled_at)] if self.poll_table else []
+        views = [self._watch_view(trial, silo, victim, signalled_at) for silo in survivors] if self.watch_views else []
+        await asyncio.gather(*table, *views)
+
+    async def idle_cost(self, seconds: float) -> dict[str, object]:
+        """CPU seconds per minute of each running silo over ``seconds`` in which nobody touches the cluster.
+
+        Nothing is polled meanwhile (no table reads, no GetMembership), so the silos' own probing,
+        heartbeats and table refreshes are all that runs.
+        """
+        pids = [silo.pid for silo in self.running]
+        per_silo = await idle_cpu(pids, seconds)
+        return {"seconds": seconds, "silos": len(pids), "cpu_s_per_min_each": per_silo}
 
     async def _watch_table(self, trial: KillTrial, victim: SiloAddress, killed_at: float) -> None:
         while wall() < killed_at + self.bound:
@@ -175,3 +303,163 @@ class BenchCluster:
     async def close(self) -> None:
         await self.prober.close()
         await asyncio.to_thread(self.cluster.close)
+
+
+# --- partitions in network namespaces ----------------------------------------------------------
+
+
+@dataclass
+class PartitionTrial:
+    """One partition of a fresh cluster in network namespaces, in seconds after the cut (None = not within the bound).
+
+    The cut's time is when the benchmark started applying the iptables rules (``cut_apply_s``
+    later every link was cut): the first rules already silence some links, so that is when
+    detection may start.
+    """
+
+    scenario: str
+    minority: list[str]
+    majority: list[str]
+    cut_apply_s: float = 0.0
+    dead: dict[str, float] = field(default_factory=dict)
+    """Cut to each minority silo's Dead write (the killer's vote time)."""
+    exited: dict[str, float] = field(default_factory=dict)
+    """Cut to each minority silo's process exit."""
+    exit_codes: dict[str, int | None] = field(default_factory=dict)
+    majority_declared_dead: list[str] = field(default_factory=list)
+    """Majority silos whose row was Dead at some poll, or that exited: must stay empty."""
+    history_error: str | None = None
+    """The history checker's complaint (a majority silo written Dead, a death without quorum), if any."""
+    cut_verified: bool | None = None
+    """A connect across the cut, made after the measurement, went unanswered (the lab did cut)."""
+    idle_segments_per_s: list[float] = field(default_factory=list)
+    """TCP segments (in + out) per second of each silo's namespace before the cut: all of it is probing."""
+    idle_cpu_s_per_min: list[float] = field(default_factory=list)
+
+    @property
+    def all_dead(self) -> float | None:
+        return max(self.dead.values()) if len(self.dead) == len(self.minority) else None
+
+    @property
+    def all_exited(self) -> float | None:
+        """Cut to the last minority silo's exit, if every one exited with DECLARED_DEAD (3)."""
+        if len(self.exited) < len(self.minority) or any(
+            self.exit_codes.get(name) != ExitCode.DECLARED_DEAD for name in self.minority
+        ):
+            return None
+        return max(self.exited.values())
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "scenario": self.scenario,
+            "minority": self.minority,
+            "majority": self.majority,
+            "cut_apply_s": self.cut_apply_s,
+            "all_dead_s": self.all_dead,
+            "all_exited_s": self.all_exited,
+            "dead_s": self.dead,
+            "exited_s": self.exited,
+            "exit_codes": self.exit_codes,
+            "majority_declared_dead": self.majority_declared_dead,
+            "history_error": self.history_error,
+            "cut_verified": self.cut_verified,
+            "idle_segments_per_s": self.idle_segments_per_s,
+            "idle_cpu_s_per_min": self.idle_cpu_s_per_min,
+        }
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """How to run one partition trial."""
+
+    scenario: str
+    size: int
+    minority_size: int
+    settle: float = 3.0
+    """Seconds after every silo is Active before measuring: a table refresh (2 s) and a probe
+    round, so that every silo has heard every other one (the majority rule counts only silos
+    that answered at least once)."""
+    idle_window: float = 5.0
+    """Seconds of idle traffic and CPU measured just before the cut."""
+    hold: float = 5.0
+    """Seconds the majority must stay Active and running after the minority is gone."""
+    bound: float = 30.0
+    """Seconds after the cut by which the minority must be Dead and exited (a correctness bound)."""
+
+
+async def partition_trial(workdir: Path, plan: PartitionPlan, rng: random.Random, cluster_id: str) -> PartitionTrial:
+    """Start ``plan.size`` silos on their own lab hosts, cut a random minority off, and time its end.
+
+    The minority's processes are awaited in threads (exit times to the millisecond); the table is
+    polled every ``POLL`` for the Dead rows (their times come from the votes) and for any
+    majority silo declared Dead. Afterwards the whole history is checked with the majority
+    protected, and the lab is deleted whatever happened.
+    """
+    from tests.faults.net_cluster import NetCluster  # needs root and iptables: imported only when used
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    cluster = await asyncio.to_thread(NetCluster, workdir, cluster_id=cluster_id)
+    try:
+        silos = await asyncio.to_thread(cluster.start, plan.size, JOIN_TIMEOUT)
+        await asyncio.sleep(plan.settle)
+        names = [silo.name for silo in silos]
+        minority = sorted(rng.sample(names, plan.minority_size))
+        majority = [name for name in names if name not in minority]
+        trial = PartitionTrial(plan.scenario, minority, majority)
+        pids = [silo.pid for silo in silos]
+        before = [tcp_segments(pid) for pid in pids]
+        started = wall()
+        trial.idle_cpu_s_per_min = await idle_cpu(pids, plan.idle_window)
+        elapsed = wall() - started
+        trial.idle_segments_per_s = [
+            (sum(end) - sum(start)) / elapsed
+            for start, end in zip(before, [tcp_segments(pid) for pid in pids], strict=True)
+            if start is not None and end is not None
+        ]
+
+        cut_at = wall()
+        await asyncio.to_thread(cluster.lab.partition, cluster.hosts_of(majority), cluster.hosts_of(minority))
+        trial.cut_apply_s = wall() - cut_at
+
+        async def exit_of(name: str) -> None:
+            with contextlib.suppress(AssertionError):  # still running at the bound: reported as not exited
+                trial.exit_codes[name] = await asyncio.to_thread(cluster.silo(name).wait_exit, plan.bound)
+                trial.exited[name] = wall() - cut_at
+
+        async def watch_table() -> None:
+            addresses = {cluster.silo(name).address: name for name in names}
+            while wall() < cut_at + plan.bound + plan.hold:
+                try:
+                    data = await asyncio.to_thread(cluster.read)
+                except MembershipTableError:
+                    data = None
+                for entry in data.entries if data is not None else ():
+                    name = addresses.get(entry.silo_address)
+                    if name is None or entry.status is not SiloStatus.DEAD:
+                        continue
+                    if name in minority and name not in trial.dead:
+                        votes = [when.timestamp() for _, when in entry.suspect_times]
+                        trial.dead[name] = (max(votes) if votes else wall()) - cut_at
+                    elif name in majority and name not in trial.majority_declared_dead:
+                        trial.majority_declared_dead.append(name)
+                for name in majority:
+                    if not cluster.silo(name).running and name not in trial.majority_declared_dead:
+                        trial.majority_declared_dead.append(name)
+                gone = trial.all_dead is not None and len(trial.exited) == len(minority)
+                if gone and wall() >= cut_at + max(trial.exited.values()) + plan.hold:
+                    return
+                await asyncio.sleep(POLL)
+
+        await asyncio.gather(watch_table(), *(exit_of(name) for name in minority))
+        trial.cut_verified = await asyncio.to_thread(cluster.unanswered, majority[0], minority[0], 1) == 1
+        try:
+            await asyncio.to_thread(
+                cluster.check_history,
+                min(cluster.options.num_votes_for_death_declaration, (plan.size + 1) // 2),
+                majority,
+            )
+        except AssertionError as exc:
+            trial.history_error = str(exc)[:2000]
+        return trial
+    finally:
+        await asyncio.to_thread(cluster.close)

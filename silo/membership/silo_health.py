@@ -191,11 +191,15 @@ class SiloHealthMonitor:
     # --- indirect probes: the veto ----------------------------------------------------
 
     def _needs_new_round(self) -> bool:
+        """A round is needed when none covers the current silence, or the last one is a whole
+        suspicion period old (fresh evidence for a repeated vote). Not at the suspicion itself:
+        the round started at half the silence is recent enough, and waiting for another one
+        would delay every hang's verdict by a probe timeout."""
         if self._round is not None and not self._round.done():
             return False
         if self._round_started is None or self._round_started <= self.last_heard:
-            return True  # no round covers the current silence yet
-        return self._clock.monotonic() - self._round_started >= self.suspect_after() / 2
+            return True  # no round covers the current silence yet (or the last one vetoed)
+        return self._clock.monotonic() - self._round_started >= self.suspect_after()
 
     def _round_allows_vote(self) -> bool:
         """No veto from a finished round that covers the current silence (or no one to ask)."""

@@ -158,6 +158,21 @@ async def test_intermediaries_are_asked_in_parallel_early_and_their_failures_are
 
 
 @async_test
+async def test_a_hang_is_voted_at_the_floor_when_the_early_round_found_no_one_who_hears_it() -> None:
+    scene = Scene(FunctionProber(indirect=lambda via, target: result(False)), intermediaries=[HELPER, OTHER])
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 1.0)
+    scene.prober.reachable = hanging(scene.clock)
+    await run_for(scene, monitor, FLOOR + 0.1)
+    assert len(scene.votes) == 1
+    # no second round at the floor: the verdict is not delayed by another probe timeout
+    assert scene.votes[0] - 1.0 <= FLOOR + 0.06
+    assert len(scene.prober.indirect_calls) == 2
+    await monitor.stop()
+
+
+@async_test
 async def test_any_intermediary_that_reaches_the_target_vetoes_the_vote() -> None:
     def indirect(via: SiloAddress, target: SiloAddress) -> IndirectProbeResult:
         return result(via == OTHER)  # HELPER fails, OTHER still hears the target: our link is bad
