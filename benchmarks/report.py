@@ -72,28 +72,73 @@ def tables(document: dict[str, Any]) -> list[str]:
 def detection(document: dict[str, Any]) -> list[str]:
     results = document["results"]
     floor = results["floor_s"]
-    lines = header("system", "N", "victim", "measure", "median s", "p95 s", "p99 s", "median/floor",
-                   "median/ZooKeeper", "trials", "false deaths")  # fmt: skip
-    zookeeper = {(size, mode): entry[mode]["watch_saw_gone"]["median"] for size, entry in results["zookeeper"].items()
-                 for mode in ("kill", "freeze")}  # fmt: skip
-    for backend, by_size in results["silos"].items():
-        for size, entry in by_size.items():
-            for mode in ("kill", "freeze"):
-                for measure in ("table_dead", "last_view"):
-                    stats = entry[mode][measure]
-                    lines.append(
-                        row(f"silos on {backend}", size, mode, measure.replace("_", " "), stats["median"], stats["p95"],
-                            stats["p99"], stats["median"] / floor, ratio(stats["median"], zookeeper[size, mode]),
-                            stats["n"], entry["other_silos_declared_dead"])
-                    )  # fmt: skip
+    if "partitions" not in results:  # written before the crash/hang/partition/cost version of the benchmark
+        return [f"Floor {floor} s. These results predate the current `benchmarks.detection`; rerun it to refresh them."]
+    modes = {"crash": "SIGKILL", "hang": "SIGSTOP"}
+    targets = results["targets_x_floor"]
+    target_text = {"crash": f"median <= {targets['crash_median']}",
+                   "hang": f"median <= {targets['hang_median']}, p99 <= {targets['hang_p99']}"}  # fmt: skip
+    lines = [
+        f"Floor: num_missed_probes_limit x probe_timeout = {floor} s; probe_interval {results['probe_interval_s']} s; "
+        f"silos on {results['backend']}. Targets are for the silos' Dead row, in multiples of the floor.",
+        "",
+        *header("system", "N", "failure", "measure", "median s", "p99 s", "median/floor", "p99/floor", "target",
+                "met", "trials", "false deaths"),
+    ]  # fmt: skip
+    for size, entry in results["silos"].items():
+        for mode, signal in modes.items():
+            for measure, label in (("table_dead", "Dead row"), ("last_view", "last view")):
+                stats, rel = entry[mode][measure], entry[mode]["ratio_to_floor"][measure]
+                met = {None: "-", True: "yes", False: "**no**"}[entry[mode]["meets_target"]]
+                first = measure == "table_dead"
+                lines.append(
+                    row("silos", size, f"{mode} ({signal})", label, stats["median"], stats["p99"], rel["median"],
+                        rel["p99"], target_text[mode] if first else "", met if first else "", stats["n"],
+                        entry["other_silos_declared_dead"])
+                )  # fmt: skip
     for size, entry in results["zookeeper"].items():
-        for mode in ("kill", "freeze"):
-            stats = entry[mode]["watch_saw_gone"]
+        for mode, signal in modes.items():
+            stats, rel = entry[mode]["node_gone"], entry[mode]["ratio_to_floor"]
             lines.append(
-                row("ZooKeeper ephemeral", size, mode, "watch saw node gone", stats["median"], stats["p95"],
-                    stats["p99"], stats["median"] / floor, 1.0, stats["n"], entry["other_members_expired"])
+                row("ZooKeeper ephemeral", size, f"{mode} ({signal})", "node deleted", stats["median"], stats["p99"],
+                    rel["median"], rel["p99"], "", "", stats["n"], entry["other_members_expired"])
             )  # fmt: skip
-    return [f"Floor: num_missed_probes_limit x probe_timeout = {floor} s.", "", *lines]
+    partitions = results["partitions"]
+    lines += ["", "Partitions of 5 silos in network namespaces (cut to every minority silo Dead / exited):", ""]
+    if "unavailable" in partitions:
+        lines.append(f"Not measured: {partitions['unavailable']}.")
+    else:
+        lines += header("scenario", "trials", "all Dead median s", "p99 s", "x floor (median / p99)",
+                        "all exited median s", "p99 s", "x floor (median / p99)", "exited with 3",
+                        "majority declared dead", "history ok")  # fmt: skip
+        for scenario, entry in partitions.items():
+            dead, gone = entry["all_dead"], entry["all_exited"]
+            rel_dead, rel_gone = entry["ratio_to_floor"]["all_dead"], entry["ratio_to_floor"]["all_exited"]
+            lines.append(
+                row(scenario, entry["trials"], dead["median"], dead["p99"],
+                    f"{fmt(rel_dead['median'])} / {fmt(rel_dead['p99'])}", gone["median"], gone["p99"],
+                    f"{fmt(rel_gone['median'])} / {fmt(rel_gone['p99'])}",
+                    f"{entry['minority_exited_with_3']}/{entry['trials']}", entry["majority_declared_dead"],
+                    f"{entry['trials'] - entry['history_errors']}/{entry['trials']}")
+            )  # fmt: skip
+    lines += ["", "Cost of an idle cluster:", "",
+              *header("system", "N", "probes/s per member", "basis", "CPU s/min per member (median)",
+                      "ZooKeeper server CPU s/min")]  # fmt: skip
+    for size, entry in results["silos"].items():
+        idle = entry["idle"]
+        if idle:
+            lines.append(row("silos", size, idle["pings_per_s_per_silo"], "computed from options",
+                             idle["cpu_s_per_min_per_silo"]["median"], "-"))  # fmt: skip
+    for size, entry in results["zookeeper"].items():
+        idle = entry["idle"]
+        lines.append(row("ZooKeeper", size, idle["pings_per_s_per_member"], "counted (srvr)",
+                         idle["cpu_s_per_min_per_member"]["median"], idle["server_cpu_s_per_min"]))  # fmt: skip
+    segments = [e["idle_segments_per_s_per_silo"]["median"] for e in partitions.values()
+                if isinstance(e, dict) and e["idle_segments_per_s_per_silo"]["n"]]  # fmt: skip
+    if segments:
+        lines += ["", f"Measured network traffic of an idle silo, N = 5 in network namespaces: "
+                  f"{fmt(sorted(segments)[len(segments) // 2])} TCP segments/s (in + out)."]  # fmt: skip
+    return lines
 
 
 def propagation(document: dict[str, Any]) -> list[str]:
@@ -111,35 +156,76 @@ def propagation(document: dict[str, Any]) -> list[str]:
 
 
 def accuracy(document: dict[str, Any]) -> list[str]:
-    config = document["config"]
-    lines = [
-        f"N = {config['size']}, {config['seconds']} s per run, floor {document['results']['floor_s']} s.",
-        "",
-        *header("stall", "live silos declared dead", "suspicion votes", "live ZooKeeper sessions expired",
-                "stalls", "SIGSTOP jitter pauses"),
-    ]  # fmt: skip
-    for entry in document["results"]["runs"].values():
+    config, results = document["config"], document["results"]
+    arguments = config.get("arguments", [])
+    shown = [arg for i, arg in enumerate(arguments) if "--output-dir" not in (arg, arguments[i - 1] if i else "")]
+    lines = [f"Arguments: `{' '.join(shown)}`.", ""] if [arg for arg in shown if arg != "--quick"] else []
+    if results["runs"] or "probe_loss_10pct" in results:
+        lines.append(f"N = {config['size']}, {config['seconds']} s per run, floor {results['floor_s']} s.")
+    if results["runs"]:
+        lines += [
+            "",
+            *header("stall", "live silos declared dead", "suspicion votes", "live ZooKeeper sessions expired",
+                    "stalls", "SIGSTOP jitter pauses"),
+        ]  # fmt: skip
+    for entry in results["runs"].values():
         silos, zk = entry["silos"], entry["zookeeper"]
         lines.append(
             row(f"{entry['stall_s']} s ({entry['stall_fraction_of_floor']} x floor)", silos["live_silos_declared_dead"],
                 silos["suspicion_votes"], zk["live_members_expired"], silos["stalls"], silos["jitter_pauses"])
         )  # fmt: skip
-    lossy = document["results"].get("probe_loss_10pct")
-    if lossy is None:  # results written before the probe-loss scenario existed
-        return lines
-    injected = lossy["injected"]
-    return [
-        *lines,
+    lossy = results.get("probe_loss_10pct")
+    if lossy is not None:  # absent in results written before the probe-loss scenario existed
+        injected = lossy["injected"]
+        lines += [
+            "",
+            f"Probe loss injected in the prober (`LossyProber`), N = {config['size']} in {lossy['hosts']} `silo_host` "
+            f"processes, {config['seconds']} s, no other stress (target: 0):",
+            "",
+            *header("probes dropped", "probes delayed", "live silos declared dead", "suspicion votes", "dropped",
+                    "delayed", "forwarded", "ZooKeeper", "target met"),
+            row(f"{lossy['probe_loss']:.0%}", f"{lossy['probe_delay']:.0%}", lossy["live_silos_declared_dead"],
+                lossy["suspicion_votes"], injected["dropped"], injected["delayed"], injected["forwarded"],
+                "not applicable (no netem)", _met(lossy.get("target_met"))),
+        ]  # fmt: skip
+    lines += _network_loss(results.get("network_loss"))
+    return [line for i, line in enumerate(lines) if line or (i and lines[i - 1])]  # no double blank lines
+
+
+def _met(value: bool | None) -> str:
+    return "-" if value is None else ("yes" if value else "**no**")
+
+
+def _network_loss(network: dict[str, Any] | None) -> list[str]:
+    """The real-network runs of ``benchmarks.accuracy``: silos and ZooKeeper under the same iptables loss."""
+    if network is None:  # results written before the real-network scenario existed
+        return []
+    if "skipped" in network:
+        return ["", f"Real-network loss runs skipped: {network['skipped']}."]
+    levels = list(network["levels"].values())
+    if not levels:
+        return []
+    lines = [
         "",
-        f"Probe loss injected in the prober (`LossyProber`), N = {config['size']} in {lossy['hosts']} `silo_host` "
-        f"processes, {config['seconds']} s, no other stress:",
+        f"Real packet loss (iptables, every lab host), N = {levels[0]['size']} silos and {levels[0]['size']} "
+        f"ZooKeeper members (one per silo's namespace; session timeout {network['session_timeout_s']} s = the "
+        f"floor), at the same time in the same lab, {levels[0]['seconds']} s per level:",
         "",
-        *header("probes dropped", "probes delayed", "live silos declared dead", "suspicion votes", "dropped",
-                "delayed", "forwarded", "ZooKeeper"),
-        row(f"{lossy['probe_loss']:.0%}", f"{lossy['probe_delay']:.0%}", lossy["live_silos_declared_dead"],
-            lossy["suspicion_votes"], injected["dropped"], injected["delayed"], injected["forwarded"],
-            "not applicable (no netem)"),
+        *header("loss", "measured loss", "live silos declared dead", "suspicion votes", "silo restarts",
+                "live ZooKeeper sessions expired", "of which in the server log", "CPU % per silo",
+                "CPU % per ZK member", "CPU % ZK server", "target", "target met"),
     ]  # fmt: skip
+    for entry in levels:
+        silos, zk = entry["silos"], entry["zookeeper"]
+        expired = zk["live_sessions_expired"]
+        target = {"zero": "0", "tenth_of_zookeeper": f"<= {expired / 10:g} (ZooKeeper / 10)"}.get(entry["target"], "-")
+        lines.append(
+            row(f"{entry['loss']:.0%}", f"{entry['packets']['measured_loss']:.1%}", silos["live_silos_declared_dead"],
+                silos["suspicion_votes"], silos["restarts"], expired, zk["server_expired_member_sessions"],
+                silos["cpu_percent_per_silo"]["mean"], zk["cpu_percent_per_member"]["mean"],
+                zk["cpu_percent_server"]["mean"], target, _met(entry["target_met"]))
+        )  # fmt: skip
+    return lines
 
 
 def scale(document: dict[str, Any]) -> list[str]:

@@ -10,7 +10,8 @@ It also applies the **majority rule** (``votes.may_vote``) for its monitors: thi
 vote only while it, plus the monitored silos it hears, is a strict majority of itself plus
 the monitored silos that are fresh. On the minority side of a partition a silo hears too
 few of the silos that (still heartbeating into the table) are evidently alive elsewhere,
-so it never votes against the majority.
+so it never votes against the majority; it re-reads the table every ``probe_timeout``
+instead, to find its verdict without waiting for the periodic refresh.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from membership_tables import SiloAddress, SiloStatus
-from silo.membership.clock import Clock
+from silo.membership.clock import Clock, Periodic
 from silo.membership.liveness import LivenessTracker
 from silo.membership.local_health import LocalHealth
 from silo.membership.options import SiloOptions
@@ -72,6 +73,7 @@ class ClusterHealthMonitor:
         liveness: LivenessTracker,
         create_monitor: CreateMonitor,
         local_health: LocalHealth,
+        on_minority: Callable[[], None] = lambda: None,
     ) -> None:
         self._local = local
         self._options = options
@@ -80,11 +82,15 @@ class ClusterHealthMonitor:
         self._liveness = liveness
         self._create_monitor = create_monitor
         self._health = local_health
+        self._on_minority = on_minority
         self.monitors: dict[SiloAddress, SiloHealthMonitor] = {}
         self._task: asyncio.Task[None] | None = None
+        self._side_watch: Periodic | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
+        self._side_watch = Periodic(self._clock, self._options.probe_timeout, self._watch_side)
+        self._side_watch.start()
 
     async def _run(self) -> None:
         async for snapshot in self._publisher.subscribe(include_refreshes=True):
@@ -106,9 +112,22 @@ class ClusterHealthMonitor:
 
     def may_vote(self) -> bool:
         """The majority rule over the monitored silos that are fresh (``votes.may_vote``)."""
-        fresh = [monitor for silo, monitor in self.monitors.items() if self._liveness.is_fresh(silo)]
-        heard = sum(1 for monitor in fresh if monitor.heard_recently())
-        return may_vote(heard, len(fresh))
+        fresh = self._fresh_monitors()
+        return may_vote(sum(1 for monitor in fresh if monitor.heard_recently()), len(fresh))
+
+    def _fresh_monitors(self) -> list[SiloHealthMonitor]:
+        return [monitor for silo, monitor in self.monitors.items() if self._liveness.is_fresh(silo)]
+
+    async def _watch_side(self) -> None:
+        """On the minority side, look for our verdict in the table (``on_minority``).
+
+        The majority's gossip cannot cross a partition. Judged on the plain detection time,
+        not the one our local health lengthens: this only reads, it never votes.
+        """
+        fresh = self._fresh_monitors()
+        heard = sum(1 for monitor in fresh if monitor.heard_within(self._options.detection_time))
+        if fresh and not may_vote(heard, len(fresh)):
+            self._on_minority()
 
     def intermediaries(self) -> list[SiloAddress]:
         """Fresh Active silos that we do not suspect ourselves: the ones worth asking for a veto."""
@@ -122,6 +141,8 @@ class ClusterHealthMonitor:
         ]
 
     async def stop(self) -> None:
+        if self._side_watch is not None:
+            await self._side_watch.stop()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

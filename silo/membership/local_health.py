@@ -1,15 +1,23 @@
 """Local health: how much this silo should distrust its own judgement (Lifeguard).
 
 A small score, 0 = healthy, capped at ``MAX_SCORE``. A silo whose event loop lags, whose
-probes fail to everyone it probes, or that others suspect is more likely the sick one
-than its targets. The score lengthens this silo's probe timeouts (``timeout * (1 + score)``)
-and makes it report itself unhealthy when asked to be an intermediary, so its failed
-indirect probes count as "unknown" instead of a vote.
+probes fail to everyone it probes, whose probes time out to most of its targets now and then
+(a lossy network), or that others suspect is more likely to misjudge than its targets are
+to be dead. The score lengthens this silo's probe timeouts and the silence it needs before
+suspecting anyone (``x (1 + score)``), and it reports the score when asked to be an
+intermediary.
+
+Loss is judged by the *typical* target: the lower median, over the targets, of the fraction
+of their recent probes that timed out. A dead or hung target times out every probe but is one
+target, so it does not raise the median; loss on the network (or on our own link) shows on
+most of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import statistics
+from collections import deque
+from collections.abc import Callable, Iterable
 
 from membership_tables import SiloAddress
 from silo.membership.clock import Clock, Periodic
@@ -20,6 +28,11 @@ MAX_SCORE = 8
 MAX_LAG_PENALTY = 4
 MAX_SUSPICION_PENALTY = 2
 ALL_PROBES_FAILING_PENALTY = 2
+RECENT_PROBES = 16
+"""Probe results kept per target for the loss estimate (4 s of probes on the local preset)."""
+LOSS_PENALTIES = ((0.2, 3), (0.1, 2), (0.05, 1))
+"""(fraction of a typical target's recent probes that timed out, points): 5% costs one point
+(the silence needed doubles), 20% three (it quadruples)."""
 
 
 def lag_penalty(lag: float, probe_timeout: float) -> int:
@@ -31,6 +44,19 @@ def probe_penalty(last_results: Callable[[], list[bool]]) -> int:
     """Points when this silo's latest probes failed to every one of at least two targets."""
     results = last_results()
     return ALL_PROBES_FAILING_PENALTY if len(results) >= 2 and not any(results) else 0
+
+
+def loss_penalty(recent: Iterable[Iterable[bool]]) -> int:
+    """Points for a lossy network: by the lower median over targets of their timed-out fraction."""
+    fractions = []
+    for results in recent:
+        outcomes = list(results)
+        if outcomes:
+            fractions.append(outcomes.count(False) / len(outcomes))
+    if len(fractions) < 2:
+        return 0  # one target cannot tell our network from its failure
+    typical = statistics.median_low(fractions)
+    return next((points for threshold, points in LOSS_PENALTIES if typical >= threshold), 0)
 
 
 def effective_timeout(probe_timeout: float, score: int) -> float:
@@ -54,13 +80,13 @@ class LocalHealth:
         self._clock = clock
         self._snapshot = snapshot
         self._lag = 0.0
-        self._probe_results: dict[SiloAddress, bool] = {}
+        self._probe_results: dict[SiloAddress, deque[bool]] = {}
         self._lag_period = options.probe_timeout / 2
         self._last_round = 0.0
         self._meter: Periodic | None = None
 
     def record_probe(self, target: SiloAddress, answered: bool) -> None:
-        self._probe_results[target] = answered
+        self._probe_results.setdefault(target, deque(maxlen=RECENT_PROBES)).append(answered)
 
     def forget(self, target: SiloAddress) -> None:
         """We stopped probing ``target``; its last result no longer says anything about us."""
@@ -74,8 +100,9 @@ class LocalHealth:
         suspicion = min(
             MAX_SUSPICION_PENALTY, snapshot.fresh_votes_against(self._address, self._clock.now(), self._options)
         )
-        probes = probe_penalty(lambda: list(self._probe_results.values()))
-        return min(MAX_SCORE, lag_penalty(self._lag, self._options.probe_timeout) + probes + suspicion)
+        probes = probe_penalty(lambda: [results[-1] for results in self._probe_results.values() if results])
+        loss = loss_penalty(self._probe_results.values())
+        return min(MAX_SCORE, lag_penalty(self._lag, self._options.probe_timeout) + probes + loss + suspicion)
 
     def start(self) -> None:
         """Measure event-loop lag: how late a periodic task wakes up."""

@@ -55,7 +55,7 @@ class SiloOptions:
     the detection time is ``num_missed_probes_limit * probe_timeout`` of silence (lengthened
     while this silo's own health is poor). Higher tolerates longer loss bursts and pauses."""
 
-    num_indirect_probes: int = 2
+    num_indirect_probes: int = 3
     """Intermediaries asked, in parallel, to ping a silent target before we vote; any that
     reaches it vetoes the suspicion. More vetoes protect better against one bad link, at one
     RPC each per suspicion."""
@@ -70,7 +70,9 @@ class SiloOptions:
 
     death_vote_expiration: float = 120.0
     """Seconds a suspicion vote stays fresh. Must exceed the detection time so votes from
-    different probers can meet; too long lets old, unrelated suspicions add up."""
+    different probers can meet (a prober renews its vote once per detection time while the
+    silence lasts, so twice the detection time is enough); longer lets old, unrelated
+    suspicions add up, e.g. under packet loss."""
 
     i_am_alive_table_publish_timeout: float = 30.0
     """Seconds between IAmAlive heartbeats written to the table. Heartbeats only feed
@@ -119,7 +121,7 @@ class SiloOptions:
             cls.production(),
             probe_timeout=0.5,
             probe_interval=0.25,
-            death_vote_expiration=10.0,
+            death_vote_expiration=3.0,
             i_am_alive_table_publish_timeout=1.0,
             table_refresh_timeout=2.0,
             max_join_attempt_time=10.0,

@@ -102,6 +102,10 @@ class SiloHealthMonitor:
         """True unless the target is currently suspected by us (silent or refusing)."""
         return not self.suspected()
 
+    def heard_within(self, seconds: float) -> bool:
+        """The target answered, the last time less than ``seconds`` ago, and is not refusing."""
+        return self.answered and self.silence() < seconds and self.refusals < REFUSALS_TO_SUSPECT
+
     def heard_recently(self) -> bool:
         """The target answered, and is not suspected: it counts as heard for the majority rule.
 

@@ -96,6 +96,8 @@ class MembershipTableManager:
         self._joined_version: int | None = None
         self._leaving = False
         self._refresher: Periodic | None = None
+        self._requested: asyncio.Task[None] | None = None
+        self._requested_at = 0.0
         self._empty = MembershipSnapshot(MembershipTableData((), UNINITIALIZED_VERSION))
         self.liveness = LivenessTracker(options, clock.monotonic)
         """Which peers are fresh, on our own monotonic clock (fed by every read)."""
@@ -167,6 +169,27 @@ class MembershipTableManager:
             await self.refresh()
         except TableUnavailableError:
             logger.debug("silo %s: gossip of version %d but the table is unreachable", self._address, version)
+
+    def request_refresh(self) -> None:
+        """Re-read the table soon, in the background: one such read at a time, one per ``probe_timeout``.
+
+        For a silo that finds itself on the minority side of a partition: the majority's
+        gossip cannot reach it, so it looks for its own verdict instead of waiting for the
+        periodic refresh, and stops serving as soon as it was declared Dead.
+        """
+        now = self._clock.monotonic()
+        if self._requested is not None and (
+            not self._requested.done() or now - self._requested_at < self._options.probe_timeout
+        ):
+            return
+        self._requested_at = now
+        self._requested = asyncio.create_task(self._requested_refresh())
+
+    async def _requested_refresh(self) -> None:
+        try:
+            await self.refresh()
+        except TableUnavailableError:
+            logger.debug("silo %s: a requested re-read found the table unreachable", self._address)
 
     # --- writes --------------------------------------------------------------------------
 
@@ -314,4 +337,7 @@ class MembershipTableManager:
     async def stop(self) -> None:
         if self._refresher is not None:
             await self._refresher.stop()
+        if self._requested is not None:
+            self._requested.cancel()
+            await asyncio.gather(self._requested, return_exceptions=True)
         await self.publisher.close()

@@ -110,6 +110,7 @@ class Silo:
             liveness=self._manager.liveness,
             create_monitor=self._create_monitor,
             local_health=self._health,
+            on_minority=self._manager.request_refresh,
         )
         self._agent = MembershipAgent(
             manager=self._manager, address=address, options=options, clock=self._clock, prober=prober

@@ -105,3 +105,58 @@ async def test_one_monitor_per_target_created_and_stopped_with_the_membership() 
     assert cluster.monitors[PEERS[0]] is first
     await cluster.stop()
     assert cluster.monitors == {}
+
+
+@async_test
+async def test_the_majority_rule_counts_the_fresh_targets_we_hear_and_asks_a_minority_to_reread() -> None:
+    clock = FakeClock(T0)
+    publisher = SnapshotPublisher()
+    options = SiloOptions.local()
+    heard = {PEERS[0]}  # we hear 1 of 4 fresh targets: 2 of 5, a minority
+    health = LocalHealth(address=ME, options=options, clock=clock, snapshot=lambda: publisher.current or view())
+    rereads: list[float] = []
+
+    async def vote(target: SiloAddress) -> VoteOutcome:
+        return VoteOutcome.VOTED
+
+    def create(target: SiloAddress, owner: ClusterHealthMonitor) -> SiloHealthMonitor:
+        return SiloHealthMonitor(
+            target=target,
+            local=ME,
+            options=options,
+            clock=clock,
+            prober=FunctionProber(reachable=lambda silo: silo in heard),
+            local_health=health,
+            intermediaries=owner.intermediaries,
+            may_vote=owner.may_vote,
+            vote=vote,
+            random=random.Random(0),
+        )
+
+    liveness = LivenessTracker(options, clock.monotonic)
+    cluster = ClusterHealthMonitor(
+        local=ME,
+        options=options,
+        clock=clock,
+        publisher=publisher,
+        liveness=liveness,
+        create_monitor=create,
+        local_health=health,
+        on_minority=lambda: rereads.append(clock.monotonic()),
+    )
+    snapshot = view(row(ME), *(row(peer) for peer in PEERS[:4]), version=1)
+    liveness.observe(snapshot)
+    cluster.start()
+    await publisher.publish(snapshot)
+    for _ in range(4):
+        await clock.advance(options.detection_time)  # the silent three go suspected...
+        liveness.observe(view(row(ME), *(row(peer, when=clock.now()) for peer in PEERS[:4]), version=1))  # ...alive
+    assert not cluster.may_vote()
+    assert len(rereads) >= 4  # every probe timeout once we knew we were the minority
+    heard.update(PEERS[1:3])  # now 3 of 4 answer: 4 of 5
+    await clock.advance(options.probe_interval * 2)
+    assert cluster.may_vote()
+    count = len(rereads)
+    await clock.advance(options.probe_timeout * 4)
+    assert len(rereads) == count  # the majority does not re-read
+    await cluster.stop()

@@ -6,7 +6,14 @@ import pytest
 
 from membership_tables import MembershipEntry
 from silo.membership.clock import FakeClock
-from silo.membership.local_health import MAX_SCORE, LocalHealth, effective_timeout, lag_penalty, probe_penalty
+from silo.membership.local_health import (
+    MAX_SCORE,
+    LocalHealth,
+    effective_timeout,
+    lag_penalty,
+    loss_penalty,
+    probe_penalty,
+)
 from silo.membership.options import SiloOptions
 from silo.membership.snapshot import MembershipSnapshot
 from tests.silo.harness import T0, address, async_test, row, view
@@ -28,6 +35,39 @@ def test_probes_failing_to_everyone_make_us_suspect_ourselves(results: list[bool
     assert probe_penalty(lambda: results) == penalty
 
 
+ANSWERED, LOST = True, False
+
+
+@pytest.mark.parametrize(
+    ("recent", "penalty", "case"),
+    [
+        ([], 0, "no targets"),
+        ([[LOST] * 16], 0, "one target: its failure, not our network"),
+        ([[ANSWERED] * 16] * 4, 0, "a quiet network"),
+        ([[ANSWERED] * 16] * 3 + [[LOST] * 16], 0, "one dead or hung target among four"),
+        ([[ANSWERED] * 16] * 2 + [[LOST] * 16] * 2, 0, "a 3|2 split seen from the majority"),
+        ([[ANSWERED] * 16] + [[LOST] * 16] * 3, 3, "a 3|2 split seen from the minority"),
+        ([[ANSWERED] * 15 + [LOST]] * 4, 1, "one timeout in 16 to every target: mild loss"),
+        ([[ANSWERED] * 14 + [LOST] * 2] * 4, 2, "two in 16"),
+        ([[ANSWERED] * 12 + [LOST] * 4] * 4, 3, "a quarter: heavy loss"),
+    ],
+)
+def test_loss_to_most_targets_makes_us_slower_to_suspect(recent: list[list[bool]], penalty: int, case: str) -> None:
+    assert loss_penalty(recent) == penalty, case
+
+
+def test_the_loss_estimate_forgets_old_results() -> None:
+    local = health(lambda: view(row(ME)))
+    for target in (A, B):
+        for _ in range(4):
+            local.record_probe(target, False)
+    assert local.score() > 0
+    for target in (A, B):
+        for _ in range(16):
+            local.record_probe(target, True)
+    assert local.score() == 0
+
+
 @pytest.mark.parametrize(("score", "timeout"), [(0, 5.0), (1, 10.0), (8, 45.0)])
 def test_effective_timeout(score: int, timeout: float) -> None:
     assert effective_timeout(5.0, score) == timeout
@@ -44,7 +84,7 @@ def test_score_sums_lag_probes_and_suspicion_and_is_capped() -> None:
     assert local.score() == 0
     local.record_probe(A, False)
     local.record_probe(B, False)
-    assert local.score() == 2
+    assert local.score() == 2 + 3  # every latest probe failed, and every recent one: loss
     local.forget(B)
     assert local.score() == 0
     current = view(me.replace(suspect_times=((A, T0), (B, T0))))

@@ -304,3 +304,21 @@ async def test_periodic_refresh_picks_up_changes_without_gossip() -> None:
     await clock.advance(OPTIONS.table_refresh_timeout)
     assert tables.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
     await tables.stop()
+
+
+@async_test
+async def test_a_requested_reread_runs_in_the_background_at_most_once_per_probe_timeout() -> None:
+    flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
+    seed(flaky.inner, row(ME), row(PEER))
+    tables = manager(flaky, clock)
+    for _ in range(5):
+        tables.request_refresh()
+        await clock.advance(0)
+    assert flaky.calls == ["read_all"]
+    kill(flaky.inner, ME)  # the majority declared us Dead while its gossip could not reach us
+    await clock.advance(OPTIONS.probe_timeout)
+    tables.request_refresh()
+    await clock.advance(0)
+    assert flaky.calls == ["read_all", "read_all"]
+    assert tables.terminated.is_set()
+    await tables.stop()
