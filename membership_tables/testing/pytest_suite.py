@@ -7,7 +7,10 @@ Subclass it and provide an ``open_cluster`` fixture::
         def open_cluster(self, my_server) -> OpenCluster:
             return lambda cluster_id: open_table(my_server.uri, cluster_id)
 
-Each check becomes one test; handles opened during a test are closed after it.
+Each check becomes one test; handles opened during a test are closed after it. With
+hypothesis installed, two more tests run the property check of
+``membership_tables.testing.properties`` (budget: the active hypothesis profile): random
+concurrent programs of conditional writes, without and with cleanups and re-created clusters.
 """
 
 from __future__ import annotations
@@ -43,3 +46,18 @@ class MembershipTableConformance:
     @pytest.mark.parametrize("check", CHECKS, ids=[check.__name__.removeprefix("check_") for check in CHECKS])
     def test_conformance(self, check: Check, tracked_open_cluster: OpenCluster) -> None:
         check(tracked_open_cluster)
+
+    def test_conditional_writes_are_linearizable(
+        self, open_cluster: OpenCluster, request: pytest.FixtureRequest
+    ) -> None:
+        _check_linearizable_writes(open_cluster, request, removals=False)
+
+    def test_etags_stay_fresh_across_removals(self, open_cluster: OpenCluster, request: pytest.FixtureRequest) -> None:
+        _check_linearizable_writes(open_cluster, request, removals=True)
+
+
+def _check_linearizable_writes(open_cluster: OpenCluster, request: pytest.FixtureRequest, *, removals: bool) -> None:
+    pytest.importorskip("hypothesis", reason="the property checks need hypothesis")
+    from membership_tables.testing.properties import check_linearizable_writes
+
+    check_linearizable_writes(open_cluster, name=request.node.nodeid, removals=removals)
