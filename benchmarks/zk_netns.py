@@ -52,13 +52,10 @@ from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 from benchmarks.common import ROOT
 from tests.netfaults import Host
 from tests.services.process import ServerProcess, wait_until
-from tests.services.zookeeper import JARS, JAVA_DIR, JVM_FLAGS, MAIN_CLASS
+from tests.services.zookeeper import JARS, JAVA_DIR, JVM_FLAGS, MAIN_CLASS, write_server_files
 
 PORT = 2181
 """The client port on the server's host (each lab host has its own network stack)."""
-TICK_MS = 200
-"""ZooKeeper's tick: sessions are checked for expiry every tick, so 200 ms keeps the
-expiration within a tick of the 1.5 s timeout (the test suite's server uses the same)."""
 START_TIMEOUT = 60.0
 REGISTER_TIMEOUT = 60.0
 EXPIRING_RE = re.compile(r"Expiring session 0x([0-9a-f]+), timeout of (\d+)ms exceeded")
@@ -99,39 +96,9 @@ class LabZooKeeper:
         self.log = workdir / "zookeeper.log"
         self._process: ServerProcess | None = None
         (workdir / "data").mkdir(parents=True, exist_ok=True)
-        self._config = workdir / "zoo.cfg"
         # No clientPortAddress: the server must answer on the lab address (members) and on
         # loopback (the observer); the namespace has no other interface.
-        self._config.write_text(
-            "\n".join(
-                [
-                    f"tickTime={TICK_MS}",
-                    f"dataDir={workdir / 'data'}",
-                    f"clientPort={PORT}",
-                    "admin.enableServer=false",
-                    "4lw.commands.whitelist=ruok,srvr",
-                    "maxClientCnxns=0",
-                    "minSessionTimeout=400",
-                    "maxSessionTimeout=60000",  # honour the client's requested session timeout
-                    "forceSync=no",  # throwaway data: no fsync per write
-                    "preAllocSize=1024",
-                    "",
-                ]
-            )
-        )
-        self._log4j = workdir / "log4j.properties"
-        self._log4j.write_text(
-            "\n".join(
-                [
-                    "log4j.rootLogger=INFO, FILE",
-                    "log4j.appender.FILE=org.apache.log4j.FileAppender",
-                    f"log4j.appender.FILE.File={self.log}",
-                    "log4j.appender.FILE.layout=org.apache.log4j.PatternLayout",
-                    "log4j.appender.FILE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n",
-                    "",
-                ]
-            )
-        )
+        self._config, self._log4j = write_server_files(workdir, PORT, self.log, client_address=None)
 
     @property
     def hosts(self) -> str:

@@ -52,6 +52,48 @@ def four_letter_word(port: int, command: str) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
+TICK_MS = 200
+"""ZooKeeper's tick: sessions are checked for expiry every tick, so 200 ms keeps an expiration
+within a tick of a 1.5 s session timeout."""
+
+
+def write_server_files(workdir: Path, port: int, log: Path, client_address: str | None) -> tuple[Path, Path]:
+    """Write a throwaway standalone server's ``zoo.cfg`` and log4j settings into ``workdir``.
+
+    ``client_address`` None listens on every address of the host (e.g. inside a lab namespace).
+    """
+    config = workdir / "zoo.cfg"
+    lines = [
+        f"tickTime={TICK_MS}",
+        f"dataDir={workdir / 'data'}",
+        f"clientPort={port}",
+        *([f"clientPortAddress={client_address}"] if client_address else []),
+        "admin.enableServer=false",
+        "4lw.commands.whitelist=ruok,srvr",
+        "maxClientCnxns=0",  # every test handle may come from one address
+        "minSessionTimeout=400",
+        "maxSessionTimeout=60000",  # honour the client's requested session timeout
+        "forceSync=no",  # throwaway data: no fsync per write
+        "preAllocSize=1024",
+        "",
+    ]
+    config.write_text("\n".join(lines))
+    log4j = workdir / "log4j.properties"
+    log4j.write_text(
+        "\n".join(
+            [
+                "log4j.rootLogger=INFO, FILE",
+                "log4j.appender.FILE=org.apache.log4j.FileAppender",
+                f"log4j.appender.FILE.File={log}",
+                "log4j.appender.FILE.layout=org.apache.log4j.PatternLayout",
+                "log4j.appender.FILE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n",
+                "",
+            ]
+        )
+    )
+    return config, log4j
+
+
 class ZooKeeperServer:
     """One standalone ZooKeeper on 127.0.0.1; ``hosts`` and ``uri()`` say how to reach it."""
 
@@ -62,38 +104,7 @@ class ZooKeeperServer:
         self._classpath = classpath()
         self._process: ServerProcess | None = None
         (workdir / "data").mkdir(exist_ok=True)
-        self._config = workdir / "zoo.cfg"
-        self._config.write_text(
-            "\n".join(
-                [
-                    "tickTime=200",
-                    f"dataDir={workdir / 'data'}",
-                    f"clientPort={port}",
-                    "clientPortAddress=127.0.0.1",
-                    "admin.enableServer=false",
-                    "4lw.commands.whitelist=ruok,srvr",
-                    "maxClientCnxns=0",  # every test handle comes from 127.0.0.1
-                    "minSessionTimeout=400",
-                    "maxSessionTimeout=60000",  # honour the client's requested session timeout
-                    "forceSync=no",  # throwaway data: no fsync per write
-                    "preAllocSize=1024",
-                    "",
-                ]
-            )
-        )
-        self._log4j = workdir / "log4j.properties"
-        self._log4j.write_text(
-            "\n".join(
-                [
-                    "log4j.rootLogger=INFO, FILE",
-                    "log4j.appender.FILE=org.apache.log4j.FileAppender",
-                    f"log4j.appender.FILE.File={self.log}",
-                    "log4j.appender.FILE.layout=org.apache.log4j.PatternLayout",
-                    "log4j.appender.FILE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n",
-                    "",
-                ]
-            )
-        )
+        self._config, self._log4j = write_server_files(workdir, port, self.log, client_address="127.0.0.1")
 
     @property
     def hosts(self) -> str:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from membership_tables import SiloAddress, SiloStatus
@@ -58,41 +60,54 @@ def test_a_joining_silo_probes_only_suspects_and_an_absent_one_nobody() -> None:
     assert select_targets(view(*(row(peer) for peer in PEERS)), ME, NOW, SiloOptions(), everyone_fresh) == []
 
 
-@async_test
-async def test_one_monitor_per_target_created_and_stopped_with_the_membership() -> None:
-    clock = FakeClock(T0)
-    publisher = SnapshotPublisher()
-    options = SiloOptions.local()
+@dataclass
+class Rig:
+    """A cluster health monitor of ME whose silo health monitors probe through ``reachable``."""
 
-    health = LocalHealth(address=ME, options=options, clock=clock, snapshot=lambda: publisher.current or view())
+    reachable: Callable[[SiloAddress], bool] = lambda silo: True
+    options: SiloOptions = field(default_factory=SiloOptions.local)
+    clock: FakeClock = field(default_factory=lambda: FakeClock(T0))
+    publisher: SnapshotPublisher = field(default_factory=SnapshotPublisher)
+    rereads: list[float] = field(default_factory=list)
 
-    async def vote(target: SiloAddress) -> VoteOutcome:
-        return VoteOutcome.VOTED
+    def __post_init__(self) -> None:
+        self.liveness = LivenessTracker(self.options, self.clock.monotonic)
+        self.health = LocalHealth(
+            address=ME, options=self.options, clock=self.clock, snapshot=lambda: self.publisher.current or view()
+        )
+        self.cluster = ClusterHealthMonitor(
+            local=ME,
+            options=self.options,
+            clock=self.clock,
+            publisher=self.publisher,
+            liveness=self.liveness,
+            create_monitor=self._create,
+            local_health=self.health,
+            on_minority=lambda: self.rereads.append(self.clock.monotonic()),
+        )
 
-    def create(target: SiloAddress, owner: ClusterHealthMonitor) -> SiloHealthMonitor:
+    def _create(self, target: SiloAddress, owner: ClusterHealthMonitor) -> SiloHealthMonitor:
+        async def vote(target: SiloAddress) -> VoteOutcome:
+            return VoteOutcome.VOTED
+
         return SiloHealthMonitor(
             target=target,
             local=ME,
-            options=options,
-            clock=clock,
-            prober=FunctionProber(),
-            local_health=health,
+            options=self.options,
+            clock=self.clock,
+            prober=FunctionProber(reachable=lambda silo: self.reachable(silo)),
+            local_health=self.health,
             intermediaries=owner.intermediaries,
             may_vote=owner.may_vote,
             vote=vote,
             random=random.Random(0),
         )
 
-    liveness = LivenessTracker(options, clock.monotonic)
-    cluster = ClusterHealthMonitor(
-        local=ME,
-        options=options,
-        clock=clock,
-        publisher=publisher,
-        liveness=liveness,
-        create_monitor=create,
-        local_health=health,
-    )
+
+@async_test
+async def test_one_monitor_per_target_created_and_stopped_with_the_membership() -> None:
+    rig = Rig()
+    clock, publisher, liveness, cluster = rig.clock, rig.publisher, rig.liveness, rig.cluster
     cluster.start()
     liveness.observe(view(row(ME), row(PEERS[0]), row(PEERS[1]), version=1))
     await publisher.publish(view(row(ME), row(PEERS[0]), row(PEERS[1]), version=1))
@@ -109,41 +124,11 @@ async def test_one_monitor_per_target_created_and_stopped_with_the_membership() 
 
 @async_test
 async def test_the_majority_rule_counts_the_fresh_targets_we_hear_and_asks_a_minority_to_reread() -> None:
-    clock = FakeClock(T0)
-    publisher = SnapshotPublisher()
-    options = SiloOptions.local()
     heard = {PEERS[0]}  # we hear 1 of 4 fresh targets: 2 of 5, a minority
-    health = LocalHealth(address=ME, options=options, clock=clock, snapshot=lambda: publisher.current or view())
-    rereads: list[float] = []
-
-    async def vote(target: SiloAddress) -> VoteOutcome:
-        return VoteOutcome.VOTED
-
-    def create(target: SiloAddress, owner: ClusterHealthMonitor) -> SiloHealthMonitor:
-        return SiloHealthMonitor(
-            target=target,
-            local=ME,
-            options=options,
-            clock=clock,
-            prober=FunctionProber(reachable=lambda silo: silo in heard),
-            local_health=health,
-            intermediaries=owner.intermediaries,
-            may_vote=owner.may_vote,
-            vote=vote,
-            random=random.Random(0),
-        )
-
-    liveness = LivenessTracker(options, clock.monotonic)
-    cluster = ClusterHealthMonitor(
-        local=ME,
-        options=options,
-        clock=clock,
-        publisher=publisher,
-        liveness=liveness,
-        create_monitor=create,
-        local_health=health,
-        on_minority=lambda: rereads.append(clock.monotonic()),
-    )
+    rig = Rig(reachable=lambda silo: silo in heard)
+    clock, publisher, liveness, cluster, options, rereads = (
+        rig.clock, rig.publisher, rig.liveness, rig.cluster, rig.options, rig.rereads
+    )  # fmt: skip
     snapshot = view(row(ME), *(row(peer) for peer in PEERS[:4]), version=1)
     liveness.observe(snapshot)
     cluster.start()
