@@ -12,6 +12,7 @@ command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || missing+=(ma
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 command -v tc >/dev/null 2>&1 || missing+=(iproute2)
 command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
+command -v spin >/dev/null 2>&1 || missing+=(spin)
 
 if [ ${#missing[@]} -eq 0 ]; then
     echo "system packages: all present"

@@ -1,0 +1,560 @@
+/*
+ * A model of the membership protocol's failure detector, checked with SPIN.
+ *
+ * docs/protocol.md, section "The model", maps every rule below to the code that implements
+ * it, lists what is abstracted away and why, and gives the measured state counts. In short:
+ *
+ *   - N silos (3..5), all Active at the start, each monitoring all the others
+ *     (N <= num_probed_silos + 1: the configuration the partition guarantee is stated for).
+ *   - The table: one row per silo (Active or Dead, and its set of voters) and the version,
+ *     written only by a conditional write (one atomic step) that succeeds iff nobody wrote
+ *     since the writer's read.
+ *   - Time in probe rounds (process Clock): every round each running silo probes every
+ *     silo it monitors. Silence = consecutive failed rounds; a suspicion is S = 2 of them;
+ *     at the suspicion the indirect round is evaluated, which can only veto.
+ *   - One process per silo: it decides a vote on its own evidence and the majority rule,
+ *     reads the table, writes conditionally (a lost race is retried at once on a fresh read,
+ *     VOTE_ATTEMPTS in all), and stops serving when it reads its own row Dead.
+ *   - An adversarial, bounded environment acting at round boundaries: one partition into
+ *     any two sides at any moment, up to FAULTS crashes and hangs (a hung silo may resume,
+ *     and may hang between its read and its write), up to LOSS lost link-rounds (every
+ *     message between two silos during one round), up to OUTAGES table outages, and
+ *     silos that stopped heartbeating going stale.
+ *
+ * Safety properties are assertions, named after what they check (pan prints the name);
+ * liveness properties are the ltl blocks at the end, checked with weak fairness (-a -f).
+ *
+ * Build-time switches (spin -D...):
+ *   N, LOSS, FAULTS, OUTAGES      the bounds (defaults below)
+ *   LIVENESS                       stale at the latest STALE_AFTER rounds after the last
+ *                                  heartbeat (liveness runs; safety runs allow any timing)
+ *   SYMMETRY                       take the first fault/partition/loss up to a renaming of
+ *                                  the silos (safety runs only: the ltl blocks name silo 0)
+ *   MUTANT_INTERMEDIARY_VOTES      the first version's bug: an intermediary whose probe
+ *                                  failed counts as a second voter
+ *   MUTANT_NO_MAJORITY_RULE        votes without the majority rule
+ *   MUTANT_QUORUM_ONE              one vote declares death
+ *   MUTANT_BLIND_WRITE             writes not conditioned on the version read
+ *   MUTANT_NO_SELF_TERMINATION     a silo that reads itself Dead keeps serving and voting
+ *   MUTANT_FAILURE_VETOES          an intermediary that fails vetoes too (liveness bug)
+ *   PARTITION_PROPERTY_ONLY        assert majority_side_survives alone
+ *   NO_ASSERTIONS                  no assertions (to check one ltl block alone)
+ *   PROPOSAL_HEARD_WITHIN_HALF     not the code: a proposed stricter majority rule (heard =
+ *                                  answered within half the suspicion), see the docs
+ */
+
+#ifndef N
+#define N 4
+#endif
+#ifndef LOSS
+#define LOSS 2
+#endif
+#ifndef FAULTS
+#define FAULTS 1
+#endif
+#ifndef OUTAGES
+#define OUTAGES 1
+#endif
+
+#define S             2   /* rounds of silence to suspect (num_missed_probes_limit * probe_timeout) */
+#define HALF          1   /* a vetoed suspicion restarts from the round's start: half the suspicion */
+#define NUM_VOTES     2   /* num_votes_for_death_declaration */
+#define NUM_INDIRECT  2   /* num_indirect_probes */
+#define VOTE_ATTEMPTS 3   /* table_manager.VOTE_ATTEMPTS */
+#define STALE_AFTER   3   /* rounds without heartbeat after which a silo is stale at the latest */
+
+#define B(x)        (1 << (x))
+#define BIT(m, x)   (((m) >> (x)) & 1)
+#define SET(m, x)   m = (m) | B(x)
+#define CLR(m, x)   m = (m) & ~B(x)
+#define IDX(o, t)   ((o) * N + (t))
+#define PAIR(a, b)  ((a) < (b) -> (a) * N + (b) : (b) * N + (a))
+
+/* ---- the table (membership_tables: read_all, update_row(entry, etag, version)) ---------- */
+byte deadm;            /* rows written Dead (bitmask); the others are Active */
+byte votes[N];         /* a row's suspect_times, as the set of its voters (bitmask) */
+byte current;          /* silos whose last read still has the newest version (bitmask): the
+                        * version row, kept relative (a write outdates every earlier read) */
+bit  tdown;            /* table outage: every read and write fails */
+
+/* ---- the environment ------------------------------------------------------------------ */
+byte part;             /* the silos on side 1 of the partition (bitmask); 0: no partition */
+byte crashm;           /* crashed (SIGKILL) */
+byte hungm;            /* hung (SIGSTOP): no probing, no answers, no steps; may resume */
+byte failm;            /* ghost: crashed or hung at some point */
+byte stalem;           /* its heartbeat stopped moving for the freshness limit */
+short downv;           /* 2 bits per silo: rounds it has not heartbeated, until it is stale */
+byte faults_left = FAULTS, loss_left = LOSS, outages_left = OUTAGES;
+bit  split;            /* the partition happened */
+#ifdef SYMMETRY
+bit  broken;           /* the silos are no longer interchangeable */
+#endif
+
+/* ---- the silos ------------------------------------------------------------------------ */
+byte termm;            /* stopped serving (self-termination) */
+short missv[N];        /* 2 bits per target: rounds of silence observed, capped at S */
+byte rdyv[N];          /* per target: the latest indirect round ended without a veto */
+#ifdef MUTANT_INTERMEDIARY_VOTES
+byte ivm[N * N];       /* the intermediaries whose probe failed in o's round on t */
+#endif
+/* the vote in progress of each silo (global, so that a crash can clear it) */
+byte writem;           /* read done, write to do */
+byte killm;            /* the write declares the target Dead */
+byte vtarget[N];
+byte vvotes[N];        /* the voters it writes */
+byte vattempt[N];
+
+/* temporaries of one step, zero between steps: lostm and hev are set across choices of the
+ * environment, so they are state (hidden variables are not restored when pan backtracks) */
+int  lostm;            /* PAIR bits: every message between the two is lost this round */
+byte hev;              /* events of this environment step (SYMMETRY) */
+/* temporaries of deterministic code only: not part of the state */
+hidden byte nm[N * N];
+hidden byte hi, hj, hk, hc, hsucc, hfail, hmask, hfa, hreq, ht;
+/* the safety properties, named so that pan's "assertion violated <name>" says which failed;
+ * -DPARTITION_PROPERTY_ONLY checks majority_side_survives alone (to show what it catches),
+ * -DNO_ASSERTIONS none (to check an ltl block alone: a never claim asserts too, so pan -A
+ * would silence it) */
+#if defined(PARTITION_PROPERTY_ONLY) || defined(NO_ASSERTIONS)
+#define CHECK(p) skip
+#else
+#define CHECK(p) assert(p)
+#endif
+#ifdef NO_ASSERTIONS
+#define CHECK_PARTITION(p) skip
+#else
+#define CHECK_PARTITION(p) assert(p)
+#endif
+hidden byte version_written_once, dead_is_terminal, dead_silo_writes_nothing;
+hidden byte own_vote_only, voter_observed_silence, quorum_of_distinct_voters, majority_side_survives;
+
+#define DEAD(x)     BIT(deadm, x)
+#define CRASHED(x)  BIT(crashm, x)
+#define HUNG(x)     BIT(hungm, x)
+#define FAILED(x)   BIT(failm, x)
+#define STALE(x)    BIT(stalem, x)
+#define TERM(x)     BIT(termm, x)
+#define DOWN(x)     ((downv >> (2 * (x))) & 3)
+#define MISS(o, t)  ((missv[o] >> (2 * (t))) & 3)
+#define RDY(o, t)   BIT(rdyv[o], t)
+#define SIDE(x)     BIT(part, x)
+#define RUNNING(x)  (!CRASHED(x) && !HUNG(x))
+#define SERVING(x)  (RUNNING(x) && !TERM(x))
+#define LOST(a, b)  BIT(lostm, PAIR(a, b))
+/* a message exchange between a and b this round succeeds, and b is there to answer */
+#define REACH(a, b) (SIDE(a) == SIDE(b) && SERVING(b) && !LOST(a, b))
+
+/* --- counting over up to 5 silos (the terms are 0 for x >= N) --- */
+#define POP(m) (BIT(m, 0) + BIT(m, 1) + BIT(m, 2) + BIT(m, 3) + BIT(m, 4))
+#define SUM5(P, a) (P(a, 0) + P(a, 1) + P(a, 2) + P(a, 3) + P(a, 4))
+
+/* monitored and fresh: o monitors every silo that is not Dead (cluster_health.select_targets) */
+#define FM(o, t)    ((t) < N && (t) != (o) && !DEAD(t) && !STALE(t))
+/* heard: monitored, fresh, and not suspected by o (SiloHealthMonitor.heard_recently).
+ * PROPOSAL_HEARD_WITHIN_HALF (not the code): heard within half the suspicion instead */
+#ifdef PROPOSAL_HEARD_WITHIN_HALF
+#define HD(o, t)    (FM(o, t) && MISS(o, t) < HALF)
+#else
+#define HD(o, t)    (FM(o, t) && MISS(o, t) < S)
+#endif
+#define FRESH_MONITORED(o) SUM5(FM, o)
+#define HEARD(o)           SUM5(HD, o)
+#ifdef MUTANT_NO_MAJORITY_RULE
+#define MAY_VOTE(o) 1
+#else
+/* votes.may_vote: 2 * (1 + heard) > 1 + fresh_monitored */
+#define MAY_VOTE(o) (2 * (1 + HEARD(o)) > 1 + FRESH_MONITORED(o))
+#endif
+
+/* fresh Active rows as silo u counts them (liveness.fresh(read); a silo counts itself: its
+ * own heartbeat moves), and the Active rows of silos that never failed */
+#define FA1(u, x)   ((x) < N && !DEAD(x) && (!STALE(x) || (x) == (u)))
+#define NFA1(u, x)  ((x) < N && !DEAD(x) && !FAILED(x))
+#define FRESH_ACTIVE(u) SUM5(FA1, u)
+#define NF_ACTIVE       SUM5(NFA1, 0)
+/* votes.required_votes: max(1, min(num_votes, (fresh_active + 1) // 2)) */
+#ifdef MUTANT_QUORUM_ONE
+#define REQUIRED(fa) 1
+#else
+#define REQUIRED(fa) (((fa) + 1) / 2 < 1 -> 1 : (((fa) + 1) / 2 < NUM_VOTES -> ((fa) + 1) / 2 : NUM_VOTES))
+#endif
+
+/* never-failed silos on side s; silos serving on side s */
+#define NFS1(s, x)  ((x) < N && !FAILED(x) && SIDE(x) == (s))
+#define SV1(s, x)   ((x) < N && SERVING(x) && SIDE(x) == (s))
+#define NF_SIDE(s)  SUM5(NFS1, s)
+#define SERVING_SIDE(s) SUM5(SV1, s)
+
+/* o may start a vote against t (SiloHealthMonitor.evaluate): t is monitored and suspected,
+ * o's latest indirect round on it ended without a veto (or there was nobody to ask), and
+ * the majority rule holds. A repeated vote that would change nothing (o's vote is in the
+ * row and does not complete the quorum) is not modelled: it only bumps the version. */
+#define KILLS(o, t) (POP((votes[t] & ~deadm) | B(o)) >= REQUIRED(FRESH_ACTIVE(o)))
+#define CAN_VOTE(o, t) ((t) < N && (t) != (o) && !DEAD(t) && MISS(o, t) == S && RDY(o, t) \
+                        && (BIT(votes[t], o) == 0 || KILLS(o, t)))
+#define ANY_VOTE(o) ((CAN_VOTE(o, 0) || CAN_VOTE(o, 1) || CAN_VOTE(o, 2) || CAN_VOTE(o, 3) \
+                      || CAN_VOTE(o, 4)) && MAY_VOTE(o))
+
+/* for the liveness properties */
+#define MAJORITY_CONNECTED (2 * SERVING_SIDE(0) > N || 2 * SERVING_SIDE(1) > N)
+
+/* ======================================================================================= */
+/* One probe round: SiloHealthMonitor.probe_once for every monitor, then the indirect round
+ * (_indirect_round) of every monitor whose target is suspected. */
+inline probe_round() {
+  /* direct probes: an answer resets the silence; a timeout, a refusal or nothing (a hung
+   * observer: its monotonic clock runs on) adds a round of silence */
+  hi = 0;
+  do
+  :: hi < N ->
+     hj = 0;
+     do
+     :: hj < N ->
+        if
+        :: hj != hi && !DEAD(hj) && !DEAD(hi) && !CRASHED(hi) && !TERM(hi) ->
+           if
+           :: !HUNG(hi) && REACH(hi, hj) -> nm[IDX(hi, hj)] = 0
+           :: else -> nm[IDX(hi, hj)] = (MISS(hi, hj) < S -> MISS(hi, hj) + 1 : S)
+           fi
+        :: else -> nm[IDX(hi, hj)] = 0   /* no monitor (a silo already Dead stops at its next read) */
+        fi;
+        hj++
+     :: else -> break
+     od;
+     hi++
+  :: else -> break
+  od;
+  /* indirect rounds on the suspected targets: the intermediaries are the fresh Active silos
+   * that o does not suspect (values before this round: the round started at half the
+   * suspicion); an intermediary reaches t only if o reaches it and it reaches t */
+  hi = 0;
+  do
+  :: hi < N ->
+     hj = 0;
+     do
+     :: hj < N ->
+        if
+        :: hj != hi && !DEAD(hj) && !DEAD(hi) && SERVING(hi) && nm[IDX(hi, hj)] == S ->
+           hsucc = 0; hfail = 0; hmask = 0; hk = 0;
+           do
+           :: hk < N ->
+              if
+              :: hk != hi && hk != hj && !DEAD(hk) && !STALE(hk) && MISS(hi, hk) < S ->
+                 if
+                 :: REACH(hi, hk) && REACH(hk, hj) -> hsucc++
+                 :: else -> hfail++; hmask = hmask | B(hk)
+                 fi
+              :: else -> skip
+              fi;
+              hk++
+           :: else -> break
+           od;
+           hc = hsucc + hfail;
+           /* NUM_INDIRECT of the candidates are sampled at random; the worst sample takes
+            * the failing ones first, so the round is vetoed iff fewer than
+            * min(NUM_INDIRECT, candidates) fail and one answers */
+           if
+#ifdef MUTANT_FAILURE_VETOES
+           :: hc > 0 ->
+#else
+           :: hsucc > 0 && hfail < (hc < NUM_INDIRECT -> hc : NUM_INDIRECT) ->
+#endif
+              nm[IDX(hi, hj)] = HALF; CLR(rdyv[hi], hj)          /* veto: the silence restarts */
+           :: else -> SET(rdyv[hi], hj)                            /* no veto, or nobody to ask */
+           fi;
+#ifdef MUTANT_INTERMEDIARY_VOTES
+           ivm[IDX(hi, hj)] = hmask;
+#endif
+           hmask = 0
+        :: else -> skip
+        fi;
+        if
+        :: nm[IDX(hi, hj)] < S -> CLR(rdyv[hi], hj)
+        :: else -> skip
+        fi;
+        hj++
+     :: else -> break
+     od;
+     hi++
+  :: else -> break
+  od;
+  hi = 0;
+  do
+  :: hi < N ->
+     missv[hi] = 0; hj = 0;
+     do
+     :: hj < N -> missv[hi] = missv[hi] | (nm[IDX(hi, hj)] << (2 * hj)); nm[IDX(hi, hj)] = 0; hj++
+     :: else -> break
+     od;
+     hi++
+  :: else -> break
+  od;
+  hi = 0; hj = 0; hk = 0; hc = 0; hsucc = 0; hfail = 0;
+  lostm = 0
+}
+
+inline clear_rows(x) {
+  missv[x] = 0; rdyv[x] = 0
+}
+
+inline end_vote(me) {
+  CLR(writem, me); CLR(killm, me); vtarget[me] = 0; vvotes[me] = 0; vattempt[me] = 0;
+  CLR(current, me)
+}
+
+/* ---- the environment: every choice is optional and bounded -------------------------- */
+/* Symmetry (-DSYMMETRY, safety runs): until the first fault, partition or loss every silo
+ * is in the same state, so the first such event may be taken, up to a renaming of the
+ * silos, to hit silo 0, to cut off {0} or {0,1}, or to lose the pair (0,1). */
+#ifdef SYMMETRY
+#define SYM_FAULT(x)   (broken || (x) == 0)
+#define SYM_SPLIT(m)   (broken || hev != 0 || (m) == 1 || ((m) == 3 && N >= 4))
+#define SYM_LOSE(a, b) (broken || hev != 0 || ((a) == 0 && (b) == 1))
+#else
+#define SYM_FAULT(x)   1
+#define SYM_SPLIT(m)   1
+#define SYM_LOSE(a, b) 1
+#endif
+#define CRASH(x) :: faults_left > 0 && (x) < N && !FAILED(x) && !TERM(x) && SYM_FAULT(x) -> \
+                    SET(crashm, x); SET(failm, x); faults_left--; clear_rows(x); end_vote(x); hev = 1
+#define HANG(x)  :: faults_left > 0 && (x) < N && !FAILED(x) && !TERM(x) && SYM_FAULT(x) -> \
+                    SET(hungm, x); SET(failm, x); faults_left--; hev = 1
+#define SPLIT(m) :: (m) < B(N - 1) && SYM_SPLIT(m) -> part = m
+#define RESUME(x) :: (x) < N && HUNG(x) -> CLR(hungm, x); downv = downv & ~(3 << (2 * (x)))
+#define LOSE(a, b) \
+  if \
+  :: skip \
+  :: loss_left > 0 && (b) < N && SYM_LOSE(a, b) -> lostm = lostm | B(PAIR(a, b)); loss_left--; hev = hev | 4 \
+  fi
+
+#ifdef LIVENESS
+/* liveness runs: a silo that stopped heartbeating is stale STALE_AFTER rounds later at the
+ * latest (downv counts the rounds) */
+#define GO_STALE(x) \
+        if \
+        :: DOWN(x) + 1 >= STALE_AFTER -> SET(stalem, x); downv = downv & ~(3 << (2 * (x))) \
+        :: DOWN(x) + 1 < STALE_AFTER -> downv = downv + (1 << (2 * (x))) \
+        :: DOWN(x) + 1 < STALE_AFTER -> SET(stalem, x); downv = downv & ~(3 << (2 * (x))) \
+        fi
+#else
+/* safety runs: any time after it stopped, or never: every timing of the real limit */
+#define GO_STALE(x) \
+        if \
+        :: skip \
+        :: SET(stalem, x) \
+        fi
+#endif
+#define FRESHNESS(x) \
+  if \
+  :: (x) < N && STALE(x) && RUNNING(x) -> CLR(stalem, x) \
+  :: (x) < N && !STALE(x) && !RUNNING(x) && !tdown -> GO_STALE(x) \
+  :: else -> skip \
+  fi
+
+inline environment() {
+  hev = 0;
+  /* a crash or a hang (SIGKILL, SIGSTOP) */
+  if
+  :: skip
+  CRASH(0) CRASH(1) CRASH(2) CRASH(3) CRASH(4)
+  HANG(0) HANG(1) HANG(2) HANG(3) HANG(4)
+  fi;
+  /* one partition into any two non-empty sides, at any moment (silo N-1 stays on side 0:
+   * the sides are symmetric); the table stays reachable from both */
+  if
+  :: !split ->
+     if
+     :: skip
+     :: split = 1; hev = hev | 2;
+        if
+        SPLIT(1) SPLIT(2) SPLIT(3) SPLIT(4) SPLIT(5) SPLIT(6) SPLIT(7) SPLIT(8)
+        SPLIT(9) SPLIT(10) SPLIT(11) SPLIT(12) SPLIT(13) SPLIT(14) SPLIT(15)
+        fi
+     fi
+  :: else -> skip
+  fi;
+  /* freshness (liveness.LivenessTracker): a silo that stopped heartbeating goes stale at
+   * any round after it stopped (the real limit is longer than the suspicion: going stale
+   * early only helps an accuser), and at the latest STALE_AFTER rounds after; a silo that
+   * resumed heartbeats again and is fresh one round later. Not while the table is down:
+   * time nobody can read does not count (blind time). */
+  FRESHNESS(0); FRESHNESS(1); FRESHNESS(2); FRESHNESS(3); FRESHNESS(4);
+  /* a hung silo resumes (SIGCONT), or never does */
+  if
+  :: skip
+  RESUME(0) RESUME(1) RESUME(2) RESUME(3) RESUME(4)
+  fi;
+  /* message loss: every message between two silos in the coming round (any set of pairs) */
+  LOSE(0, 1); LOSE(0, 2); LOSE(0, 3); LOSE(0, 4); LOSE(1, 2);
+  LOSE(1, 3); LOSE(1, 4); LOSE(2, 3); LOSE(2, 4); LOSE(3, 4);
+#ifdef SYMMETRY
+  broken = broken || hev != 0;
+#endif
+  hev = 0;
+  /* a table outage lasts one round */
+  if
+  :: tdown -> tdown = 0
+  :: !tdown && outages_left > 0 -> tdown = 1; outages_left--
+  :: !tdown -> skip
+  fi
+}
+
+/* a running silo between its read and its write: table calls take milliseconds and a probe
+ * round seconds, so no round passes meanwhile unless the silo hangs */
+#define WRITING(x) ((x) < N && BIT(writem, x) && RUNNING(x))
+#define ANY_WRITING ((writem & ~crashm & ~hungm) != 0)
+#define HANG_WRITER(x) :: faults_left > 0 && WRITING(x) && !FAILED(x) -> \
+                          SET(hungm, x); SET(failm, x); faults_left--
+
+proctype Clock() {
+end_clock:
+  do
+  :: atomic { !ANY_WRITING -> environment(); d_step { probe_round() } }
+  /* a silo hangs between its read and its write (a long GC pause): it writes when it resumes */
+  :: atomic { if HANG_WRITER(0) HANG_WRITER(1) HANG_WRITER(2) HANG_WRITER(3) HANG_WRITER(4) fi }
+  od
+}
+
+/* ======================================================================================= */
+/* A silo: its vote (SiloHealthMonitor.evaluate, MembershipTableManager.try_vote/_vote_once)
+ * and its periodic refresh or gossip-triggered read (refresh, _check_own_row). */
+
+inline stop_serving(me) {
+  SET(termm, me); end_vote(me); clear_rows(me)
+}
+
+/* the read of _vote_once and votes.decide_vote */
+inline vote_read(me) {
+  ht = vtarget[me];
+  if
+  :: tdown -> end_vote(me)                               /* table error: no vote */
+#ifndef MUTANT_NO_SELF_TERMINATION
+  :: !tdown && DEAD(me) -> stop_serving(me)              /* it reads itself Dead */
+  :: !tdown && !DEAD(me) && DEAD(ht) -> end_vote(me)     /* ALREADY_GONE */
+  :: !tdown && !DEAD(me) && !DEAD(ht) ->
+#else
+  :: !tdown && DEAD(ht) -> end_vote(me)
+  :: !tdown && !DEAD(ht) ->
+#endif
+     SET(current, me);
+     /* the fresh votes minus those of Dead voters, plus our own */
+     vvotes[me] = (votes[ht] & ~deadm) | B(me);
+#ifdef MUTANT_INTERMEDIARY_VOTES
+     vvotes[me] = vvotes[me] | (ivm[IDX(me, ht)] & ~deadm);
+#endif
+     hfa = FRESH_ACTIVE(me);
+     hreq = REQUIRED(hfa);
+     if
+     :: POP(vvotes[me]) >= hreq -> SET(killm, me)
+     :: else -> CLR(killm, me)
+     fi;
+     hfa = 0; hreq = 0;
+     SET(writem, me)
+  fi;
+  ht = 0
+}
+
+/* update_row(entry, row_etag, read.version.next()): it succeeds iff nobody wrote since our
+ * read (every versioned write bumps the version, and the row's etag with it) */
+inline conditional_write(me) {
+  ht = vtarget[me];
+  if
+#ifdef MUTANT_BLIND_WRITE
+  :: !tdown ->
+#else
+  :: !tdown && BIT(current, me) ->
+#endif
+     /* we write version read+1: it is new iff nobody wrote since our read */
+     version_written_once = BIT(current, me);       CHECK(version_written_once);
+     dead_is_terminal = !DEAD(ht);                    CHECK(dead_is_terminal);
+     dead_silo_writes_nothing = !DEAD(me);            CHECK(dead_silo_writes_nothing);
+     /* a write adds only the writer's own vote (so, by induction, every voter in a row
+      * cast its vote itself, on S rounds of silence it observed: voter_observed_silence) */
+     own_vote_only = ((vvotes[me] & ~(votes[ht] | B(me))) == 0);
+     CHECK(own_vote_only);
+     if
+     :: BIT(killm, me) ->
+        /* the fresh Active silos the writer counted include every never-failed Active one */
+        quorum_of_distinct_voters = (POP(vvotes[me]) >= REQUIRED(NF_ACTIVE));
+        CHECK(quorum_of_distinct_voters);
+        /* never a silo that never failed, on a side whose never-failed silos are a majority */
+        majority_side_survives = !(!FAILED(ht) && 2 * NF_SIDE(SIDE(ht)) > N);
+        CHECK_PARTITION(majority_side_survives);
+        SET(deadm, ht); votes[ht] = 0;
+        hi = 0;
+        do
+        :: hi < N -> missv[hi] = missv[hi] & ~(3 << (2 * ht)); CLR(rdyv[hi], ht); hi++
+        :: else -> break
+        od;
+        hi = 0
+     :: else ->
+        CLR(deadm, ht); votes[ht] = vvotes[me]          /* the row as read, with our vote */
+     fi;
+     current = 0;                                       /* the version moved on */
+     end_vote(me)
+#ifndef MUTANT_BLIND_WRITE
+  :: !tdown && !BIT(current, me) && vattempt[me] + 1 < VOTE_ATTEMPTS ->
+     vattempt[me]++; vote_read(me)                      /* lost race: at once, a fresh read */
+  :: !tdown && !BIT(current, me) && vattempt[me] + 1 >= VOTE_ATTEMPTS -> end_vote(me)
+#endif
+  :: tdown -> end_vote(me)                              /* table error: no vote */
+  fi;
+  ht = 0
+}
+
+proctype Silo(byte me) {
+end_silo:
+  do
+  :: atomic {
+       !BIT(writem, me) && SERVING(me) && !tdown && ANY_VOTE(me) ->
+       if
+       :: CAN_VOTE(me, 0) -> vtarget[me] = 0
+       :: CAN_VOTE(me, 1) -> vtarget[me] = 1
+       :: CAN_VOTE(me, 2) -> vtarget[me] = 2
+       :: CAN_VOTE(me, 3) -> vtarget[me] = 3
+       :: CAN_VOTE(me, 4) -> vtarget[me] = 4
+       fi;
+       /* the vote is decided on our own evidence: S rounds of silence, no veto */
+       voter_observed_silence = (MISS(me, vtarget[me]) == S && RDY(me, vtarget[me]));
+       CHECK(voter_observed_silence);
+       /* the vote task reads the table at once (milliseconds, not rounds) */
+       vote_read(me)
+     }
+  :: atomic { BIT(writem, me) && RUNNING(me) -> conditional_write(me) }
+  :: atomic {
+       !BIT(writem, me) && SERVING(me) && !tdown && !ANY_VOTE(me) ->
+       /* the periodic refresh, or a read on gossip: a silo that reads itself Dead stops */
+#ifndef MUTANT_NO_SELF_TERMINATION
+       if
+       :: DEAD(me) -> stop_serving(me)
+       :: else -> skip
+       fi
+#else
+       skip
+#endif
+     }
+  od
+}
+
+init {
+  atomic {
+    run Clock();
+    hi = 0;
+    do
+    :: hi < N -> run Silo(hi); hi++
+    :: else -> break
+    od;
+    hi = 0
+  }
+}
+
+/* ---- liveness, under weak fairness (silo 0 stands for any silo: the model is symmetric) -- */
+/* a silo declared Dead eventually stops serving */
+ltl dead_stops { [] (DEAD(0) -> <> !SERVING(0)) }
+/* a crashed silo is eventually declared Dead while a majority of the silos is connected */
+ltl crash_detected { [] ((CRASHED(0) && MAJORITY_CONNECTED) -> <> (DEAD(0) || !MAJORITY_CONNECTED)) }
+/* both in one run */
+ltl liveness { [] (DEAD(0) -> <> !SERVING(0)) &&
+               [] ((CRASHED(0) && MAJORITY_CONNECTED) -> <> (DEAD(0) || !MAJORITY_CONNECTED)) }
+/* Dead is terminal (also asserted at every write) */
+ltl dead_terminal { [] (DEAD(0) -> [] DEAD(0)) }

@@ -1,0 +1,123 @@
+"""SPIN proves the model of the failure detector (``protocol/membership.pml``) within its bounds.
+
+The model (docs/protocol.md, "The model") has N silos, the table as a versioned store with
+conditional writes, and an environment that partitions the silos into any two sides, loses
+messages, crashes and hangs silos and takes the table down, within bounds. SPIN explores every
+behaviour:
+
+* safety, as assertions checked at every write: every version is written once, Dead is
+  terminal, a Dead silo writes nothing, a write adds only its writer's vote, cast on S rounds
+  of silence it observed, a death has the required distinct voters, and no silo that never
+  failed, on a side whose never-failed silos are a strict majority, is ever declared Dead;
+* liveness under weak fairness (``-a -f``): a silo declared Dead stops serving, and a crashed
+  silo is declared Dead while a majority of the silos is connected.
+
+Each mutant reintroduces one broken rule and must give a counterexample: the model is not
+vacuous and the properties see what they claim to. The whole module takes about two minutes
+on two cores and up to ~1.2 GB of memory (the N=4 liveness run).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from protocol import spin_check
+from protocol.spin_check import CHECKED, Bounds, Verdict
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def spin_installed() -> None:
+    """Debian's spin and gcc: installed here when missing and running as root, else skip."""
+    reason = spin_check.ensure_tools()
+    if reason is not None:
+        pytest.skip(f"SPIN model check needs spin and gcc: {reason}")
+
+
+def describe(verdict: Verdict) -> str:
+    return f"{verdict.summary()}\n{verdict.output[-3000:]}"
+
+
+@pytest.mark.parametrize("n", sorted(CHECKED))
+def test_safety_properties_hold(n: int) -> None:
+    """Every assertion holds in every reachable state (N=3: ~1M states, N=4: ~3M)."""
+    verdict = spin_check.verify(CHECKED[n], hash_bits=25)
+    assert verdict.proved, describe(verdict)
+
+
+@pytest.mark.parametrize("n", sorted(CHECKED))
+def test_liveness_properties_hold_under_weak_fairness(n: int) -> None:
+    """``ltl liveness``: Dead silos stop serving; crashed ones are declared Dead while a majority is connected."""
+    verdict = spin_check.verify(CHECKED[n], ltl="liveness", hash_bits=25)
+    assert verdict.proved, describe(verdict)
+
+
+SMALL = Bounds(3, loss=2, faults=2, outages=1)
+LOSS_ONLY = Bounds(3, loss=2, faults=0, outages=0)
+
+
+@pytest.mark.parametrize(
+    ("defines", "bounds", "expected"),
+    [
+        # the first version's bug: an intermediary whose probe failed counted as a second vote
+        (["MUTANT_INTERMEDIARY_VOTES"], SMALL, "own_vote_only"),
+        # ... and the partition property alone catches it: a majority silo is declared Dead
+        (["MUTANT_INTERMEDIARY_VOTES", "PARTITION_PROPERTY_ONLY"], SMALL, "majority_side_survives"),
+        # without the majority rule, a minority silo helps kill a majority silo
+        (["MUTANT_NO_MAJORITY_RULE", "PARTITION_PROPERTY_ONLY"], LOSS_ONLY, "majority_side_survives"),
+        # one vote is a quorum: one observer of a lossy link kills
+        (["MUTANT_QUORUM_ONE"], SMALL, "majority_side_survives"),
+        # an unconditional write: two writers write the same version
+        (["MUTANT_BLIND_WRITE"], SMALL, "version_written_once"),
+        # a silo that reads itself Dead and keeps going writes again
+        (["MUTANT_NO_SELF_TERMINATION"], SMALL, "dead_silo_writes_nothing"),
+    ],
+    ids=[
+        "intermediary-votes",
+        "intermediary-votes-partition",
+        "no-majority-rule",
+        "quorum-one",
+        "blind-write",
+        "no-self-termination",
+    ],
+)
+def test_a_broken_rule_gives_a_counterexample(defines: list[str], bounds: Bounds, expected: str) -> None:
+    verdict = spin_check.verify(bounds, defines=defines, hash_bits=22)
+    assert verdict.errors > 0, describe(verdict)
+    assert verdict.violation == expected, describe(verdict)
+
+
+@pytest.mark.parametrize(
+    ("defines", "ltl"),
+    [
+        # Dead written over by a stale, unconditional write (a safety ltl block)
+        (["MUTANT_BLIND_WRITE"], "dead_terminal"),
+        # a silo declared Dead keeps serving forever
+        (["MUTANT_NO_SELF_TERMINATION"], "dead_stops"),
+        # an intermediary that cannot reach the target vetoes too: a crash is never declared
+        (["MUTANT_FAILURE_VETOES"], "crash_detected"),
+    ],
+    ids=["dead-terminal", "dead-stops", "crash-detected"],
+)
+def test_a_broken_rule_violates_its_ltl_property(defines: list[str], ltl: str) -> None:
+    """Only the ltl block is checked (``NO_ASSERTIONS``): its never claim finds the counterexample."""
+    verdict = spin_check.verify(SMALL, ltl=ltl, defines=[*defines, "NO_ASSERTIONS"], hash_bits=22)
+    assert verdict.errors > 0, describe(verdict)
+    if ltl in spin_check.SAFETY_LTL:  # the never claim's own assertion: "!( !(<the ltl state formula>))"
+        assert verdict.violation is not None, describe(verdict)
+        assert verdict.violation.startswith("!"), describe(verdict)
+    else:
+        assert verdict.violation == "acceptance cycle", describe(verdict)
+
+
+def test_the_loss_bound_is_needed() -> None:
+    """With one more lost link-round than the suite allows at N=3, a majority silo can be declared Dead.
+
+    The known counterexample (docs/protocol.md, "The model"): two silos lose each other for two
+    rounds and vote against each other, and the third, cut off a round after one of its probes
+    of the target was lost, still counts the other as heard and adds the second vote. If this
+    starts passing, the protocol got stronger: raise the bounds in ``spin_check.CHECKED``.
+    """
+    verdict = spin_check.verify(Bounds(3, loss=3, faults=0, outages=0), hash_bits=22)
+    assert verdict.violation == "majority_side_survives", describe(verdict)
