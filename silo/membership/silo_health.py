@@ -107,12 +107,15 @@ class SiloHealthMonitor:
         return self.answered and self.silence() < seconds and self.refusals < REFUSALS_TO_SUSPECT
 
     def heard_recently(self) -> bool:
-        """The target answered, and is not suspected: it counts as heard for the majority rule.
+        """The target answered within half the suspicion time: it counts as heard for the majority rule.
 
-        A monitor that never got an answer does not count: on the minority side of a
-        partition, monitors created after the split must not make the side look larger.
+        Half, not the whole: when a partition cuts several silos at once, their silences
+        cross the suspicion threshold up to a probe interval apart, and the first one to
+        cross must not find the others still counted as heard (found by the SPIN model).
+        A monitor that never got an answer does not count either: on the minority side,
+        monitors created after the split must not make the side look larger.
         """
-        return self.answered and not self.suspected()
+        return self.heard_within(self.suspect_after() / 2)
 
     def suspected(self) -> bool:
         return self.refusals >= REFUSALS_TO_SUSPECT or self.silence() >= self.suspect_after()
