@@ -39,8 +39,11 @@
  *   MUTANT_FAILURE_VETOES          an intermediary that fails vetoes too (liveness bug)
  *   PARTITION_PROPERTY_ONLY        assert majority_side_survives alone
  *   NO_ASSERTIONS                  no assertions (to check one ltl block alone)
- *   PROPOSAL_HEARD_WITHIN_HALF     not the code: a proposed stricter majority rule (heard =
- *                                  answered within half the suspicion), see the docs
+ *   MUTANT_PAUSE_IS_SILENCE        a hung observer's monotonic clock runs on and the pause
+ *                                  counts as silence of every target when it resumes
+ *   MUTANT_HEARD_UNTIL_SUSPECTED   the majority rule's first form: a monitored silo counts
+ *                                  as heard until it is suspected (not: answered within half
+ *                                  the suspicion), see the docs
  */
 
 #ifndef N
@@ -150,12 +153,12 @@ hidden byte own_vote_only, voter_observed_silence, quorum_of_distinct_voters, ma
 
 /* monitored and fresh: o monitors every silo that is not Dead (cluster_health.select_targets) */
 #define FM(o, t)    ((t) < N && (t) != (o) && !DEAD(t) && !STALE(t))
-/* heard: monitored, fresh, and not suspected by o (SiloHealthMonitor.heard_recently).
- * PROPOSAL_HEARD_WITHIN_HALF (not the code): heard within half the suspicion instead */
-#ifdef PROPOSAL_HEARD_WITHIN_HALF
-#define HD(o, t)    (FM(o, t) && MISS(o, t) < HALF)
-#else
+/* heard: monitored, fresh, and answered within half the suspicion
+ * (SiloHealthMonitor.heard_recently = heard_within(suspect_after / 2)) */
+#ifdef MUTANT_HEARD_UNTIL_SUSPECTED
 #define HD(o, t)    (FM(o, t) && MISS(o, t) < S)
+#else
+#define HD(o, t)    (FM(o, t) && MISS(o, t) < HALF)
 #endif
 #define FRESH_MONITORED(o) SUM5(FM, o)
 #define HEARD(o)           SUM5(HD, o)
@@ -202,8 +205,9 @@ hidden byte own_vote_only, voter_observed_silence, quorum_of_distinct_voters, ma
 /* One probe round: SiloHealthMonitor.probe_once for every monitor, then the indirect round
  * (_indirect_round) of every monitor whose target is suspected. */
 inline probe_round() {
-  /* direct probes: an answer resets the silence; a timeout, a refusal or nothing (a hung
-   * observer: its monotonic clock runs on) adds a round of silence */
+  /* direct probes: an answer resets the silence; a timeout or a refusal adds a round of
+   * silence; a hung observer adds nothing (it notices the pause when it resumes and does
+   * not count it: SiloHealthMonitor._discount_pause) */
   hi = 0;
   do
   :: hi < N ->
@@ -213,6 +217,11 @@ inline probe_round() {
         if
         :: hj != hi && !DEAD(hj) && !DEAD(hi) && !CRASHED(hi) && !TERM(hi) ->
            if
+#ifdef MUTANT_PAUSE_IS_SILENCE
+           :: HUNG(hi) -> nm[IDX(hi, hj)] = (MISS(hi, hj) < S -> MISS(hi, hj) + 1 : S)
+#else
+           :: HUNG(hi) -> nm[IDX(hi, hj)] = MISS(hi, hj)
+#endif
            :: !HUNG(hi) && REACH(hi, hj) -> nm[IDX(hi, hj)] = 0
            :: else -> nm[IDX(hi, hj)] = (MISS(hi, hj) < S -> MISS(hi, hj) + 1 : S)
            fi

@@ -52,7 +52,7 @@ class Bounds:
 SAFETY_LTL = frozenset({"dead_terminal"})
 """ltl blocks that are safety properties: checked without cycle detection or fairness."""
 
-CHECKED = {3: Bounds(3, loss=2, faults=2, outages=1), 4: Bounds(4, loss=2, faults=1, outages=1)}
+CHECKED = {3: Bounds(3, loss=3, faults=2, outages=1), 4: Bounds(4, loss=3, faults=1, outages=1)}
 """The bounds the test suite proves the model under, per N (docs/protocol.md, "The model")."""
 
 

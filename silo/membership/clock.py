@@ -84,6 +84,17 @@ class FakeClock:
         self._elapsed = target
         await settle()
 
+    async def pause(self, seconds: float) -> None:
+        """Our process stops for ``seconds`` (SIGSTOP, a long GC pause): time jumps and nothing
+        runs meanwhile; on resuming, every sleeper that came due wakes at once, in order."""
+        await settle()
+        self._elapsed += seconds
+        while self._sleepers and self._sleepers[0][0] <= self._elapsed:
+            _, _, future = heapq.heappop(self._sleepers)
+            if not future.done():
+                future.set_result(None)
+        await settle()
+
     @property
     def pending_sleepers(self) -> int:
         return sum(1 for _, _, future in self._sleepers if not future.done())

@@ -16,6 +16,9 @@ One instance per probed silo. The rules (docs/protocol.md, "Failure detector"):
   ``num_indirect_probes`` distinct fresh intermediaries ping the target in parallel; any
   that reaches it cancels the suspicion (our link is the problem, not the target). An
   intermediary that fails says nothing: it did not observe a sustained silence itself.
+- **Our own pauses are not the target's silence.** When our process was not running (a
+  GC pause, SIGSTOP, a starved CPU) for longer than two probe intervals, the time beyond one
+  interval is added to ``last_heard``: we sent no probes then, so it is no evidence.
 - **A vote** needs a suspicion, a finished indirect round that started after the target's
   last answer and was not vetoed (unless no intermediary exists), and the majority rule of
   the cluster health monitor (``may_vote``). It is repeated every ``suspect_after`` while the
@@ -88,6 +91,10 @@ class SiloHealthMonitor:
         self._probes: set[asyncio.Task[None]] = set()
         self._loop: asyncio.Task[None] | None = None
         self.votes_cast = 0
+        self._last_awake = clock.monotonic()
+        """Monotonic time at which one of our callbacks last ran (to notice our own pauses)."""
+        self.paused_seconds = 0.0
+        """Time not counted as silence because we were paused ourselves."""
 
     # --- what others read -----------------------------------------------------------
 
@@ -123,7 +130,7 @@ class SiloHealthMonitor:
     # --- lifecycle ------------------------------------------------------------------
 
     def start(self) -> None:
-        self.last_heard = self._clock.monotonic()
+        self.last_heard = self._last_awake = self._clock.monotonic()
         self._loop = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
@@ -135,6 +142,7 @@ class SiloHealthMonitor:
 
     async def _run(self) -> None:
         while True:
+            self._discount_pause()
             probe = asyncio.create_task(self.probe_once())
             self._probes.add(probe)
             probe.add_done_callback(self._probes.discard)
@@ -146,6 +154,7 @@ class SiloHealthMonitor:
         """Send one ping, record its outcome, then act on the evidence."""
         sent = self._clock.monotonic()
         outcome = await self._ping()
+        self._discount_pause()
         self._health.record_probe(self.target, outcome is ProbeOutcome.ANSWERED)
         if outcome is ProbeOutcome.ANSWERED:
             self.last_heard = max(self.last_heard, sent)
@@ -165,8 +174,32 @@ class SiloHealthMonitor:
             logger.debug("silo %s: ping of %s failed: %r", self._local, self.target, exc)
             return ProbeOutcome.TIMED_OUT
 
+    def _discount_pause(self) -> None:
+        """Move ``last_heard`` forward by the part of a gap in our own activity that was a pause.
+
+        The probe loop wakes every probe interval, so a longer gap between two of our callbacks
+        means we were not running: no probe left, and the answers that came could not be read.
+        Whichever callback runs first after the pause (the loop, a timed-out probe, a round)
+        notices it, before any evaluation, so a resumed observer never votes on its own stall.
+        A gap up to two intervals is ordinary scheduling jitter and counts in full.
+        """
+        now = self._clock.monotonic()
+        interval = self._options.effective_probe_interval
+        gap = now - self._last_awake
+        self._last_awake = now
+        if gap <= 2 * interval:
+            return
+        blind = gap - interval
+        self.paused_seconds += blind
+        self.last_heard = min(now, self.last_heard + blind)
+        logger.info(
+            "silo %s: not running for %.2fs (paused or starved); that time is not counted as silence of %s",
+            self._local, blind, self.target,
+        )  # fmt: skip
+
     async def evaluate(self) -> None:
         """Start an indirect round or a vote if the evidence calls for one."""
+        self._discount_pause()
         early = self.silence() >= self.suspect_after() / 2 or self.refusals > 0
         if not (early or self.suspected()):
             return
@@ -232,6 +265,7 @@ class SiloHealthMonitor:
     async def _indirect_round(self, intermediaries: Sequence[SiloAddress], started: float) -> None:
         """Ask every intermediary at once; any that reaches the target vetoes the suspicion."""
         results = await asyncio.gather(*(self._probe_through(via) for via in intermediaries))
+        self._discount_pause()
         if any(results):
             logger.info(
                 "silo %s: %s answered an intermediary, so it is alive (our link to it may be bad): no vote",

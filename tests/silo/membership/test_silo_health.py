@@ -109,6 +109,34 @@ async def test_a_hung_target_is_voted_against_after_the_silence_floor_not_before
 
 
 @async_test
+async def test_our_own_pause_is_not_counted_as_the_targets_silence() -> None:
+    """SIGSTOPped for longer than the floor, we resume to a target whose first probes are lost.
+
+    Counting the pause would make it silent for the floor at once, and with nobody to ask for a
+    veto our own evidence would decide: a vote against a live silo. We sent nothing while
+    paused, so the silence is only what follows the pause.
+    """
+    scene = Scene(FunctionProber())
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 1.0)  # answering
+    scene.prober.reachable = hanging(scene.clock)  # the probes right after the pause are lost
+    await scene.clock.pause(2 * FLOOR)
+    await run_for(scene, monitor, FLOOR / 2)
+    scene.prober.reachable = lambda target: True
+    await run_for(scene, monitor, FLOOR)
+    assert scene.votes == []
+    assert monitor.paused_seconds == pytest.approx(2 * FLOOR - OPTIONS.probe_interval, abs=OPTIONS.probe_interval)
+    # the discount is for our pauses only: a real silence after it is still a vote at the floor
+    scene.prober.reachable = hanging(scene.clock)
+    heard = monitor.last_heard
+    await run_for(scene, monitor, FLOOR + 0.2)
+    assert len(scene.votes) == 1
+    assert scene.votes[0] - heard == pytest.approx(FLOOR, abs=OPTIONS.probe_interval)
+    await monitor.stop()
+
+
+@async_test
 async def test_answers_keep_the_target_unsuspected_whatever_else_times_out() -> None:
     answers = iter([True, False, False, True] * 100)  # half the probes lost, in bursts of two
     scene = Scene(FunctionProber(reachable=lambda target: next(answers)))
