@@ -115,6 +115,14 @@ class ClusterHealthMonitor:
         fresh = self._fresh_monitors()
         return may_vote(sum(1 for monitor in fresh if monitor.heard_recently()), len(fresh))
 
+    def others_unheard(self, target: SiloAddress) -> bool:
+        """Some fresh silo we monitor besides ``target`` has not answered within half the suspicion.
+
+        Suspicions of several targets at once point to a cut rather than one failure
+        (``MembershipTableManager.try_vote`` lets such a death settle under ring sampling).
+        """
+        return any(monitor.target != target and not monitor.heard_recently() for monitor in self._fresh_monitors())
+
     def _fresh_monitors(self) -> list[SiloHealthMonitor]:
         return [monitor for silo, monitor in self.monitors.items() if self._liveness.is_fresh(silo)]
 

@@ -17,6 +17,13 @@ time during which we could not read.
 
 Lost races are normal: a vote that loses is retried at once on a fresh read, up to
 ``VOTE_ATTEMPTS`` times, so a quorum is not delayed by a whole probe round.
+
+With ring sampling (more fresh Active silos than ``num_probed_silos + 1``) the majority rule
+sees only a sample, so the table arbitrates a death (``votes.arbitrate_cut``): a vote that
+would complete a quorum while suspicions are correlated (votes against other silos in the
+table, or other targets of ours unheard) records itself, waits ``settle_time`` for the other
+side's votes to land, and re-decides on a fresh read; a death the accusations put on the
+larger side of a cut is withheld.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import functools
 import logging
 import random as random_module
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from membership_tables import (
     UNINITIALIZED_VERSION,
@@ -43,7 +50,7 @@ from silo.membership.liveness import LivenessTracker
 from silo.membership.options import SiloOptions
 from silo.membership.snapshot import MembershipSnapshot, SnapshotPublisher
 from silo.membership.table_access import BlockingRunner, TableAccess, run_in_thread
-from silo.membership.votes import VoteKind, decide_vote
+from silo.membership.votes import VoteKind, accusations, arbitrate_cut, correlated_suspicions, decide_vote
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +64,12 @@ class VoteOutcome(enum.Enum):
     """Someone wrote first; the next failed probe votes again on a fresh read."""
     NOT_ALLOWED = "not_allowed"
     """The table is or just was unreachable, or this silo is not a live member."""
+    WITHHELD = "withheld"
+    """Ring sampling: our vote would complete the quorum, but the table's accusations put the
+    target on the larger side of a cut; the vote is recorded, the death is not."""
+    SETTLING = "settling"
+    """Ring sampling amid correlated suspicions: the vote is recorded and the death decided
+    after ``settle_time`` on a fresh read (``try_vote`` waits and retries; never returned)."""
 
 
 OnWrite = Callable[[int, MembershipSnapshot, tuple[SiloAddress, ...]], None]
@@ -268,28 +281,43 @@ class MembershipTableManager:
         before = self._clock.now() - timedelta(seconds=older_than)
         return await self._access.call(functools.partial(self._table.cleanup_defunct_entries, before), None)
 
-    async def try_vote(self, target: SiloAddress) -> VoteOutcome:
+    @property
+    def settle_time(self) -> float:
+        """How long a death amid correlated suspicions waits for the other side's votes (ring
+        sampling only): two probe timeouts, the indirect round every observer finishes
+        before it votes."""
+        return 2 * self._options.probe_timeout
+
+    async def try_vote(self, target: SiloAddress, *, others_unheard: bool = False) -> VoteOutcome:
         """Vote against ``target`` on our own evidence, declaring it Dead when ours completes the quorum.
 
         Each attempt reads the table fresh and writes conditionally; a lost race is retried
         at once on a new read (``VOTE_ATTEMPTS`` in all). A table error ends the vote: a
         silo that cannot read the table does not vote, and the monitor votes again later
-        on fresh evidence.
+        on fresh evidence. ``others_unheard``: we do not hear other silos we monitor either
+        (a sign of a cut; it makes a ring-sampled death settle first).
         """
         outcome = VoteOutcome.LOST_RACE
-        for _ in range(VOTE_ATTEMPTS):
+        settled = False
+        attempts = 0
+        while attempts < VOTE_ATTEMPTS:
             if not self.can_vote():
                 return VoteOutcome.NOT_ALLOWED
             try:
-                outcome = await self._vote_once(target)
+                outcome = await self._vote_once(target, others_unheard=others_unheard, settled=settled)
             except TableUnavailableError:
                 return VoteOutcome.NOT_ALLOWED
+            if outcome is VoteOutcome.SETTLING:
+                settled = True
+                await self._clock.sleep(self.settle_time)
+                continue
             if outcome is not VoteOutcome.LOST_RACE:
                 return outcome
+            attempts += 1
             logger.info("silo %s lost the race to vote against %s; retrying on a fresh read", self._address, target)
         return outcome
 
-    async def _vote_once(self, target: SiloAddress) -> VoteOutcome:
+    async def _vote_once(self, target: SiloAddress, *, others_unheard: bool, settled: bool) -> VoteOutcome:
         data = await self._access.attempt(self._table.read_all)
         snapshot = await self._accept(data)
         if snapshot.status_of(self._address) not in (SiloStatus.JOINING, SiloStatus.ACTIVE):
@@ -302,9 +330,17 @@ class MembershipTableManager:
         quorum_base = len(self.liveness.fresh(read))
         dead = {entry.silo_address for entry in read.with_status(SiloStatus.DEAD)}
         decision = decide_vote(row[0], self._address, now, self._options, quorum_base, dead)
+        held: VoteOutcome | None = None
+        if decision.kind is VoteKind.DECLARE_DEAD:
+            held = self._hold_death(decision.entry, read, now, others_unheard=others_unheard, settled=settled)
+            if held is not None:
+                decision = decide_vote(row[0], self._address, now, self._options, quorum_base, dead, may_declare=False)
         written = data.version.next()
         if not await self._access.attempt(functools.partial(self._table.update_row, decision.entry, row[1], written)):
             return VoteOutcome.LOST_RACE
+        if held is not None:
+            await self._after_write(written.version)
+            return held
         if decision.kind is VoteKind.DECLARE_DEAD:
             logger.warning(
                 "silo %s declared %s Dead (%d of %d votes)", self._address, target, decision.votes, decision.required
@@ -316,6 +352,33 @@ class MembershipTableManager:
         )
         await self._after_write(written.version)
         return VoteOutcome.VOTED
+
+    def _hold_death(
+        self, dead_row: MembershipEntry, read: MembershipSnapshot, now: datetime, *, others_unheard: bool, settled: bool
+    ) -> VoteOutcome | None:
+        """Why a death our vote would complete must wait (``SETTLING``) or not happen (``WITHHELD``).
+
+        None: go ahead. Only with ring sampling; with every silo monitoring all others the
+        majority rule alone keeps the majority side safe (docs/protocol.md, "The model").
+        """
+        if len(self.liveness.fresh(read)) <= self._options.num_probed_silos + 1:
+            return None
+        target = dead_row.silo_address
+        edges = accusations(read.entries, now, self._options.death_vote_expiration)
+        if not settled and (others_unheard or correlated_suspicions(edges, target)):
+            logger.info(
+                "silo %s: suspicions are correlated; recording its vote against %s and deciding in %.1fs",
+                self._address, target, self.settle_time,
+            )  # fmt: skip
+            return VoteOutcome.SETTLING
+        verdict = arbitrate_cut(edges, target, [voter for voter, _ in dead_row.suspect_times])
+        if verdict.allowed:
+            return None
+        logger.warning(
+            "silo %s: not declaring %s Dead: the table's votes draw a cut with %d silos on its side and %d on ours",
+            self._address, target, verdict.target_side, verdict.voter_side,
+        )  # fmt: skip
+        return VoteOutcome.WITHHELD
 
     # --- periodic refresh ------------------------------------------------------------
 

@@ -51,6 +51,85 @@ def may_vote(heard: int, fresh_monitored: int) -> bool:
     return 2 * (1 + heard) > 1 + fresh_monitored
 
 
+Accusation = tuple[SiloAddress, SiloAddress]
+"""(accuser, accused): a fresh vote of one live silo against another."""
+
+
+def accusations(entries: Iterable[MembershipEntry], now: datetime, expiration: float) -> frozenset[Accusation]:
+    """Every fresh vote in the table cast by a silo that is not Dead against a silo that is not Dead.
+
+    Together they are the table's picture of who cannot reach whom: in a partition, each side's
+    voters accuse silos of the other side, so the accusations are the edges across the cut.
+    """
+    entries = tuple(entries)
+    dead = {entry.silo_address for entry in entries if entry.status is SiloStatus.DEAD}
+    return frozenset(
+        (voter, entry.silo_address)
+        for entry in entries
+        if entry.status is not SiloStatus.DEAD
+        for voter, _ in fresh_votes(entry.suspect_times, now, expiration)
+        if voter not in dead and voter != entry.silo_address
+    )
+
+
+@dataclass(frozen=True)
+class CutVerdict:
+    """What the table's accusations say about declaring ``target`` Dead (``arbitrate_cut``)."""
+
+    allowed: bool
+    target_side: int
+    """Silos on the target's side of the cut the accusations draw (the target included)."""
+    voter_side: int
+    """Silos on the voters' side."""
+    two_sided: bool
+    """False when the accusations do not split into two sides (loss, not a cut): no arbitration."""
+
+
+def arbitrate_cut(edges: Collection[Accusation], target: SiloAddress, voters: Collection[SiloAddress]) -> CutVerdict:
+    """Let the table arbitrate: may the ``voters`` declare ``target`` Dead?
+
+    With ring sampling (``N > num_probed_silos + 1``) a silo checks the majority rule over its own
+    few targets only, so in a partition a minority silo can hear a majority of its sample and vote
+    against a silo of the majority side. The table holds every side's votes. Accusation edges
+    (plus the voters' own, against the target) link the silos that cannot reach each other; in a
+    cut they form two sides, found by two-colouring the target's connected component. The
+    target's side is the accused, the voters' side the accusers. A death is refused when the
+    target's side holds someone besides the target and is at least as large as the voters' side:
+    the table shows a cut in which the target is not on the smaller side. A lone target (a crash
+    or a hang: it accuses nobody and nobody takes its side) is always allowed. Accusations that
+    do not split in two (an odd cycle: random loss, not a cut) arbitrate nothing.
+    """
+    neighbours: dict[SiloAddress, set[SiloAddress]] = {}
+    for accuser, accused in (*edges, *((voter, target) for voter in voters)):
+        neighbours.setdefault(accuser, set()).add(accused)
+        neighbours.setdefault(accused, set()).add(accuser)
+    side = {target: 0}
+    queue = [target]
+    two_sided = True
+    while queue:
+        silo = queue.pop()
+        for other in neighbours.get(silo, ()):
+            if other not in side:
+                side[other] = 1 - side[silo]
+                queue.append(other)
+            elif side[other] == side[silo]:
+                two_sided = False
+    target_side = sum(1 for colour in side.values() if colour == 0)
+    voter_side = len(side) - target_side
+    if not two_sided:
+        return CutVerdict(True, target_side, voter_side, two_sided=False)
+    return CutVerdict(target_side == 1 or target_side < voter_side, target_side, voter_side, two_sided=True)
+
+
+def correlated_suspicions(edges: Collection[Accusation], target: SiloAddress) -> bool:
+    """Fresh votes against some silo other than ``target``: a cut (or several failures) may be under way.
+
+    A single crash or hang draws votes against one silo; a partition draws votes against many,
+    on both sides, within a probe timeout or two of each other.
+    """
+    return any(accused != target for _, accused in edges)
+
+
 class VoteKind(enum.Enum):
     VOTE = "vote"
     """Write the suspicion votes; not enough yet to declare death."""
@@ -75,6 +154,8 @@ def decide_vote(
     options: SiloOptions,
     fresh_active_count: int,
     dead_voters: Collection[SiloAddress] = (),
+    *,
+    may_declare: bool = True,
 ) -> VoteDecision:
     """Add ``voter``'s vote to the target's row: one vote per observer, on its own evidence.
 
@@ -82,7 +163,8 @@ def decide_vote(
     Votes cast by ``dead_voters`` are dropped too: a silo that was itself declared Dead
     (typically the partitioned one, which suspected everybody) must not help kill anyone.
     If the fresh votes reach ``required_votes`` the row is declared Dead and the voter
-    (the killer) is recorded last in ``suspect_times``.
+    (the killer) is recorded last in ``suspect_times``. With ``may_declare`` False the vote
+    is recorded but the row stays as it is (the table arbitrates a cut, or a death waits).
     """
     kept = tuple(
         vote
@@ -91,7 +173,7 @@ def decide_vote(
     )
     votes = (*kept, (voter, now))
     required = required_votes(options.num_votes_for_death_declaration, fresh_active_count)
-    if len(votes) >= required:
+    if may_declare and len(votes) >= required:
         entry = target_entry.replace(status=SiloStatus.DEAD, suspect_times=votes)
         return VoteDecision(VoteKind.DECLARE_DEAD, entry, len(votes), required)
     return VoteDecision(VoteKind.VOTE, target_entry.replace(suspect_times=votes), len(votes), required)

@@ -269,7 +269,7 @@ class Silo:
             local_health=self._health,
             intermediaries=cluster.intermediaries,
             may_vote=cluster.may_vote,
-            vote=self._manager.try_vote,
+            vote=lambda silo: self._manager.try_vote(silo, others_unheard=cluster.others_unheard(silo)),
             random=self._random,
         )
 

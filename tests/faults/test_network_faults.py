@@ -196,3 +196,25 @@ def test_random_packet_loss_kills_nobody(cluster: NetCluster) -> None:
     )
     cluster.lab.heal()
     cluster.check_history(MIN_VOTERS, protected=cluster.names)
+
+
+RING_PROBED_SILOS = 2
+"""Each silo monitors only 2 of the 6 others (N = 7 > num_probed_silos + 1): ring sampling, where a
+minority silo can hear a majority of its own sample by chance and pass the majority rule."""
+
+
+def test_with_ring_sampling_the_table_arbitrates_a_partition(tmp_path: Path) -> None:
+    """4|3 of 7 silos that each monitor 2: the minority side's votes must not kill the majority.
+
+    Each silo checks the majority rule over its own sample, and with two targets a minority silo
+    often hears one of two (a strict majority of itself plus two). What protects the majority side
+    then is the table: a death is written only when the accusations in the table (every side's
+    fresh votes) put the target on the smaller side of the cut (``votes.arbitrate_cut``), and a
+    death amid correlated suspicions waits a settle time for the other side's votes to land.
+    """
+    with NetCluster(tmp_path, extra_args=["--set", f"num_probed_silos={RING_PROBED_SILOS}"]) as cluster:
+        cluster.start(7)
+        majority, minority = ["s1", "s2", "s3", "s4"], ["s5", "s6", "s7"]
+        cluster.lab.partition(cluster.hosts_of(majority), cluster.hosts_of(minority))
+        assert not cluster.reachable("s1", "s5"), "the partition must cut majority from minority"
+        assert_cut_off_silos_die(cluster, minority, majority)

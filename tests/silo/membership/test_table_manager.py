@@ -30,6 +30,7 @@ def manager(
     writes: list[int] | None = None,
     me: SiloAddress = ME,
     declared: list[SiloAddress] | None = None,
+    options: SiloOptions = OPTIONS,
 ) -> MembershipTableManager:
     def on_write(version: int, snapshot: MembershipSnapshot, declared_dead: tuple[SiloAddress, ...]) -> None:
         if writes is not None:
@@ -40,7 +41,7 @@ def manager(
     return MembershipTableManager(
         table=table,
         address=me,
-        options=OPTIONS,
+        options=options,
         clock=clock,
         random=random.Random(7),
         run_blocking=run_inline,
@@ -322,3 +323,68 @@ async def test_a_requested_reread_runs_in_the_background_at_most_once_per_probe_
     assert flaky.calls == ["read_all", "read_all"]
     assert tables.terminated.is_set()
     await tables.stop()
+
+
+# --- ring sampling: the table arbitrates ------------------------------------------------------
+
+RING = OPTIONS.with_overrides({"num_probed_silos": 2})
+"""Seven silos that each monitor two: ring sampling (7 > 2 + 1)."""
+SIX_PEERS = [PEER, OTHER, *(address(port) for port in range(4, 8))]
+
+
+async def ring_of_seven(
+    *entries: MembershipEntry, options: SiloOptions = RING
+) -> tuple[MembershipTableManager, FakeClock]:
+    """Our silo joined beside six peers; ``entries`` replace the plain rows of the same silos."""
+    table, clock = memory_table(), FakeClock(T0)
+    given = {entry.silo_address: entry for entry in entries}
+    seed(table, *(given.get(peer, row(peer)) for peer in SIX_PEERS))
+    tables = manager(table, clock, options=options)
+    await tables.insert_self(given.get(ME, row(ME)), tables.deadline_in(10))
+    return tables, clock
+
+
+def voted(silo: SiloAddress, *voters: SiloAddress) -> MembershipEntry:
+    return row(silo).replace(suspect_times=tuple((voter, T0) for voter in voters))
+
+
+@async_test
+async def test_with_ring_sampling_a_lone_suspect_is_declared_at_once() -> None:
+    """One silo accused, nobody else: a crash or a hang, not a cut. No settling, no delay."""
+    tables, _clock = await ring_of_seven(voted(PEER, OTHER))
+    assert await tables.try_vote(PEER) is VoteOutcome.DECLARED_DEAD
+
+
+@async_test
+async def test_with_ring_sampling_a_death_amid_correlated_suspicions_settles_first() -> None:
+    tables, clock = await ring_of_seven(voted(PEER, OTHER), voted(address(5), address(6)))
+    vote = asyncio.create_task(tables.try_vote(PEER))
+    await clock.advance(tables.settle_time / 2)
+    assert not vote.done()
+    entry = tables.snapshot.entry(PEER)
+    assert entry is not None
+    assert entry.status is SiloStatus.ACTIVE  # our vote is in the row for everyone to see, the death waits
+    assert {voter for voter, _ in entry.suspect_times} == {OTHER, ME}
+    await clock.advance(tables.settle_time / 2)
+    assert await vote is VoteOutcome.DECLARED_DEAD  # the accusations draw no cut around PEER
+
+
+@async_test
+async def test_with_ring_sampling_minority_voters_cannot_kill_a_silo_of_the_larger_side() -> None:
+    """ME and OTHER (the minority) accuse PEER; the other four accuse ME and OTHER: withheld."""
+    four = SIX_PEERS[2:]
+    tables, clock = await ring_of_seven(voted(PEER, OTHER), voted(ME, four[0], four[1]), voted(OTHER, four[2], four[3]))
+    vote = asyncio.create_task(tables.try_vote(PEER))
+    await clock.advance(tables.settle_time)
+    assert await vote is VoteOutcome.WITHHELD
+    entry = tables.snapshot.entry(PEER)
+    assert entry is not None
+    assert entry.status is SiloStatus.ACTIVE
+    assert {voter for voter, _ in entry.suspect_times} == {OTHER, ME}
+
+
+@async_test
+async def test_when_every_silo_monitors_all_others_the_majority_rule_alone_decides() -> None:
+    """No ring sampling (7 <= 10 + 1): correlated suspicions do not delay a death."""
+    tables, _clock = await ring_of_seven(voted(PEER, OTHER), voted(address(5), address(6)), options=OPTIONS)
+    assert await tables.try_vote(PEER) is VoteOutcome.DECLARED_DEAD

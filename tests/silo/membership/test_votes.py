@@ -6,7 +6,16 @@ import pytest
 
 from membership_tables import MembershipEntry, SiloAddress, SiloStatus, Vote
 from silo.membership.options import SiloOptions
-from silo.membership.votes import VoteKind, decide_vote, fresh_votes, may_vote, required_votes
+from silo.membership.votes import (
+    VoteKind,
+    accusations,
+    arbitrate_cut,
+    correlated_suspicions,
+    decide_vote,
+    fresh_votes,
+    may_vote,
+    required_votes,
+)
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 A, B, C, D = (SiloAddress("10.0.0.1", 11000 + index, 1) for index in range(4))
@@ -142,3 +151,72 @@ def test_votes_of_dead_silos_do_not_count() -> None:
     decision = decide_vote(target_row((B, at(-5))), A, NOW, OPTIONS, fresh_active_count=5, dead_voters={B})
     assert decision.kind is VoteKind.VOTE
     assert decision.entry.suspect_times == ((A, NOW),)
+
+
+# --- the table arbitrates a cut (ring sampling) ---------------------------------------------
+
+M = [SiloAddress("10.0.1.1", 12000 + index, 1) for index in range(6)]
+"""Majority side of a 6|4 cut."""
+m = [SiloAddress("10.0.2.1", 13000 + index, 1) for index in range(4)]
+"""Minority side."""
+
+
+def row_of(silo: SiloAddress, *votes: Vote, status: SiloStatus = SiloStatus.ACTIVE) -> MembershipEntry:
+    return MembershipEntry(silo, status, at(-1000), at(0), suspect_times=votes)
+
+
+def test_accusations_are_the_fresh_votes_between_live_silos() -> None:
+    entries = [
+        row_of(A, (B, at(-5)), (C, at(-500))),  # C's vote expired
+        row_of(B, (D, at(-5))),  # D is Dead: its votes accuse nobody
+        row_of(C, (A, at(-1)), status=SiloStatus.DEAD),  # votes against the Dead say nothing
+        row_of(D, status=SiloStatus.DEAD),
+    ]
+    assert accusations(entries, NOW, 120.0) == {(B, A)}
+
+
+def test_a_lone_target_is_always_declared_a_crash_or_a_hang() -> None:
+    verdict = arbitrate_cut(set(), TARGET, [A, B])
+    assert verdict.allowed
+    assert (verdict.target_side, verdict.voter_side) == (1, 2)
+    # even a single voter against a lone target (a 2-silo cluster) may declare it
+    assert arbitrate_cut(set(), TARGET, [A]).allowed
+
+
+def test_the_majority_side_kills_a_minority_silo_the_table_shows_on_the_smaller_side() -> None:
+    # every minority silo accused by two majority silos; one minority silo accuses a majority one
+    edges = {(M[i % 6], victim) for victim in m for i in range(m.index(victim), m.index(victim) + 2)}
+    edges |= {(m[0], M[0])}
+    verdict = arbitrate_cut(edges, m[1], [M[1], M[2]])
+    assert verdict.allowed, verdict
+    assert verdict.target_side < verdict.voter_side
+
+
+def test_minority_voters_cannot_kill_a_majority_silo_once_the_cut_is_in_the_table() -> None:
+    # the majority accuses the two minority voters (and the rest of the minority)
+    edges = {(M[i], m[i % 4]) for i in range(6)}
+    # m0 and m1 heard a majority of their own samples and vote against M0
+    verdict = arbitrate_cut(edges, M[0], [m[0], m[1]])
+    assert not verdict.allowed, verdict
+    assert verdict.two_sided
+    assert verdict.target_side > verdict.voter_side
+
+
+def test_an_even_cut_kills_nobody_on_either_side() -> None:
+    left, right = M[:3], M[3:]
+    edges = {(a, b) for a in left for b in right} | {(b, a) for a in left for b in right}
+    assert not arbitrate_cut(edges, right[0], left[:2]).allowed
+    assert not arbitrate_cut(edges, left[0], right[:2]).allowed
+
+
+def test_accusations_that_are_no_cut_arbitrate_nothing() -> None:
+    # an odd cycle (A -> B -> C -> A): random loss, not two sides
+    verdict = arbitrate_cut({(A, B), (B, C), (C, A)}, A, [D, B])
+    assert verdict.allowed
+    assert not verdict.two_sided
+
+
+def test_suspicions_are_correlated_when_anyone_else_is_accused() -> None:
+    assert not correlated_suspicions(set(), TARGET)
+    assert not correlated_suspicions({(A, TARGET), (B, TARGET)}, TARGET)
+    assert correlated_suspicions({(A, TARGET), (B, C)}, TARGET)
