@@ -132,7 +132,7 @@ def test_layout_is_readable_by_an_admin(table: ZooKeeperMembershipTable, zk: Kaz
     for entry in (first, second):
         row_data, row_stat = zk.get(f"{chroot}/prod/{entry.silo_address}")
         assert json.loads(row_data) == entry_to_document(entry)
-        assert data.get(entry.silo_address) == (entry, str(row_stat.version))
+        assert data.get(entry.silo_address) == (entry, f"{row_stat.czxid}.{row_stat.version}")
         alive_data, _ = zk.get(f"{chroot}/prod/{entry.silo_address}/alive")
         assert json.loads(alive_data) == {"i_am_alive_time": entry_to_document(entry)["i_am_alive_time"]}
 
@@ -173,9 +173,13 @@ def test_delete_cluster_entries_removes_the_subtree_only(
     with open_table(zookeeper_server.uri(chroot), "other") as other:
         other.initialize()
         table.delete_cluster_entries()
-        assert zk.exists(f"{chroot}/prod") is None
-        assert zk.get_children(chroot) == ["other"]
+        marker, stat = zk.get(f"{chroot}/prod")
+        assert json.loads(marker) == {"version": None}  # kept, so its data version never restarts
+        assert zk.get_children(f"{chroot}/prod") == []
+        assert sorted(zk.get_children(chroot)) == ["other", "prod"]
+        assert json.loads(zk.get(f"{chroot}/other")[0]) == {"version": 0}
         table.delete_cluster_entries()  # a repeat is a no-op
+        assert zk.exists(f"{chroot}/prod") == stat
 
 
 @pytest.mark.slow
