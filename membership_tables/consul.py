@@ -37,7 +37,7 @@ import consul
 import requests
 
 from membership_tables import codec
-from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable
+from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
 from membership_tables.errors import (
     InvalidEntryError,
     InvalidTableUriError,
@@ -58,6 +58,9 @@ DEFAULT_PREFIX = "silo-membership"
 DEFAULT_PORT = 8500
 DEFAULT_TIMEOUT = 10.0
 """Seconds to wait for the agent to connect or answer; then ``TableUnavailableError``."""
+
+MAX_TXN_OPS = 64
+"""Consul's limit on the operations of one ``/v1/txn`` request."""
 
 HEARTBEAT_ATTEMPTS = 32
 """A heartbeat retries only while concurrent heartbeats of the same silo keep winning its ``cas``."""
@@ -174,7 +177,7 @@ def _modify_index(etag: str) -> int | None:
     return int(etag) or None
 
 
-def _silos(updates: Sequence[tuple[MembershipEntry, str]]) -> str:
+def _silos(updates: Sequence[RowUpdate]) -> str:
     return ", ".join(str(entry.silo_address) for entry, _ in updates)
 
 
@@ -200,6 +203,10 @@ def _txn_answer(response: Any) -> tuple[list[KVItem], list[KVItem]]:
 
 class ConsulMembershipTable(MembershipTable):
     """A cluster's membership table in Consul's KV store; see the module docstring for the layout."""
+
+    max_rows_per_update = MAX_TXN_OPS - 1
+    """``update_rows`` is one transaction of a ``cas`` per row plus one of the version key (the
+    ``get`` reads before it are a transaction of their own, one per row)."""
 
     def __init__(self, settings: ConsulSettings, cluster_id: str) -> None:
         super().__init__(validate_cluster_id(cluster_id))
@@ -337,6 +344,12 @@ class ConsulMembershipTable(MembershipTable):
     def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
         return self._snapshot(silo_address)
 
+    def read_version(self) -> TableVersion:
+        _, item = self._call(
+            "read the version", lambda client: client.kv.get(self.layout.version, consistency="consistent")
+        )
+        return self._version(item)
+
     def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
         based_on = _modify_index(version.etag)
         if based_on is None:
@@ -352,7 +365,10 @@ class ConsulMembershipTable(MembershipTable):
     def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
         return self._replace_rows(((entry, etag),), version)
 
-    def _replace_rows(self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion) -> bool:
+    def update_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+        return self._replace_rows(checked_updates(updates, self.max_rows_per_update), version)
+
+    def _replace_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
         """One transaction: ``cas`` of the version key and of every member key at its etag.
 
         The member documents are read first (one read-only transaction) so that each new

@@ -58,10 +58,11 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 
 from membership_tables import codec
-from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable
+from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
 from membership_tables.errors import (
     InvalidEntryError,
     InvalidTableUriError,
+    InvalidUpdateError,
     MalformedRowError,
     TableUnavailableError,
 )
@@ -84,6 +85,10 @@ _FENCE_ATTEMPTS = 100
 """Fenced reads retried this often while canonical writes keep moving the version."""
 _CAS_ATTEMPTS = 20
 """Heartbeat compare-and-set and cluster deletion retries under concurrent writes."""
+MAX_MULTI_ROW_BYTES = 512 * 1024
+"""The most row data one ``update_rows`` multi-op carries: half of ZooKeeper's default
+``jute.maxbuffer`` (1 MiB, the largest request a server accepts), leaving room for paths and
+framing. A larger request would make the server drop the connection."""
 _RECONNECT = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_jitter": 0.4, "max_delay": 2.0}
 """kazoo reconnects forever with at most 2 s between attempts (its default backs off to an
 hour), so a handle kept open across a ZooKeeper restart is usable again soon after it."""
@@ -269,6 +274,10 @@ class _Snapshot:
 class ZooKeeperMembershipTable(MembershipTable):
     """A cluster's table in ZooKeeper; one kazoo client per handle, shared by its threads."""
 
+    max_rows_per_update = 100
+    """One multi-op must fit ``jute.maxbuffer`` (1 MiB by default): 100 rows of up to 5 KiB on
+    average (a row is typically well under 1 KiB) stay within ``MAX_MULTI_ROW_BYTES``."""
+
     def __init__(self, settings: ZooKeeperSettings, cluster_id: str) -> None:
         super().__init__(validate_cluster_id(cluster_id))
         self.settings = settings
@@ -398,6 +407,15 @@ class ZooKeeperMembershipTable(MembershipTable):
         with self._driver_errors("read_row"):
             return self._snapshot([node_name(silo_address)]).data()
 
+    def read_version(self) -> TableVersion:
+        with self._driver_errors("read_version"):
+            try:
+                data, stat = self._wait(self._connected().get_async(self.cluster_path))
+            except NoNodeError:
+                return UNINITIALIZED_VERSION
+            number = _parse_version(data, self.cluster_path)
+            return UNINITIALIZED_VERSION if number is None else TableVersion(number, str(stat.version))
+
     # -- writes --------------------------------------------------------------------------
 
     def initialize(self, try_init_version: bool = True) -> None:
@@ -439,7 +457,18 @@ class ZooKeeperMembershipTable(MembershipTable):
         with self._driver_errors("update_row"):
             return self._replace_rows(((entry, etag),), version)
 
-    def _replace_rows(self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion) -> bool:
+    def update_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+        batch = checked_updates(updates, self.max_rows_per_update)
+        size = sum(len(codec.dumps(entry)) for entry, _ in batch)
+        if size > MAX_MULTI_ROW_BYTES:
+            raise InvalidUpdateError(
+                f"update_rows would send {size} bytes of rows in one ZooKeeper multi-op, more than "
+                f"{MAX_MULTI_ROW_BYTES} (the server's jute.maxbuffer is 1 MiB by default); split the batch"
+            )
+        with self._driver_errors("update_rows"):
+            return self._replace_rows(batch, version)
+
+    def _replace_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
         """One multi-op: the cluster node at ``version.etag`` and every row at its etag's data version."""
         expected_version = _znode_version(version.etag)
         tokens = [_parse_row_etag(etag) for _, etag in updates]
