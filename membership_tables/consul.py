@@ -41,6 +41,7 @@ from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, R
 from membership_tables.errors import (
     InvalidEntryError,
     InvalidTableUriError,
+    InvalidUpdateError,
     MalformedRowError,
     TableUnavailableError,
 )
@@ -61,6 +62,8 @@ DEFAULT_TIMEOUT = 10.0
 
 MAX_TXN_OPS = 64
 """Consul's limit on the operations of one ``/v1/txn`` request."""
+MAX_TXN_BYTES = 512 * 1024
+"""Consul's default limit on the body of one ``/v1/txn`` request (``txn_max_req_len``)."""
 
 HEARTBEAT_ATTEMPTS = 32
 """A heartbeat retries only while concurrent heartbeats of the same silo keep winning its ``cas``."""
@@ -366,7 +369,15 @@ class ConsulMembershipTable(MembershipTable):
         return self._replace_rows(((entry, etag),), version)
 
     def update_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
-        return self._replace_rows(checked_updates(updates, self.max_rows_per_update), version)
+        batch = checked_updates(updates, self.max_rows_per_update)
+        ops = [{"KV": _op("cas", self.layout.member(entry.silo_address), codec.dumps(entry))} for entry, _ in batch]
+        size = len(json.dumps(ops))  # the write transaction's body, but for the version key's few bytes
+        if size > MAX_TXN_BYTES:
+            raise InvalidUpdateError(
+                f"update_rows would send a {size}-byte Consul transaction, more than {MAX_TXN_BYTES} (the agent's "
+                "default txn_max_req_len); split the batch"
+            )
+        return self._replace_rows(batch, version)
 
     def _replace_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
         """One transaction: ``cas`` of the version key and of every member key at its etag.

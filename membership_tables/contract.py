@@ -177,7 +177,7 @@ class MembershipTable(abc.ABC):
         * ZooKeeper: 100 (one multi-op; a request must fit ``jute.maxbuffer``, 1 MiB by
           default, and rows larger than 5 KiB on average are refused for that reason);
         * Consul: 63 (``/v1/txn`` takes at most 64 operations: one ``cas`` per row plus
-          one for the version key);
+          one for the version key; a body over 512 KiB, ``txn_max_req_len``, is refused too);
         * DynamoDB: 99 (``TransactWriteItems`` takes at most 100 items: one ``Put`` per
           row plus the version item).
         """

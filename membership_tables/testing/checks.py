@@ -273,6 +273,33 @@ def check_heartbeat_never_goes_backwards_or_creates(open_cluster: OpenCluster) -
     assert_unchanged(table, before, "a heartbeat of an absent silo")
 
 
+def check_updates_never_move_alive_backwards(open_cluster: OpenCluster) -> None:
+    """The IAmAlive an update wrote (not only a heartbeat's) is kept against a later, older one."""
+    table = fresh_table(open_cluster)
+    entry = make_entry(i_am_alive_time=T0)
+    insert(table, entry)
+    read = table.read_all()
+    newer = entry.replace(silo_name="v2", i_am_alive_time=T0 + timedelta(seconds=4))
+    expect(table.update_row(newer, row_etag(read, entry.silo_address), read.version.next()), "update must succeed")
+    read = table.read_all()
+    older = entry.replace(silo_name="v3", i_am_alive_time=T0 + timedelta(seconds=1))
+    expect(table.update_row(older, row_etag(read, entry.silo_address), read.version.next()), "update must succeed")
+    read = table.read_all()
+    expect(
+        read.entries == (older.replace(i_am_alive_time=newer.i_am_alive_time),),
+        f"an update_row with an older IAmAlive than an earlier update wrote must keep the newer, got {read.entries}",
+    )
+    oldest = entry.replace(silo_name="v4", i_am_alive_time=T0)
+    expect(
+        table.update_rows([(oldest, row_etag(read, entry.silo_address))], read.version.next()),
+        "update_rows must succeed",
+    )
+    expect(
+        table.read_all().entries == (oldest.replace(i_am_alive_time=newer.i_am_alive_time),),
+        f"update_rows must keep the newer IAmAlive too, got {table.read_all().entries}",
+    )
+
+
 def _race(count: int, action: Callable[[int], bool]) -> list[bool]:
     barrier = threading.Barrier(count)
 
@@ -871,6 +898,7 @@ CHECKS: tuple[Check, ...] = (
     check_update_never_recreates_removed_row,
     check_heartbeat_is_not_a_canonical_write,
     check_heartbeat_never_goes_backwards_or_creates,
+    check_updates_never_move_alive_backwards,
     check_parallel_inserts_have_one_winner,
     check_parallel_read_modify_write_all_succeed,
     check_updates_of_different_rows_are_ordered,
