@@ -9,8 +9,8 @@ item (a silo key always holds ``:`` and ``@``, so the two can never collide).
   the ``silo`` key), a numeric ``etag``, and ``i_am_alive_time`` as an ISO-8601 UTC string,
   which sorts like the time it names and so can be compared in condition expressions.
 
-Every canonical write is one ``TransactWriteItems`` of the version item and the row, each
-with a condition on its etag; heartbeats are a conditional ``UpdateItem`` of
+Every canonical write is one ``TransactWriteItems`` of the version item and the row (every
+row, for ``update_rows``), each with a condition on its etag; heartbeats are a conditional ``UpdateItem`` of
 ``i_am_alive_time`` alone. Reads are strongly consistent and fenced by the version item.
 Etags are random 63-bit numbers (see ``new_numeric_etag``). Throttling, 5xx, network
 errors and transaction conflicts are retried by one tenacity policy (botocore's own
@@ -76,7 +76,7 @@ _THROTTLED = {
 _USABLE_TABLE_STATES = {"ACTIVE", "UPDATING"}  # an UPDATING table still serves reads and writes
 _RETRYABLE_CANCELLATIONS = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
 _HEARTBEAT_RACES = 5
-"""How often ``update_row`` re-tries with a newer IAmAlive it found before giving up (False)."""
+"""How often ``update_row``/``update_rows`` re-try with a newer IAmAlive found before giving up (False)."""
 MAX_TRANSACT_ITEMS = 100
 """DynamoDB's limit on the items of one ``TransactWriteItems`` request."""
 

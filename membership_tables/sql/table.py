@@ -3,10 +3,11 @@
 Every canonical write is one transaction that first runs a conditional UPDATE of the
 cluster's version row (``WHERE etag = <the version the caller read>``). That row lock
 serialises the writers of one cluster; a row count of 0 means the caller lost the race.
-Only then is the member row inserted or updated (conditioned on its own etag). Any failed
-precondition rolls the whole transaction back, so a write that returns ``False`` changed
-nothing. Deadlocks and lock timeouts roll back too and are retried a few times; whatever
-else the driver raises becomes ``TableUnavailableError``.
+Only then is the member row inserted or updated (conditioned on its own etag; ``update_rows``
+updates each of its rows the same way). Any failed precondition rolls the whole transaction
+back, so a write that returns ``False`` changed nothing. Deadlocks and lock timeouts roll
+back too and are retried a few times; whatever else the driver raises becomes
+``TableUnavailableError``.
 """
 
 from __future__ import annotations
