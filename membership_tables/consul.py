@@ -27,7 +27,7 @@ import base64
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -37,10 +37,11 @@ import consul
 import requests
 
 from membership_tables import codec
-from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable
+from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
 from membership_tables.errors import (
     InvalidEntryError,
     InvalidTableUriError,
+    InvalidUpdateError,
     MalformedRowError,
     TableUnavailableError,
 )
@@ -58,6 +59,11 @@ DEFAULT_PREFIX = "silo-membership"
 DEFAULT_PORT = 8500
 DEFAULT_TIMEOUT = 10.0
 """Seconds to wait for the agent to connect or answer; then ``TableUnavailableError``."""
+
+MAX_TXN_OPS = 64
+"""Consul's limit on the operations of one ``/v1/txn`` request."""
+MAX_TXN_BYTES = 512 * 1024
+"""Consul's default limit on the body of one ``/v1/txn`` request (``txn_max_req_len``)."""
 
 HEARTBEAT_ATTEMPTS = 32
 """A heartbeat retries only while concurrent heartbeats of the same silo keep winning its ``cas``."""
@@ -174,27 +180,36 @@ def _modify_index(etag: str) -> int | None:
     return int(etag) or None
 
 
+def _silos(updates: Sequence[RowUpdate]) -> str:
+    return ", ".join(str(entry.silo_address) for entry, _ in updates)
+
+
 def _version_value(number: int) -> bytes:
     return json.dumps({"version": number}).encode()
 
 
-def _txn_errors(response: Any) -> list[KVItem]:
-    """py-consul callback for ``/v1/txn``: ``[]`` if committed, Consul's errors if rolled back."""
-    if response.code == 200:
-        return []
-    if response.code == 409:
+def _txn_answer(response: Any) -> tuple[list[KVItem], list[KVItem]]:
+    """py-consul callback for ``/v1/txn``: ``(results, [])`` if committed, ``([], errors)`` if rolled back."""
+    if response.code in (200, 409):
         try:
-            errors = json.loads(response.body).get("Errors") or []
-        except (ValueError, AttributeError) as exc:
+            answer = json.loads(response.body)
+            results, errors = list(answer.get("Results") or []), list(answer.get("Errors") or [])
+        except (ValueError, AttributeError, TypeError) as exc:
             raise consul.ConsulException(f"unreadable transaction answer: {response.body!r}") from exc
+        if response.code == 200:
+            return [result["KV"] for result in results if isinstance(result, dict) and "KV" in result], []
         # A rollback caused by ACLs is a configuration problem, not a lost race.
         if errors and not any("permission denied" in str(error.get("What", "")).lower() for error in errors):
-            return list(errors)
+            return [], errors
     raise consul.ConsulException(f"transaction failed with HTTP {response.code}: {response.body}")
 
 
 class ConsulMembershipTable(MembershipTable):
     """A cluster's membership table in Consul's KV store; see the module docstring for the layout."""
+
+    max_rows_per_update = MAX_TXN_OPS - 1
+    """``update_rows`` is one transaction of a ``cas`` per row plus one of the version key (the
+    ``get`` reads before it are a transaction of their own, one per row)."""
 
     def __init__(self, settings: ConsulSettings, cluster_id: str) -> None:
         super().__init__(validate_cluster_id(cluster_id))
@@ -242,10 +257,22 @@ class ConsulMembershipTable(MembershipTable):
 
     def _txn(self, what: str, ops: list[KVItem]) -> list[KVItem]:
         """Run ``ops`` as one transaction: ``[]`` if committed, else why it was rolled back."""
+        return self._txn_answer(what, ops)[1]
+
+    def _txn_answer(self, what: str, ops: list[KVItem]) -> tuple[list[KVItem], list[KVItem]]:
+        """Run ``ops`` as one transaction: ``(results, [])`` if committed, ``([], errors)`` if not.
+
+        ``consistent``: a transaction of reads only is answered by the leader after it confirmed
+        its leadership, like a consistent ``GET``.
+        """
         body = json.dumps([{"KV": op} for op in ops])
-        return self._call(
-            what, lambda client: client.http.put(_txn_errors, "/v1/txn", data=body, headers=client.prepare_headers())
+        answer: tuple[list[KVItem], list[KVItem]] = self._call(
+            what,
+            lambda client: client.http.put(
+                _txn_answer, "/v1/txn", params=[("consistent", "")], data=body, headers=client.prepare_headers()
+            ),
         )
+        return answer
 
     def _read_tree(self) -> _Tree:
         _, items = self._call(
@@ -320,6 +347,12 @@ class ConsulMembershipTable(MembershipTable):
     def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
         return self._snapshot(silo_address)
 
+    def read_version(self) -> TableVersion:
+        _, item = self._call(
+            "read the version", lambda client: client.kv.get(self.layout.version, consistency="consistent")
+        )
+        return self._version(item)
+
     def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
         based_on = _modify_index(version.etag)
         if based_on is None:
@@ -333,15 +366,45 @@ class ConsulMembershipTable(MembershipTable):
         return not self._txn(f"insert row {silo}", ops)
 
     def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
-        based_on, row_index = _modify_index(version.etag), _modify_index(etag)
-        if based_on is None or row_index is None:
+        return self._replace_rows(((entry, etag),), version)
+
+    def update_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+        batch = checked_updates(updates, self.max_rows_per_update)
+        ops = [{"KV": _op("cas", self.layout.member(entry.silo_address), codec.dumps(entry))} for entry, _ in batch]
+        size = len(json.dumps(ops))  # the write transaction's body, but for the version key's few bytes
+        if size > MAX_TXN_BYTES:
+            raise InvalidUpdateError(
+                f"update_rows would send a {size}-byte Consul transaction, more than {MAX_TXN_BYTES} (the agent's "
+                "default txn_max_req_len); split the batch"
+            )
+        return self._replace_rows(batch, version)
+
+    def _replace_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+        """One transaction: ``cas`` of the version key and of every member key at its etag.
+
+        The member documents are read first (one read-only transaction) so that each new
+        document keeps the later of the stored and the given IAmAlive time: the ``cas`` at the
+        same ModifyIndex proves the document read is the one replaced. The ``alive/`` keys are
+        left alone: reads merge them, so a newer heartbeat is kept too.
+        """
+        based_on = _modify_index(version.etag)
+        indexes = [_modify_index(etag) for _, etag in updates]
+        if based_on is None or None in indexes:
             return False
-        # The alive/ key is left alone: reads merge it, so a newer heartbeat is kept.
-        ops = [
-            _op("cas", self.layout.version, _version_value(version.version), based_on, flags=based_on),
-            _op("cas", self.layout.member(entry.silo_address), codec.dumps(entry), row_index, flags=based_on),
-        ]
-        return not self._txn(f"update row {entry.silo_address}", ops)
+        members = [self.layout.member(entry.silo_address) for entry, _ in updates]
+        stored, errors = self._txn_answer(f"read rows {_silos(updates)}", [_op("get", key) for key in members])
+        if errors:  # "get" of a missing key rolls back: a row is gone
+            return False
+        by_key = {item["Key"]: item for item in stored}
+        ops = [_op("cas", self.layout.version, _version_value(version.version), based_on, flags=based_on)]
+        for (entry, _), key, index in zip(updates, members, indexes, strict=True):
+            item = by_key.get(key)
+            if item is None or index is None or item["ModifyIndex"] != index:
+                return False
+            current = codec.loads(base64.b64decode(item["Value"] or ""), f"at Consul key {key!r}")
+            alive = max(entry.i_am_alive_time, current.i_am_alive_time)
+            ops.append(_op("cas", key, codec.dumps(entry.replace(i_am_alive_time=alive)), index, flags=based_on))
+        return not self._txn(f"update rows {_silos(updates)}", ops)
 
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
         when = ensure_utc(when, "IAmAlive time")

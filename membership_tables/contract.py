@@ -25,14 +25,57 @@ handles (in several processes) may use the same store at once.
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Self
 
+from membership_tables.errors import InvalidUpdateError
 from membership_tables.model import MembershipEntry, MembershipTableData, SiloAddress, TableVersion
 
 UNINITIALIZED_VERSION = TableVersion(0, "")
 """What reads return for a cluster whose version row does not exist (yet)."""
+
+RowUpdate = tuple[MembershipEntry, str]
+"""One row of an ``update_rows`` batch: the new entry and the row etag it is conditioned on."""
+
+
+def checked_updates(updates: Sequence[RowUpdate], max_rows: int) -> tuple[RowUpdate, ...]:
+    """The batch of an ``update_rows`` call, or ``InvalidUpdateError`` saying what is wrong with it.
+
+    Every backend calls this before talking to its store, so bad input never costs a round
+    trip and is refused the same way everywhere.
+    """
+    if isinstance(updates, (str, bytes)) or not isinstance(updates, Sequence):
+        raise InvalidUpdateError(
+            f"update_rows takes a sequence of (MembershipEntry, etag) pairs, got {type(updates).__name__}"
+        )
+    batch = tuple(updates)
+    if not batch:
+        raise InvalidUpdateError("update_rows needs at least one (MembershipEntry, etag) pair; got none")
+    if len(batch) > max_rows:
+        raise InvalidUpdateError(
+            f"update_rows got {len(batch)} rows, but this store applies at most {max_rows} in one transaction "
+            "(max_rows_per_update); split the batch into several versions"
+        )
+    seen: set[SiloAddress] = set()
+    for position, update in enumerate(batch):
+        if not (
+            isinstance(update, tuple)
+            and len(update) == 2
+            and isinstance(update[0], MembershipEntry)
+            and isinstance(update[1], str)
+        ):
+            raise InvalidUpdateError(
+                f"update {position} of update_rows must be a (MembershipEntry, etag str) pair, got {update!r}"
+            )
+        address = update[0].silo_address
+        if address in seen:
+            raise InvalidUpdateError(
+                f"update_rows names silo {address} twice; give each silo's row once (one new entry per row)"
+            )
+        seen.add(address)
+    return batch
 
 
 class MembershipTable(abc.ABC):
@@ -40,6 +83,12 @@ class MembershipTable(abc.ABC):
 
     All methods are synchronous and may block on I/O; the silo runtime calls them off
     its event loop.
+    """
+
+    max_rows_per_update: int
+    """The most rows one ``update_rows`` call may change: what the store's transactions allow.
+
+    Each backend sets it (see ``update_rows`` for the figures and why).
     """
 
     def __init__(self, cluster_id: str) -> None:
@@ -74,6 +123,15 @@ class MembershipTable(abc.ABC):
         """
 
     @abc.abstractmethod
+    def read_version(self) -> TableVersion:
+        """The current version only: one key, row or znode read, never the rows.
+
+        ``UNINITIALIZED_VERSION`` if the version row does not exist. It agrees with
+        ``read_all().version`` at the same moment, so a silo can refresh cheaply: read the
+        version, and read everything only when it moved.
+        """
+
+    @abc.abstractmethod
     def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
         """Add ``entry`` and set the version to ``version.version``, atomically.
 
@@ -93,6 +151,35 @@ class MembershipTable(abc.ABC):
 
         The stored IAmAlive time never goes backwards: if the row's heartbeat is newer
         than ``entry.i_am_alive_time``, the newer one is kept.
+        """
+
+    @abc.abstractmethod
+    def update_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+        """Replace several whole rows and set the version, all in one atomic step.
+
+        ``updates`` holds ``(entry, etag)`` pairs: each row of ``entry.silo_address`` is
+        conditioned on its own ``etag`` and gets a fresh etag; the version row is set to
+        ``version.version`` with a fresh etag, conditioned on ``version.etag``. So several
+        silos declared Dead together cost one version, and every reader sees all of them
+        change at once or none. Returns ``False`` (lost race, no side effect at all, not
+        even on the other rows) if any row does not exist, any ``etag`` is not its row's
+        current etag, or ``version.etag`` is not the current version etag. Like
+        ``update_row``, it never re-creates a removed row and never moves a stored IAmAlive
+        time backwards.
+
+        Raises ``InvalidUpdateError`` before touching the store if ``updates`` is empty,
+        names a silo twice, or has more rows than ``max_rows_per_update``, the limit of
+        the store's native transaction:
+
+        * memory: 10,000 (one lock; the bound only keeps batches sane);
+        * SQL (SQLite, PostgreSQL, MySQL/MariaDB): 1,000 (one transaction holding the
+          version row lock while it runs one ``UPDATE`` per row);
+        * ZooKeeper: 100 (one multi-op; a request must fit ``jute.maxbuffer``, 1 MiB by
+          default, and rows larger than 5 KiB on average are refused for that reason);
+        * Consul: 63 (``/v1/txn`` takes at most 64 operations: one ``cas`` per row plus
+          one for the version key; a body over 512 KiB, ``txn_max_req_len``, is refused too);
+        * DynamoDB: 99 (``TransactWriteItems`` takes at most 100 items: one ``Put`` per
+          row plus the version item).
         """
 
     @abc.abstractmethod

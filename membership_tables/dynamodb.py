@@ -9,8 +9,8 @@ item (a silo key always holds ``:`` and ``@``, so the two can never collide).
   the ``silo`` key), a numeric ``etag``, and ``i_am_alive_time`` as an ISO-8601 UTC string,
   which sorts like the time it names and so can be compared in condition expressions.
 
-Every canonical write is one ``TransactWriteItems`` of the version item and the row, each
-with a condition on its etag; heartbeats are a conditional ``UpdateItem`` of
+Every canonical write is one ``TransactWriteItems`` of the version item and the row (every
+row, for ``update_rows``), each with a condition on its etag; heartbeats are a conditional ``UpdateItem`` of
 ``i_am_alive_time`` alone. Reads are strongly consistent and fenced by the version item.
 Etags are random 63-bit numbers (see ``new_numeric_etag``). Throttling, 5xx, network
 errors and transaction conflicts are retried by one tenacity policy (botocore's own
@@ -24,7 +24,7 @@ import re
 import secrets
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -39,7 +39,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
 
 from membership_tables.codec import entry_from_document, entry_to_document, format_time, parse_time
-from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable
+from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
 from membership_tables.errors import InvalidEntryError, InvalidTableUriError, MalformedRowError, TableUnavailableError
 from membership_tables.model import (
     MembershipEntry,
@@ -76,7 +76,9 @@ _THROTTLED = {
 _USABLE_TABLE_STATES = {"ACTIVE", "UPDATING"}  # an UPDATING table still serves reads and writes
 _RETRYABLE_CANCELLATIONS = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
 _HEARTBEAT_RACES = 5
-"""How often ``update_row`` re-tries with a newer IAmAlive it found before giving up (False)."""
+"""How often ``update_row``/``update_rows`` re-try with a newer IAmAlive found before giving up (False)."""
+MAX_TRANSACT_ITEMS = 100
+"""DynamoDB's limit on the items of one ``TransactWriteItems`` request."""
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
@@ -233,6 +235,9 @@ class DynamoDbMembershipTable(MembershipTable):
     The boto3 client is created once and shared by every thread using this handle
     (clients are thread-safe; the session that made it is never used again).
     """
+
+    max_rows_per_update = MAX_TRANSACT_ITEMS - 1
+    """``update_rows`` is one ``TransactWriteItems``: a ``Put`` per row plus the version item."""
 
     def __init__(self, settings: DynamoDbSettings, cluster_id: str) -> None:
         super().__init__(cluster_id)
@@ -482,6 +487,9 @@ class DynamoDbMembershipTable(MembershipTable):
 
         return self._call("read_all", fenced_read)
 
+    def read_version(self) -> TableVersion:
+        return self._call("GetItem (version)", self._get_version)
+
     def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
         def transact_get() -> MembershipTableData:
             response = self._client.transact_get_items(
@@ -497,32 +505,32 @@ class DynamoDbMembershipTable(MembershipTable):
 
     # --- canonical writes -----------------------------------------------------------------
 
+    def _row_put(
+        self, row: dict[str, Any], condition: str, names: dict[str, str], values: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """One ``Put`` of a transaction: ``row`` if ``condition`` holds (reporting the old item if not)."""
+        put: dict[str, Any] = {
+            "TableName": self.settings.table_name,
+            "Item": row,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if values:
+            put["ExpressionAttributeValues"] = values
+        return put
+
     def _transact_write(
-        self,
-        version: TableVersion,
-        version_etag: int,
-        row: dict[str, Any],
-        row_condition: str,
-        names: dict[str, str],
-        values: dict[str, Any] | None = None,
+        self, version: TableVersion, version_etag: int, row_puts: Sequence[dict[str, Any]]
     ) -> list[tuple[str, Item | None]]:
-        """One transaction: version item (etag must match) and row. Returns [] on success,
-        else the cancellation reasons (version first, row second)."""
+        """One transaction: the version item (its etag must match) and the rows. Returns [] on
+        success, else the cancellation reasons (version first, then the rows in order)."""
         table = self.settings.table_name
         version_item = {
             **self._key(VERSION_KEY),
             "version": {"N": str(version.version)},
             ETAG: {"N": str(new_numeric_etag())},
         }
-        row_put: dict[str, Any] = {
-            "TableName": table,
-            "Item": row,
-            "ConditionExpression": row_condition,
-            "ExpressionAttributeNames": names,
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-        if values:
-            row_put["ExpressionAttributeValues"] = values
         request: dict[str, Any] = {
             # The token makes a retry after a lost response idempotent for 10 minutes, so a
             # committed write is never reported as a lost race.
@@ -537,7 +545,7 @@ class DynamoDbMembershipTable(MembershipTable):
                         "ExpressionAttributeValues": {":version_etag": {"N": str(version_etag)}},
                     }
                 },
-                {"Put": row_put},
+                *({"Put": put} for put in row_puts),
             ],
         }
 
@@ -557,37 +565,72 @@ class DynamoDbMembershipTable(MembershipTable):
         version_etag = parse_etag(version.etag)
         if version_etag is None:
             return False
-        row = self._row_item(entry, new_numeric_etag())
-        return not self._transact_write(version, version_etag, row, "attribute_not_exists(#silo)", {"#silo": RANGE_KEY})
+        row = self._row_put(
+            self._row_item(entry, new_numeric_etag()), "attribute_not_exists(#silo)", {"#silo": RANGE_KEY}
+        )
+        return not self._transact_write(version, version_etag, [row])
 
     def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
-        version_etag, row_etag = parse_etag(version.etag), parse_etag(etag)
-        if version_etag is None or row_etag is None:
+        return self._replace_rows(((entry, etag),), version)
+
+    def update_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+        return self._replace_rows(checked_updates(updates, self.max_rows_per_update), version)
+
+    def _replace_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+        """One transaction of the version item and every row, each conditioned on its etag.
+
+        A row's condition also requires the stored IAmAlive to be no newer than the one
+        written, so a newer heartbeat is never overwritten: if only that part failed, the
+        stored time is adopted and the transaction tried again (at most ``_HEARTBEAT_RACES`` times).
+        """
+        version_etag = parse_etag(version.etag)
+        row_etags = [parse_etag(etag) for _, etag in updates]
+        if version_etag is None or None in row_etags:
             return False
+        entries = [entry for entry, _ in updates]
         for _ in range(_HEARTBEAT_RACES):
-            # The condition on IAmAlive keeps a newer heartbeat: if one landed, adopt it and retry.
-            alive = format_time(entry.i_am_alive_time)
             reasons = self._transact_write(
                 version,
                 version_etag,
-                self._row_item(entry, new_numeric_etag()),
-                "#etag = :row_etag AND #alive <= :alive",
-                {"#etag": ETAG, "#alive": I_AM_ALIVE},
-                {":row_etag": {"N": str(row_etag)}, ":alive": {"S": alive}},
+                [
+                    self._row_put(
+                        self._row_item(entry, new_numeric_etag()),
+                        "#etag = :row_etag AND #alive <= :alive",
+                        {"#etag": ETAG, "#alive": I_AM_ALIVE},
+                        {":row_etag": {"N": str(row_etag)}, ":alive": {"S": format_time(entry.i_am_alive_time)}},
+                    )
+                    for entry, row_etag in zip(entries, row_etags, strict=True)
+                ],
             )
             if not reasons:
                 return True
-            (version_code, _), (row_code, old) = reasons
-            if version_code == "ConditionalCheckFailed" or row_code != "ConditionalCheckFailed" or not old:
+            (version_code, _), *row_reasons = reasons
+            if version_code == "ConditionalCheckFailed":
                 return False
-            stored_etag, stored_alive = old.get(ETAG, {}).get("N"), old.get(I_AM_ALIVE, {}).get("S")
-            if stored_etag != str(row_etag) or not isinstance(stored_alive, str) or stored_alive <= alive:
-                return False
-            try:
-                entry = entry.replace(i_am_alive_time=parse_time(stored_alive, I_AM_ALIVE))
-            except InvalidEntryError as exc:
-                raise MalformedRowError(f"membership row {self._where(str(entry.silo_address))}: {exc}") from exc
+            for position, (code, old) in enumerate(row_reasons):
+                if code != "ConditionalCheckFailed":
+                    continue
+                newer = self._newer_heartbeat(entries[position], row_etags[position], old)
+                if newer is None:
+                    return False
+                entries[position] = newer
         return False
+
+    def _newer_heartbeat(
+        self, entry: MembershipEntry, row_etag: int | None, old: Item | None
+    ) -> MembershipEntry | None:
+        """``entry`` with the stored IAmAlive if only a newer heartbeat failed its condition, else ``None``."""
+        if not old:
+            return None
+        stored_etag, stored_alive = old.get(ETAG, {}).get("N"), old.get(I_AM_ALIVE, {}).get("S")
+        if stored_etag != str(row_etag) or not isinstance(stored_alive, str):
+            return None
+        if stored_alive <= format_time(entry.i_am_alive_time):
+            return None
+        try:
+            return entry.replace(i_am_alive_time=parse_time(stored_alive, I_AM_ALIVE))
+        except InvalidEntryError as exc:
+            raise MalformedRowError(f"membership row {self._where(str(entry.silo_address))}: {exc}") from exc
 
     # --- blind writes ---------------------------------------------------------------------
 

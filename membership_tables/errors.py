@@ -6,6 +6,8 @@ Every error this package raises on purpose derives from one root::
     ├── InvalidTableUriError     the URI names no backend, or cannot be parsed
     ├── InvalidClusterIdError    the cluster id is not a short printable name
     ├── InvalidEntryError        a MembershipEntry or SiloAddress built from bad values
+    ├── InvalidUpdateError       an ``update_rows`` batch that is empty, names a silo twice,
+    │                            or is larger than the store's ``max_rows_per_update``
     ├── MalformedRowError        a row in the store cannot be parsed (nothing is changed)
     ├── BackendNotInstalledError the backend's driver is not installed (names the extra)
     └── TableUnavailableError    the store cannot be reached or failed; ``__cause__`` is
@@ -34,6 +36,10 @@ class InvalidClusterIdError(MembershipTableError, ValueError):
 
 class InvalidEntryError(MembershipTableError, ValueError):
     """A model value (address, entry, version) was built from invalid fields."""
+
+
+class InvalidUpdateError(MembershipTableError, ValueError):
+    """``update_rows`` was called with a batch no store could apply; nothing was sent to the store."""
 
 
 class MalformedRowError(MembershipTableError):

@@ -3,15 +3,17 @@
 Multi-process and chaos tests cannot prove much by looking at the final table: a silo
 wrongly declared Dead and a silo that came back from Dead both leave plausible rows.
 Instead, every silo wraps its table in a ``RecordingTable``, which appends one
-``HistoryRecord`` per *successful* ``insert_row``/``update_row`` (the table version the
-write set, who wrote it, and the row it wrote) to a ``HistorySink``, typically one
+``HistoryRecord`` per row of each *successful* ``insert_row``/``update_row``/``update_rows``
+(the table version the write set, who wrote it, and the row it wrote) to a ``HistorySink``, typically one
 ``JsonLinesSink`` file per writer process. After the run, ``load_history`` merges the
 files into one list ordered by version, and ``check_history``/``assert_history_ok``
 prove that the whole run kept these invariants:
 
 (a) **One winner per version**, and no gaps. The version row is the table's
     optimistic-concurrency token: if two writers both won version ``v`` the store let a
-    stale write through and the total order of membership changes is broken. With
+    stale write through and the total order of membership changes is broken. One
+    ``update_rows`` is one write that changes several rows: its records share a ``batch``
+    id, name each silo once and carry one version. With
     ``require_contiguous`` the versions must also form a gap-free run, which proves that
     every versioned write of the run was recorded (a gap is a write by someone who did
     not record, a record lost with a killed process, or a write whose outcome the writer
@@ -43,8 +45,9 @@ import json
 import logging
 import os
 import threading
+import uuid
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,7 +55,7 @@ from types import TracebackType
 from typing import Any, Literal, Protocol, Self, get_args
 
 from membership_tables.codec import entry_from_document, entry_to_document, format_time, parse_time
-from membership_tables.contract import MembershipTable
+from membership_tables.contract import MembershipTable, RowUpdate
 from membership_tables.errors import InvalidEntryError, MalformedRowError
 from membership_tables.model import (
     MembershipEntry,
@@ -81,7 +84,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Operation = Literal["insert", "update"]
+Operation = Literal["insert", "update", "update_rows"]
 """The versioned write a record stands for."""
 
 StrPath = str | os.PathLike[str]
@@ -109,6 +112,8 @@ class HistoryRecord:
     """The row's new etag if known, else ``""`` (``RecordingTable`` does not know it)."""
     recorded_at: datetime
     """UTC wall time of the write (``RecordingTable``: just before it was issued)."""
+    batch: str = ""
+    """For ``update_rows``: an id shared by the records of that one write (one per row), else ``""``."""
 
     def __post_init__(self) -> None:
         if isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 0:
@@ -116,7 +121,14 @@ class HistoryRecord:
         if not isinstance(self.writer, str) or not self.writer:
             raise InvalidEntryError(f"history writer must be a non-empty str, got {self.writer!r}")
         if self.operation not in get_args(Operation):
-            raise InvalidEntryError(f"history operation must be 'insert' or 'update', got {self.operation!r}")
+            raise InvalidEntryError(
+                f"history operation must be 'insert', 'update' or 'update_rows', got {self.operation!r}"
+            )
+        if not isinstance(self.batch, str) or bool(self.batch) != (self.operation == "update_rows"):
+            raise InvalidEntryError(
+                f"history batch must be a non-empty str for 'update_rows' and '' otherwise, got {self.batch!r} "
+                f"for {self.operation!r}"
+            )
         if not isinstance(self.entry, MembershipEntry):
             raise InvalidEntryError(f"history entry must be a MembershipEntry, got {self.entry!r}")
         if not isinstance(self.etag, str):
@@ -138,7 +150,7 @@ class HistoryRecord:
 
 def record_to_json(record: HistoryRecord) -> str:
     """The record as one line of compact JSON (no newline); the row uses the codec's document."""
-    document = {
+    document: dict[str, Any] = {
         "version": record.version,
         "writer": record.writer,
         "operation": record.operation,
@@ -146,6 +158,8 @@ def record_to_json(record: HistoryRecord) -> str:
         "recorded_at": format_time(record.recorded_at),
         "entry": entry_to_document(record.entry),
     }
+    if record.batch:
+        document["batch"] = record.batch
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -169,6 +183,7 @@ def record_from_json(text: str | bytes, where: str = "history line") -> HistoryR
             entry=entry_from_document(document.get("entry"), where),
             etag=document.get("etag", ""),
             recorded_at=parse_time(document.get("recorded_at"), "recorded_at"),
+            batch=document.get("batch", ""),
         )
     except MalformedRowError as exc:  # the codec's wording is about rows in a store; keep its cause
         raise MalformedHistoryError(f"{where}: its entry cannot be parsed: {exc.__cause__ or exc}") from exc
@@ -291,11 +306,12 @@ class RecordingTable(MembershipTable):
     """A ``MembershipTable`` that records its successful versioned writes.
 
     Every call goes to ``inner`` unchanged, and nothing else touches the store: after an
-    ``insert_row``/``update_row`` that returns ``True`` it appends one record to
-    ``sink``. Writes that return ``False`` or raise (their outcome is unknown) are not
-    recorded, nor are heartbeats, cleanup and deletes, which change no version. If the
-    sink raises, the error propagates although the write happened. ``close()`` closes
-    ``inner`` but not the sink, which may be shared.
+    ``insert_row``/``update_row`` that returns ``True`` it appends one record to ``sink``,
+    after an ``update_rows`` that returns ``True`` one per row (sharing a batch id). Writes
+    that return ``False`` or raise (their outcome is unknown) are not recorded, nor are
+    heartbeats, cleanup and deletes, which change no version. If the sink raises, the error
+    propagates although the write happened. ``close()`` closes ``inner`` but not the sink,
+    which may be shared.
     """
 
     def __init__(self, inner: MembershipTable, writer: str, sink: HistorySink) -> None:
@@ -303,6 +319,7 @@ class RecordingTable(MembershipTable):
         self.inner = inner
         self.writer = writer
         self.sink = sink
+        self.max_rows_per_update = inner.max_rows_per_update
 
     def _record(self, operation: Operation, entry: MembershipEntry, version: TableVersion, at: datetime) -> None:
         self.sink.append(HistoryRecord(version.version, self.writer, operation, entry, "", at))
@@ -315,6 +332,9 @@ class RecordingTable(MembershipTable):
 
     def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
         return self.inner.read_row(silo_address)
+
+    def read_version(self) -> TableVersion:
+        return self.inner.read_version()
 
     def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
         # Timestamped before the call: a writer's later write can only start after its
@@ -331,6 +351,15 @@ class RecordingTable(MembershipTable):
         written = self.inner.update_row(entry, etag, version)
         if written:
             self._record("update", entry, version, issued)
+        return written
+
+    def update_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+        issued = datetime.now(UTC)
+        written = self.inner.update_rows(updates, version)
+        if written:
+            batch = uuid.uuid4().hex
+            for entry, _ in updates:
+                self.sink.append(HistoryRecord(version.version, self.writer, "update_rows", entry, "", issued, batch))
         return written
 
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
@@ -412,14 +441,44 @@ def _is_voter(writer: str, entry: MembershipEntry) -> bool:
     return address in voters if address is not None else writer in {str(voter) for voter in voters}
 
 
-def _version_violations(ordered: list[HistoryRecord], require_contiguous: bool) -> list[str]:
+def _writes(records: Iterable[HistoryRecord]) -> list[list[HistoryRecord]]:
+    """The records grouped into writes: one ``update_rows`` (one batch) is one write, any other record one."""
+    writes: list[list[HistoryRecord]] = []
+    batches: dict[str, list[HistoryRecord]] = {}
+    for record in records:
+        if not record.batch:
+            writes.append([record])
+        elif record.batch in batches:
+            batches[record.batch].append(record)
+        else:
+            batches[record.batch] = [record]
+            writes.append(batches[record.batch])
+    return writes
+
+
+def _batch_violations(ordered: list[HistoryRecord]) -> list[str]:
     violations: list[str] = []
-    by_version: dict[int, list[HistoryRecord]] = defaultdict(list)
-    for record in ordered:
-        by_version[record.version].append(record)
+    for write in _writes(ordered):
+        versions = sorted({record.version for record in write})
+        silos = [record.silo for record in write]
+        if len(versions) > 1 or len(set(silos)) < len(silos):
+            listed = "; ".join(record.describe() for record in write)
+            violations.append(
+                f"(a) one update_rows is one write: batch {write[0].batch} by {write[0].writer} must carry one "
+                f"version and name each silo once, it carries versions {versions} and silos "
+                f"{', '.join(map(str, silos))}: {listed}"
+            )
+    return violations
+
+
+def _version_violations(ordered: list[HistoryRecord], require_contiguous: bool) -> list[str]:
+    violations = _batch_violations(ordered)
+    by_version: dict[int, list[list[HistoryRecord]]] = defaultdict(list)
+    for write in _writes(ordered):
+        by_version[write[0].version].append(write)
     for version, winners in by_version.items():
         if len(winners) > 1:
-            listed = "; ".join(record.describe() for record in winners)
+            listed = "; ".join(record.describe() for write in winners for record in write)
             violations.append(f"(a) one winner per version: version {version} was won {len(winners)} times: {listed}")
     if require_contiguous:
         versions = sorted(by_version)
@@ -436,8 +495,8 @@ def _version_violations(ordered: list[HistoryRecord], require_contiguous: bool) 
 def _writer_order_violations(records: list[HistoryRecord]) -> list[str]:
     violations: list[str] = []
     by_writer: dict[str, list[HistoryRecord]] = defaultdict(list)
-    for record in records:
-        by_writer[record.writer].append(record)
+    for write in _writes(records):
+        by_writer[write[0].writer].append(write[0])  # one update_rows is one write: its first row stands for it
     for writer, own in sorted(by_writer.items()):
         own.sort(key=lambda record: (record.recorded_at, record.version))
         for earlier, later in itertools.pairwise(own):

@@ -9,13 +9,14 @@ returning detached copies.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from membership_tables.codec import new_etag
-from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable
+from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
 from membership_tables.errors import InvalidTableUriError
 from membership_tables.model import (
     MembershipEntry,
@@ -41,6 +42,9 @@ class _Store:
 
 class InMemoryMembershipTable(MembershipTable):
     """A process-local table; ``memory://NAME`` names the shared store."""
+
+    max_rows_per_update = 10_000
+    """No store limit: one lock makes any batch atomic; the bound only keeps batches sane."""
 
     _stores: ClassVar[dict[str, _Store]] = {}
     _stores_lock: ClassVar[threading.Lock] = threading.Lock()
@@ -101,14 +105,28 @@ class InMemoryMembershipTable(MembershipTable):
             state.version = TableVersion(version.version, new_etag())
             return True
 
+    def read_version(self) -> TableVersion:
+        with self._store.lock:
+            return self._state.version or UNINITIALIZED_VERSION
+
     def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
+        return self._replace_rows(((entry, etag),), version)
+
+    def update_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+        return self._replace_rows(checked_updates(updates, self.max_rows_per_update), version)
+
+    def _replace_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
         with self._store.lock:
             state = self._state
-            current = state.rows.get(entry.silo_address)
-            if current is None or current[1] != etag or not self._version_matches(version):
+            current = [state.rows.get(entry.silo_address) for entry, _ in updates]
+            if not self._version_matches(version) or any(
+                row is None or row[1] != etag for row, (_, etag) in zip(current, updates, strict=True)
+            ):
                 return False
-            alive = max(current[0].i_am_alive_time, entry.i_am_alive_time)
-            state.rows[entry.silo_address] = (entry.replace(i_am_alive_time=alive), new_etag())
+            for row, (entry, _) in zip(current, updates, strict=True):
+                assert row is not None
+                alive = max(row[0].i_am_alive_time, entry.i_am_alive_time)
+                state.rows[entry.silo_address] = (entry.replace(i_am_alive_time=alive), new_etag())
             state.version = TableVersion(version.version, new_etag())
             return True
 

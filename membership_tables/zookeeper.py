@@ -3,15 +3,23 @@
 Layout under the chroot (default ``/silo-membership``)::
 
     <chroot>/<cluster_id>                          {"version": N}    data version = version etag
-    <chroot>/<cluster_id>/<host:port@generation>   the row (codec)   data version = row etag
+    <chroot>/<cluster_id>/<host:port@generation>   the row (codec)   "czxid.version" = row etag
     <chroot>/<cluster_id>/<host:port@generation>/alive   {"i_am_alive_time": ISO}
 
 Why this honours the contract:
 
 * Every canonical write is one multi-op transaction that sets the cluster node at the
   expected data version and creates (insert) or sets (update) the silo node at the
-  expected version, so rows and the version move together or not at all. A znode's
-  data version only ever increases, which makes it a fresh etag for the node's life.
+  expected version, so rows and the version move together or not at all.
+* Etags are fresh forever, not only for one znode's life. The cluster node is never
+  deleted: ``delete_cluster_entries`` removes the rows and turns it into a marker
+  (``{"version": null}``, read as "no version row") with one more ``setData``, so its data
+  version never restarts and is the version etag as is. A silo node is deleted by cleanup
+  and may be created again, restarting its data version, so a row etag pairs the data
+  version (what the multi-op checks) with the node's creation zxid (``czxid``, never
+  reused): an update first reads the node and refuses an etag of another incarnation.
+  A node re-created between that read and the commit got there through an insert, which
+  moved the version etag the commit checks.
 * Heartbeats write only the ``alive`` child. A child's writes change neither the silo
   node's data version (its etag) nor the cluster node, so tokens read before a
   heartbeat still work; reads report the later of the row's and the alive node's time.
@@ -50,10 +58,11 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 
 from membership_tables import codec
-from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable
+from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
 from membership_tables.errors import (
     InvalidEntryError,
     InvalidTableUriError,
+    InvalidUpdateError,
     MalformedRowError,
     TableUnavailableError,
 )
@@ -76,6 +85,10 @@ _FENCE_ATTEMPTS = 100
 """Fenced reads retried this often while canonical writes keep moving the version."""
 _CAS_ATTEMPTS = 20
 """Heartbeat compare-and-set and cluster deletion retries under concurrent writes."""
+MAX_MULTI_ROW_BYTES = 512 * 1024
+"""The most row data one ``update_rows`` multi-op carries: half of ZooKeeper's default
+``jute.maxbuffer`` (1 MiB, the largest request a server accepts), leaving room for paths and
+framing. A larger request would make the server drop the connection."""
 _RECONNECT = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_jitter": 0.4, "max_delay": 2.0}
 """kazoo reconnects forever with at most 2 s between attempts (its default backs off to an
 hour), so a handle kept open across a ZooKeeper restart is usable again soon after it."""
@@ -182,7 +195,8 @@ def node_name(silo_address: SiloAddress) -> str:
     return quote(str(silo_address), safe=":@[]")
 
 
-def _version_document(version: int) -> bytes:
+def _version_document(version: int | None) -> bytes:
+    """The cluster node's data; ``None`` marks a deleted cluster (no version row)."""
     return json.dumps({"version": version}).encode()
 
 
@@ -200,8 +214,11 @@ def _json_field(data: bytes, field: str, path: str) -> object:
     return document[field]
 
 
-def _parse_version(data: bytes, path: str) -> int:
+def _parse_version(data: bytes, path: str) -> int | None:
+    """The version number the cluster node holds, ``None`` for a deleted cluster's marker."""
     version = _json_field(data, "version", path)
+    if version is None:
+        return None
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise MalformedRowError(f"znode {path} has a bad version {version!r}; repair or delete it by hand")
     return version
@@ -215,8 +232,21 @@ def _parse_alive(data: bytes, path: str) -> datetime:
 
 
 def _znode_version(etag: str) -> int | None:
-    """The znode data version an etag names, or ``None`` if no znode could carry it."""
+    """The znode data version a version etag names, or ``None`` if no znode could carry it."""
     return int(etag) if etag.isascii() and etag.isdigit() else None
+
+
+def _row_etag(stat: Any) -> str:
+    """A silo node's etag: its creation zxid and its data version (see the module docstring)."""
+    return f"{stat.czxid}.{stat.version}"
+
+
+def _parse_row_etag(etag: str) -> tuple[int, int] | None:
+    """``(czxid, data version)`` of a row etag, or ``None`` if no silo node could carry it."""
+    czxid, dot, version = etag.partition(".")
+    if not dot or (parsed := _znode_version(czxid)) is None or (data_version := _znode_version(version)) is None:
+        return None
+    return parsed, data_version
 
 
 @dataclass(frozen=True)
@@ -224,7 +254,12 @@ class _StoredRow:
     entry: MembershipEntry
     """With IAmAlive already merged from the alive node."""
     row_version: int
+    row_czxid: int
     alive_version: int | None
+
+    @property
+    def etag(self) -> str:
+        return f"{self.row_czxid}.{self.row_version}"
 
 
 @dataclass(frozen=True)
@@ -233,11 +268,15 @@ class _Snapshot:
     rows: tuple[_StoredRow, ...]
 
     def data(self) -> MembershipTableData:
-        return MembershipTableData(tuple((row.entry, str(row.row_version)) for row in self.rows), self.version)
+        return MembershipTableData(tuple((row.entry, row.etag) for row in self.rows), self.version)
 
 
 class ZooKeeperMembershipTable(MembershipTable):
     """A cluster's table in ZooKeeper; one kazoo client per handle, shared by its threads."""
+
+    max_rows_per_update = 100
+    """One multi-op must fit ``jute.maxbuffer`` (1 MiB by default): 100 rows of up to 5 KiB on
+    average (a row is typically well under 1 KiB) stay within ``MAX_MULTI_ROW_BYTES``."""
 
     def __init__(self, settings: ZooKeeperSettings, cluster_id: str) -> None:
         super().__init__(validate_cluster_id(cluster_id))
@@ -321,6 +360,9 @@ class ZooKeeperMembershipTable(MembershipTable):
                 data, before = self._wait(head)
             except NoNodeError:
                 return _Snapshot(UNINITIALIZED_VERSION, ())
+            number = _parse_version(data, self.cluster_path)
+            if number is None:  # a deleted cluster's marker: no version row, no rows
+                return _Snapshot(UNINITIALIZED_VERSION, ())
             try:
                 children = names if names is not None else self._wait(listing)
             except NoNodeError:  # the cluster was deleted after the first read
@@ -333,7 +375,7 @@ class ZooKeeperMembershipTable(MembershipTable):
             rows = tuple(row for path, *results in pending if (row := self._row(path, *results)) is not None)
             after = self._wait(tail)
             if after is not None and (after.czxid, after.version) == (before.czxid, before.version):
-                return _Snapshot(TableVersion(_parse_version(data, self.cluster_path), str(before.version)), rows)
+                return _Snapshot(TableVersion(number, str(before.version)), rows)
             time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
         raise TableUnavailableError(
             f"the version of {self.cluster_path} kept moving during {_FENCE_ATTEMPTS} reads; too many concurrent writes"
@@ -353,9 +395,9 @@ class ZooKeeperMembershipTable(MembershipTable):
         try:
             alive_data, alive_stat = self._wait(alive_result)
         except NoNodeError:
-            return _StoredRow(entry, stat.version, None)
+            return _StoredRow(entry, stat.version, stat.czxid, None)
         alive = max(entry.i_am_alive_time, _parse_alive(alive_data, f"{path}/{ALIVE_NODE}"))
-        return _StoredRow(entry.replace(i_am_alive_time=alive), stat.version, alive_stat.version)
+        return _StoredRow(entry.replace(i_am_alive_time=alive), stat.version, stat.czxid, alive_stat.version)
 
     def read_all(self) -> MembershipTableData:
         with self._driver_errors("read_all"):
@@ -365,15 +407,39 @@ class ZooKeeperMembershipTable(MembershipTable):
         with self._driver_errors("read_row"):
             return self._snapshot([node_name(silo_address)]).data()
 
+    def read_version(self) -> TableVersion:
+        with self._driver_errors("read_version"):
+            try:
+                data, stat = self._wait(self._connected().get_async(self.cluster_path))
+            except NoNodeError:
+                return UNINITIALIZED_VERSION
+            number = _parse_version(data, self.cluster_path)
+            return UNINITIALIZED_VERSION if number is None else TableVersion(number, str(stat.version))
+
     # -- writes --------------------------------------------------------------------------
 
     def initialize(self, try_init_version: bool = True) -> None:
         with self._driver_errors("initialize"):
             client = self._connected()
             self._wait(client.ensure_path_async(self.settings.chroot))
-            if try_init_version:
-                with contextlib.suppress(NodeExistsError):
+            if not try_init_version:
+                return
+            for _ in range(_CAS_ATTEMPTS):
+                try:
                     self._wait(client.create_async(self.cluster_path, _version_document(0)))
+                    return
+                except NodeExistsError:
+                    pass
+                try:
+                    data, stat = self._wait(client.get_async(self.cluster_path))
+                    if _parse_version(data, self.cluster_path) is not None:
+                        return  # initialized already: never touched
+                    # A deleted cluster's marker: version 0 again, at a data version never used before.
+                    self._wait(client.set_async(self.cluster_path, _version_document(0), version=stat.version))
+                    return
+                except (NoNodeError, BadVersionError):  # removed by hand, or another initializer won: look again
+                    continue
+        raise TableUnavailableError(f"{self.cluster_path} kept changing while it was being initialized; try again")
 
     def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
         expected = _znode_version(version.etag)
@@ -388,25 +454,61 @@ class ZooKeeperMembershipTable(MembershipTable):
             return self._commit(transaction)
 
     def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
-        expected_version, expected_row = _znode_version(version.etag), _znode_version(etag)
-        if expected_version is None or expected_row is None:
-            return False
-        path = self.row_path(entry.silo_address)
         with self._driver_errors("update_row"):
-            client = self._connected()
-            try:
-                data, stat = self._wait(client.get_async(path))
-            except NoNodeError:
+            return self._replace_rows(((entry, etag),), version)
+
+    def update_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+        batch = checked_updates(updates, self.max_rows_per_update)
+        size = sum(len(codec.dumps(entry)) for entry, _ in batch)
+        if size > MAX_MULTI_ROW_BYTES:
+            raise InvalidUpdateError(
+                f"update_rows would send {size} bytes of rows in one ZooKeeper multi-op, more than "
+                f"{MAX_MULTI_ROW_BYTES} (the server's jute.maxbuffer is 1 MiB by default); split the batch"
+            )
+        with self._driver_errors("update_rows"):
+            return self._replace_rows(batch, version)
+
+    def _replace_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+        """One multi-op: the cluster node at ``version.etag`` and every row at its etag's data version."""
+        expected_version = _znode_version(version.etag)
+        tokens = [_parse_row_etag(etag) for _, etag in updates]
+        if expected_version is None or None in tokens:
+            return False
+        client = self._connected()
+        paths = [self.row_path(entry.silo_address) for entry, _ in updates]
+        pending = [client.get_async(path) for path in paths]  # pipelined: one round trip for every row
+        transaction = client.transaction()
+        transaction.set_data(self.cluster_path, _version_document(version.version), version=expected_version)
+        for (entry, _), path, token, result in zip(updates, paths, tokens, pending, strict=True):
+            assert token is not None
+            stored = self._stored_row(client, path, token, result)
+            if stored is None:
                 return False
-            if stat.version != expected_row:
-                return False
-            # The transaction checks the row version, so ``stored`` is exactly the row it replaces.
-            stored = codec.loads(data, path)
+            # The multi-op checks the data version, so ``stored`` is exactly the row it replaces.
             alive = max(entry.i_am_alive_time, stored.i_am_alive_time)
-            transaction = client.transaction()
-            transaction.set_data(self.cluster_path, _version_document(version.version), version=expected_version)
-            transaction.set_data(path, codec.dumps(entry.replace(i_am_alive_time=alive)), version=expected_row)
-            return self._commit(transaction)
+            transaction.set_data(path, codec.dumps(entry.replace(i_am_alive_time=alive)), version=token[1])
+        return self._commit(transaction)
+
+    def _stored_row(self, client: Any, path: str, token: tuple[int, int], pending: Any) -> MembershipEntry | None:
+        """The row at ``path`` if it is the incarnation and data version ``token`` names, else ``None``.
+
+        This server may lag behind the one a token came from (ZooKeeper reads are not
+        linearizable across sessions): a node older than the token, or none, is read again
+        after a ``sync``, so a current token is never refused because of a lagging follower.
+        """
+        for attempt in range(2):
+            try:
+                data, stat = self._wait(pending)
+                seen = (stat.czxid, stat.version)
+            except NoNodeError:
+                seen = None
+            if seen == token:
+                return codec.loads(data, path)
+            if attempt or (seen is not None and seen > token):
+                return None
+            self._wait(client.sync_async(path))
+            pending = client.get_async(path)
+        return None
 
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
         when = ensure_utc(when, "IAmAlive time")
@@ -461,17 +563,22 @@ class ZooKeeperMembershipTable(MembershipTable):
             client = self._connected()
             for _ in range(_CAS_ATTEMPTS):
                 try:
-                    stat = self._wait(client.exists_async(self.cluster_path))
-                    if stat is None:
+                    data, stat = self._wait(client.get_async(self.cluster_path))
+                except NoNodeError:
+                    return
+                try:
+                    descendants = self._descendants(client, self.cluster_path)
+                    if _parse_version(data, self.cluster_path) is None and not descendants:
                         return
-                    # One transaction, deepest first: readers never see a half-deleted cluster.
+                    # One transaction, deepest first: readers never see a half-deleted cluster. The
+                    # cluster node stays as a marker so its data version (the version etag) never restarts.
                     transaction = client.transaction()
-                    for path in self._descendants(client, self.cluster_path):
+                    for path in descendants:
                         transaction.delete(path)
-                    transaction.delete(self.cluster_path, version=stat.version)
+                    transaction.set_data(self.cluster_path, _version_document(None), version=stat.version)
                     if self._commit(transaction):
                         return
-                except NoNodeError:
+                except NoNodeError:  # a row removed by a concurrent cleanup: look again
                     continue
         raise TableUnavailableError(f"{self.cluster_path} kept changing while it was being deleted; try again")
 

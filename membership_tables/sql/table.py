@@ -3,24 +3,25 @@
 Every canonical write is one transaction that first runs a conditional UPDATE of the
 cluster's version row (``WHERE etag = <the version the caller read>``). That row lock
 serialises the writers of one cluster; a row count of 0 means the caller lost the race.
-Only then is the member row inserted or updated (conditioned on its own etag). Any failed
-precondition rolls the whole transaction back, so a write that returns ``False`` changed
-nothing. Deadlocks and lock timeouts roll back too and are retried a few times; whatever
-else the driver raises becomes ``TableUnavailableError``.
+Only then is the member row inserted or updated (conditioned on its own etag; ``update_rows``
+updates each of its rows the same way). Any failed precondition rolls the whole transaction
+back, so a write that returns ``False`` changed nothing. Deadlocks and lock timeouts roll
+back too and are retried a few times; whatever else the driver raises becomes
+``TableUnavailableError``.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 from membership_tables.codec import new_etag
-from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable
+from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
 from membership_tables.errors import TableUnavailableError
 from membership_tables.model import (
     MembershipEntry,
@@ -51,6 +52,10 @@ class _LostRaceError(Exception):
 
 class SqlMembershipTable(MembershipTable):
     """A cluster's membership in the ``silo_membership`` tables of a SQL database."""
+
+    max_rows_per_update = 1_000
+    """``update_rows`` runs one ``UPDATE`` per row while holding the version row's lock, which
+    blocks every other writer of the cluster: the bound keeps that wait short."""
 
     def __init__(self, engine: sa.Engine, cluster_id: str) -> None:
         super().__init__(validate_cluster_id(cluster_id))
@@ -136,6 +141,15 @@ class SqlMembershipTable(MembershipTable):
     def read_all(self) -> MembershipTableData:
         return self._read(None)
 
+    def read_version(self) -> TableVersion:
+        def work(connection: sa.Connection) -> TableVersion:
+            row = connection.execute(
+                sa.select(_versions.version, _versions.etag).where(_versions.cluster_id == self.cluster_id)
+            ).first()
+            return UNINITIALIZED_VERSION if row is None else TableVersion(*row)
+
+        return self._transaction(work, write=False, if_no_schema=UNINITIALIZED_VERSION)
+
     def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
         return self._read(silo_address)
 
@@ -170,21 +184,33 @@ class SqlMembershipTable(MembershipTable):
         return self._write(work)
 
     def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
-        values = entry_to_values(entry)
-        alive = sa.literal(values.pop("i_am_alive_time"), UtcDateTime())
-        newest_alive = sa.case((_members.i_am_alive_time > alive, _members.i_am_alive_time), else_=alive)
+        return self._replace_rows(((entry, etag),), version)
+
+    def update_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+        return self._replace_rows(checked_updates(updates, self.max_rows_per_update), version)
+
+    def _replace_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+        """Bump the version, then replace each row at its etag; any miss rolls everything back."""
+        statements = [self._replace_statement(entry, etag) for entry, etag in updates]
 
         def work(connection: sa.Connection) -> None:
             self._bump_version(connection, version)
-            result = connection.execute(
-                sa.update(membership_table)
-                .where(self._key(entry.silo_address), _members.etag == etag)
-                .values(**values, etag=new_etag(), i_am_alive_time=newest_alive)
-            )
-            if result.rowcount != 1:
-                raise _LostRaceError
+            for statement in statements:
+                if connection.execute(statement).rowcount != 1:
+                    raise _LostRaceError
 
         return self._write(work)
+
+    def _replace_statement(self, entry: MembershipEntry, etag: str) -> sa.Update:
+        """The row of ``entry`` replaced if it carries ``etag``, keeping the later IAmAlive time."""
+        values = entry_to_values(entry)
+        alive = sa.literal(values.pop("i_am_alive_time"), UtcDateTime())
+        newest_alive = sa.case((_members.i_am_alive_time > alive, _members.i_am_alive_time), else_=alive)
+        return (
+            sa.update(membership_table)
+            .where(self._key(entry.silo_address), _members.etag == etag)
+            .values(**values, etag=new_etag(), i_am_alive_time=newest_alive)
+        )
 
     # -- other writes ------------------------------------------------------------------
 

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
-from membership_tables.contract import MembershipTable
+from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate
+from membership_tables.errors import InvalidUpdateError
 from membership_tables.model import (
     MembershipEntry,
     MembershipTableData,
@@ -272,6 +273,33 @@ def check_heartbeat_never_goes_backwards_or_creates(open_cluster: OpenCluster) -
     assert_unchanged(table, before, "a heartbeat of an absent silo")
 
 
+def check_updates_never_move_alive_backwards(open_cluster: OpenCluster) -> None:
+    """The IAmAlive an update wrote (not only a heartbeat's) is kept against a later, older one."""
+    table = fresh_table(open_cluster)
+    entry = make_entry(i_am_alive_time=T0)
+    insert(table, entry)
+    read = table.read_all()
+    newer = entry.replace(silo_name="v2", i_am_alive_time=T0 + timedelta(seconds=4))
+    expect(table.update_row(newer, row_etag(read, entry.silo_address), read.version.next()), "update must succeed")
+    read = table.read_all()
+    older = entry.replace(silo_name="v3", i_am_alive_time=T0 + timedelta(seconds=1))
+    expect(table.update_row(older, row_etag(read, entry.silo_address), read.version.next()), "update must succeed")
+    read = table.read_all()
+    expect(
+        read.entries == (older.replace(i_am_alive_time=newer.i_am_alive_time),),
+        f"an update_row with an older IAmAlive than an earlier update wrote must keep the newer, got {read.entries}",
+    )
+    oldest = entry.replace(silo_name="v4", i_am_alive_time=T0)
+    expect(
+        table.update_rows([(oldest, row_etag(read, entry.silo_address))], read.version.next()),
+        "update_rows must succeed",
+    )
+    expect(
+        table.read_all().entries == (oldest.replace(i_am_alive_time=newer.i_am_alive_time),),
+        f"update_rows must keep the newer IAmAlive too, got {table.read_all().entries}",
+    )
+
+
 def _race(count: int, action: Callable[[int], bool]) -> list[bool]:
     barrier = threading.Barrier(count)
 
@@ -525,6 +553,338 @@ def check_delete_cluster_entries(open_cluster: OpenCluster) -> None:
     expect(len(table.read_all().rows) == 1, "a deleted cluster can be initialized and used again")
 
 
+# --- read_version --------------------------------------------------------------------------
+
+
+def _expect_version_agrees(table: MembershipTable, when: str) -> None:
+    version, everything = table.read_version(), table.read_all().version
+    expect(
+        version == everything,
+        f"read_version must agree with read_all().version {when}: read_version={version}, read_all={everything}",
+    )
+
+
+def check_read_version_agrees_with_read_all(open_cluster: OpenCluster) -> None:
+    table = open_cluster(new_cluster_id())
+    table.initialize(try_init_version=False)
+    expect(
+        table.read_version() == UNINITIALIZED_VERSION,
+        f"read_version of a cluster without a version row must be {UNINITIALIZED_VERSION}, got {table.read_version()}",
+    )
+    table.initialize()
+    _expect_version_agrees(table, "after initialize")
+    entry = make_entry()
+    insert(table, entry)
+    _expect_version_agrees(table, "after an insert")
+    read = table.read_all()
+    expect(
+        table.update_row(entry.replace(silo_name="v2"), row_etag(read, entry.silo_address), read.version.next()),
+        "update with current tokens must succeed",
+    )
+    _expect_version_agrees(table, "after an update")
+    before = table.read_version()
+    table.update_i_am_alive(entry.silo_address, T0 + timedelta(minutes=1))
+    expect(table.read_version() == before, "a heartbeat must not change what read_version returns")
+    table.delete_cluster_entries()
+    expect(
+        table.read_version() == UNINITIALIZED_VERSION,
+        f"read_version after delete_cluster_entries must be {UNINITIALIZED_VERSION}, got {table.read_version()}",
+    )
+    table.initialize()
+    _expect_version_agrees(table, "after a deleted cluster was initialized again")
+    expect(table.read_version().etag != before.etag, "a re-initialized cluster must carry a fresh version etag")
+
+
+def check_read_version_tokens_work_for_writes(open_cluster: OpenCluster) -> None:
+    """The version read_version returns is the token a write needs, and it goes stale like read_all's."""
+    table = fresh_table(open_cluster)
+    first = make_entry(1001)
+    version = table.read_version()
+    expect(table.insert_row(first, version.next()), "an insert with the version from read_version must succeed")
+    before = table.read_all()
+    expect(not table.insert_row(make_entry(1002), version.next()), "a read_version token must go stale after a write")
+    assert_unchanged(table, before, "an insert with a stale read_version token")
+
+
+def check_read_version_is_monotonic_under_writes(open_cluster: OpenCluster) -> None:
+    cluster_id = new_cluster_id()
+    writer_table = open_cluster(cluster_id)
+    writer_table.initialize()
+    entry = make_entry()
+    insert(writer_table, entry)
+
+    def write() -> None:
+        for index in range(40):
+            data = writer_table.read_row(entry.silo_address)
+            row = data.get(entry.silo_address)
+            assert row is not None
+            writer_table.update_row(row[0].replace(silo_name=f"w{index}"), row[1], data.version.next())
+
+    reader_table = open_cluster(cluster_id)
+    writer = threading.Thread(target=write)
+    writer.start()
+    seen: list[TableVersion] = []
+    try:
+        while writer.is_alive() or not seen:
+            seen.append(reader_table.read_version())
+    finally:
+        writer.join()
+    numbers = [version.version for version in seen]
+    expect(numbers == sorted(numbers), f"read_version must never go backwards, it returned versions {numbers}")
+    expect(
+        len({version.etag for version in seen}) == len(set(numbers)),
+        f"each version read must carry one etag of its own, got {sorted(set(seen), key=lambda v: v.version)}",
+    )
+    _expect_version_agrees(reader_table, "after concurrent writes")
+
+
+# --- update_rows -----------------------------------------------------------------------------
+
+
+def _three_rows(table: MembershipTable) -> tuple[list[MembershipEntry], MembershipTableData]:
+    entries = [make_entry(1001 + i, i_am_alive_time=T0 + timedelta(seconds=10)) for i in range(3)]
+    for entry in entries:
+        insert(table, entry)
+    return entries, table.read_all()
+
+
+def _address(entry: MembershipEntry) -> SiloAddress:
+    return entry.silo_address
+
+
+def _updates(read: MembershipTableData, entries: list[MembershipEntry]) -> list[RowUpdate]:
+    return [(entry, row_etag(read, entry.silo_address)) for entry in entries]
+
+
+def check_update_rows_commits_plus_one(open_cluster: OpenCluster) -> None:
+    table = fresh_table(open_cluster)
+    (first, second, third), read = _three_rows(table)
+    voter = SiloAddress("10.0.0.9", 9, 9)
+    dead = [
+        first.replace(status=SiloStatus.DEAD, suspect_times=((voter, T0 + timedelta(minutes=1)),)),
+        second.replace(status=SiloStatus.DEAD, i_am_alive_time=T0),  # older than stored: the stored time stays
+    ]
+    expect(table.update_rows(_updates(read, dead), read.version.next()), "update_rows with current tokens must succeed")
+    after = table.read_all()
+    expect(
+        after.version.version == read.version.version + 1,
+        f"update_rows must bump the version by exactly one, whatever the number of rows; got {after.version}",
+    )
+    expect(after.version.etag not in ("", read.version.etag), "update_rows must give the version a fresh etag")
+    expected = {
+        first.silo_address: dead[0],
+        second.silo_address: dead[1].replace(i_am_alive_time=second.i_am_alive_time),
+        third.silo_address: third,
+    }
+    actual = {entry.silo_address: entry for entry in after.entries}
+    expect(
+        actual == expected,
+        "update_rows must replace exactly the given rows, keeping the newer stored IAmAlive time:\n"
+        f"  expected={sorted(expected.values(), key=_address)}\n  read    ={sorted(actual.values(), key=_address)}",
+    )
+    for entry in (first, second):
+        expect(
+            row_etag(after, entry.silo_address) != row_etag(read, entry.silo_address),
+            f"update_rows must give row {entry.silo_address} a fresh etag",
+        )
+    expect(
+        row_etag(after, third.silo_address) == row_etag(read, third.silo_address),
+        "a row update_rows was not given must keep its etag",
+    )
+
+
+def check_update_rows_is_all_or_nothing(open_cluster: OpenCluster) -> None:
+    """A stale or never-issued etag in any position, or a stale version: False, and nothing changes."""
+    table = fresh_table(open_cluster)
+    entries, _ = _three_rows(table)
+    for position, entry in enumerate(entries):
+        read = table.read_all()
+        old = row_etag(read, entry.silo_address)
+        expect(
+            table.update_row(entry.replace(silo_name=f"moved-{position}"), old, read.version.next()),
+            "update with current tokens must succeed",
+        )
+        before = table.read_all()
+        renamed = [row.replace(silo_name="batch") for row in before.entries]
+        for bad in (old, "never-issued-etag"):
+            updates = _updates(before, renamed)
+            updates[position] = (updates[position][0], bad)
+            expect(
+                not table.update_rows(updates, before.version.next()),
+                f"update_rows with etag {bad!r} for row {position} ({entry.silo_address}) must return False",
+            )
+            assert_unchanged(table, before, f"an update_rows with a bad etag for row {position}")
+    before = table.read_all()
+    renamed = [row.replace(silo_name="batch") for row in before.entries]
+    stale_version = TableVersion(before.version.version, "never-issued-etag")
+    expect(not table.update_rows(_updates(before, renamed), stale_version), "update_rows with a bad version must fail")
+    assert_unchanged(table, before, "an update_rows with a bad version etag")
+    expect(table.update_rows(_updates(before, renamed), before.version.next()), "current tokens must then succeed")
+    expect(
+        not table.update_rows(_updates(before, renamed), before.version.next()),
+        "update_rows must not succeed twice with the same tokens",
+    )
+
+
+def check_update_rows_of_a_missing_row_rejected(open_cluster: OpenCluster) -> None:
+    """A row that was never there, or was removed by cleanup, fails the whole batch and is not re-created."""
+    table = fresh_table(open_cluster)
+    (first, second, third), read = _three_rows(table)
+    dead = first.replace(status=SiloStatus.DEAD)
+    expect(table.update_row(dead, row_etag(read, first.silo_address), read.version.next()), "marking Dead must work")
+    removed_etag = row_etag(table.read_all(), first.silo_address)
+    expect(table.cleanup_defunct_entries(T0 + timedelta(days=1)) == 1, "cleanup must remove the old Dead row")
+    before = table.read_all()
+    present = _updates(before, [second.replace(silo_name="b"), third.replace(silo_name="c")])
+    for missing in ((dead, removed_etag), (make_entry(1999), row_etag(before, second.silo_address))):
+        for position in range(3):
+            updates = [*present[:position], missing, *present[position:]]
+            expect(
+                not table.update_rows(updates, before.version.next()),
+                f"update_rows naming missing row {missing[0].silo_address} at position {position} must fail",
+            )
+            assert_unchanged(table, before, f"an update_rows naming a missing row at position {position}")
+
+
+def check_update_rows_refuses_bad_batches(open_cluster: OpenCluster) -> None:
+    table = fresh_table(open_cluster)
+    limit = table.max_rows_per_update
+    expect(
+        isinstance(limit, int) and not isinstance(limit, bool) and limit >= 2,
+        f"max_rows_per_update must be an int of at least 2, got {limit!r}",
+    )
+    (first, second, _), before = _three_rows(table)
+    etag = row_etag(before, first.silo_address)
+    too_many = [(make_entry(port), etag) for port in range(20_000, 20_000 + limit + 1)]
+    batches: dict[str, list[RowUpdate]] = {
+        "an empty batch": [],
+        "a silo named twice": [(first, etag), (second, row_etag(before, second.silo_address)), (first, etag)],
+        f"{limit + 1} rows (max_rows_per_update is {limit})": too_many,
+    }
+    for what, updates in batches.items():
+        try:
+            table.update_rows(updates, before.version.next())
+        except InvalidUpdateError as exc:
+            expect(bool(str(exc)), f"the error for {what} must say what is wrong")
+        else:
+            raise ConformanceError(f"update_rows with {what} must raise InvalidUpdateError")
+        assert_unchanged(table, before, f"an update_rows with {what}")
+
+
+FULL_BATCH_CHECKED_UP_TO = 128
+"""A batch of exactly ``max_rows_per_update`` rows is committed when the limit is at most this;
+a larger limit (SQL, memory) is checked with a batch of this many rows."""
+
+
+def check_update_rows_commits_a_full_batch(open_cluster: OpenCluster) -> None:
+    """The limit the backend states is one its store really accepts."""
+    table = fresh_table(open_cluster)
+    size = min(table.max_rows_per_update, FULL_BATCH_CHECKED_UP_TO)
+    entries = [make_entry(30_000 + index) for index in range(size)]
+    for entry in entries:
+        insert(table, entry)
+    read = table.read_all()
+    dead = [entry.replace(status=SiloStatus.DEAD) for entry in entries]
+    expect(
+        table.update_rows(_updates(read, dead), read.version.next()),
+        f"update_rows of {size} rows (max_rows_per_update {table.max_rows_per_update}) must succeed",
+    )
+    after = table.read_all()
+    expect(after.version.version == read.version.version + 1, f"one batch is one version, got {after.version}")
+    expect(
+        sorted(after.entries, key=_address) == sorted(dead, key=_address),
+        f"every row of a {size}-row batch must be written, got {after.entries}",
+    )
+
+
+def check_update_rows_ordered_with_single_row_writes(open_cluster: OpenCluster) -> None:
+    """update_rows takes its place in the one total order of versions: interleaved with update_row
+    and insert_row, each write moves the version by one and invalidates the tokens before it."""
+    table = fresh_table(open_cluster)
+    (first, second, third), read = _three_rows(table)
+    expect(
+        table.update_rows(
+            _updates(read, [first.replace(silo_name="a1"), second.replace(silo_name="b1")]), read.version.next()
+        ),
+        "update_rows must succeed",
+    )
+    middle = table.read_all()
+    expect(
+        not table.update_row(third.replace(silo_name="c1"), row_etag(middle, third.silo_address), read.version.next()),
+        "update_row with the version read before an update_rows must fail",
+    )
+    expect(
+        table.update_row(third.replace(silo_name="c1"), row_etag(middle, third.silo_address), middle.version.next()),
+        "update_row after update_rows, with fresh tokens, must succeed",
+    )
+    expect(
+        not table.update_rows(_updates(middle, [first.replace(silo_name="a2")]), middle.version.next()),
+        "update_rows with the version read before an update_row must fail",
+    )
+    last = table.read_all()
+    expect(table.insert_row(make_entry(1004), last.version.next()), "insert after update_rows must succeed")
+    expect(
+        table.read_all().version.version == read.version.version + 3,
+        f"update_rows, update_row, insert_row: three versions, got {table.read_all().version}",
+    )
+
+
+def check_parallel_update_rows_have_one_winner(open_cluster: OpenCluster) -> None:
+    cluster_id = new_cluster_id()
+    setup = open_cluster(cluster_id)
+    setup.initialize()
+    entries, read = _three_rows(setup)
+    handles = [open_cluster(cluster_id) for _ in range(4)]
+    batches = [
+        _updates(read, [entry.replace(silo_name=f"writer-{index}") for entry in entries[index % 2 :]])
+        for index in range(4)
+    ]
+    try:
+        results = _race(4, lambda i: handles[i].update_rows(batches[i], read.version.next()))
+    finally:
+        for handle in handles:
+            handle.close()
+    expect(results.count(True) == 1, f"exactly one of 4 racing update_rows must win, got {results}")
+    winner = results.index(True)
+    data = setup.read_all()
+    expect(data.version.version == read.version.version + 1, f"only one batch may commit, got {data.version}")
+    names = {entry.silo_address: entry.silo_name for entry in data.entries}
+    expected = {entry.silo_address: entry.silo_name for entry, _ in batches[winner]}
+    expect(
+        {address: names[address] for address in expected} == expected
+        and all(not name.startswith("writer-") for address, name in names.items() if address not in expected),
+        f"the table must hold exactly the winning batch (writer-{winner}), with no row of a losing one: {names}",
+    )
+
+
+def check_update_rows_races_update_row(open_cluster: OpenCluster) -> None:
+    """update_rows and update_row of other rows, from one version: exactly one wins."""
+    cluster_id = new_cluster_id()
+    setup = open_cluster(cluster_id)
+    setup.initialize()
+    (first, second, third), read = _three_rows(setup)
+    handles = [open_cluster(cluster_id) for _ in range(2)]
+    batch = _updates(read, [first.replace(silo_name="batch"), second.replace(silo_name="batch")])
+
+    def write(index: int) -> bool:
+        if index == 0:
+            return handles[0].update_rows(batch, read.version.next())
+        return handles[1].update_row(
+            third.replace(silo_name="single"), row_etag(read, third.silo_address), read.version.next()
+        )
+
+    try:
+        results = _race(2, write)
+    finally:
+        for handle in handles:
+            handle.close()
+    expect(results.count(True) == 1, f"update_rows vs update_row from one version: one must win, got {results}")
+    data = setup.read_all()
+    names = sorted(entry.silo_name for entry in data.entries)
+    expected = ["batch", "batch", "silo-1003"] if results[0] else ["silo-1001", "silo-1002", "single"]
+    expect(names == expected, f"only the winner's rows may change: expected names {expected}, got {names}")
+
+
 CHECKS: tuple[Check, ...] = (
     check_empty_table_reads_version_zero,
     check_uninitialized_cluster_rejects_writes,
@@ -538,6 +898,7 @@ CHECKS: tuple[Check, ...] = (
     check_update_never_recreates_removed_row,
     check_heartbeat_is_not_a_canonical_write,
     check_heartbeat_never_goes_backwards_or_creates,
+    check_updates_never_move_alive_backwards,
     check_parallel_inserts_have_one_winner,
     check_parallel_read_modify_write_all_succeed,
     check_updates_of_different_rows_are_ordered,
@@ -548,6 +909,17 @@ CHECKS: tuple[Check, ...] = (
     check_cleanup_removes_only_old_dead_rows,
     check_clusters_are_isolated,
     check_delete_cluster_entries,
+    check_read_version_agrees_with_read_all,
+    check_read_version_tokens_work_for_writes,
+    check_read_version_is_monotonic_under_writes,
+    check_update_rows_commits_plus_one,
+    check_update_rows_is_all_or_nothing,
+    check_update_rows_of_a_missing_row_rejected,
+    check_update_rows_refuses_bad_batches,
+    check_update_rows_commits_a_full_batch,
+    check_update_rows_ordered_with_single_row_writes,
+    check_parallel_update_rows_have_one_winner,
+    check_update_rows_races_update_row,
 )
 
 

@@ -2,8 +2,9 @@
 
 The checks of ``membership_tables.testing.checks`` each try one rule on one hand-written
 scenario. This module lets hypothesis write the scenarios: random programs of
-``insert_row``, ``update_row``, ``update_i_am_alive``, ``read_all``/``read_row``,
-read-modify-writes, cleanups and re-creations of the cluster, passing current, stale or
+``insert_row``, ``update_row``, ``update_rows``, ``update_i_am_alive``,
+``read_all``/``read_row``/``read_version``, read-modify-writes (of one row or several),
+cleanups and re-creations of the cluster, passing current, stale or
 never-issued row and version tokens, some steps issued **concurrently** from several
 threads (one handle each) against the real backend. A reference model of the contract
 replays every step, and each step must be explained by it. The model is an in-memory table
@@ -18,9 +19,10 @@ must be new); the memory backend is itself one of the backends checked against t
   and every cleanup remove what it reported;
 * **the state is the replay of exactly the successful writes**: after every step a read
   returns the reference's rows and version;
-* **versions move by exactly one per successful write**, and every write gives the row and
-  the version **fresh** etags: a read never reveals an etag that row (or the version row)
-  carried before, not even across a cleanup or a re-created cluster.
+* **versions move by exactly one per successful write** (an ``update_rows`` of several rows
+  too), and every write gives each row it writes and the version **fresh** etags: a read
+  never reveals an etag that row (or the version row) carried before, not even across a
+  cleanup or a re-created cluster.
 
 A write that raised ``TableUnavailableError`` has an unknown outcome: either is accepted.
 Reads inside concurrent steps are compared without their IAmAlive times (a heartbeat is
@@ -53,7 +55,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from hypothesis.database import ExampleDatabase
 
-from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable
+from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate
 from membership_tables.errors import TableUnavailableError
 from membership_tables.model import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
 from membership_tables.testing.checks import T0, ConformanceError, OpenCluster, make_entry, new_cluster_id
@@ -143,6 +145,27 @@ class ReadModifyWrite:
 
 
 @dataclass(frozen=True)
+class UpdateRows:
+    """``update_rows`` of rows of distinct slots, each with its own etag token, and a version token."""
+
+    rows: tuple[tuple[RowSpec, Token], ...]
+    version: Token
+
+
+@dataclass(frozen=True)
+class ReadModifyWriteRows:
+    """``read_all`` then ``update_rows`` with exactly the tokens that read returned, of those of
+    these rows that the read found (all of them, to lose, if it found none)."""
+
+    rows: tuple[RowSpec, ...]
+
+
+@dataclass(frozen=True)
+class ReadVersion:
+    pass
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     slot: int
     seconds: int
@@ -170,7 +193,19 @@ class Recreate:
     """``delete_cluster_entries()`` then ``initialize()``: the cluster starts again at version 0."""
 
 
-Op = Insert | Update | ReadModifyWrite | Heartbeat | ReadAll | ReadRow | Cleanup | Recreate
+Op = (
+    Insert
+    | Update
+    | ReadModifyWrite
+    | Heartbeat
+    | ReadAll
+    | ReadRow
+    | Cleanup
+    | Recreate
+    | UpdateRows
+    | ReadModifyWriteRows
+    | ReadVersion
+)
 Step = tuple[tuple[Op, ...], ...]
 """One tuple of operations per thread; a single thread with a single operation is a plain call."""
 
@@ -211,6 +246,17 @@ def _ops(*, concurrent: bool, removals: bool) -> st.SearchStrategy[Op]:
     ]
     if removals and not concurrent:
         branches += [st.builds(Cleanup, st.integers(0, 1)), st.just(Recreate())]
+    # Appended last, so the stored examples of the programs above still decode to the same programs.
+    distinct_rows = st.lists(_rows(), min_size=1, max_size=SLOTS, unique_by=lambda row: row.slot).map(tuple)
+    update_rows = st.builds(
+        UpdateRows,
+        st.lists(st.tuples(_rows(), _tokens()), min_size=1, max_size=SLOTS, unique_by=lambda pair: pair[0].slot).map(
+            tuple
+        ),
+        _tokens(),
+    )
+    read_modify_write_rows = st.builds(ReadModifyWriteRows, distinct_rows)
+    branches += [update_rows, update_rows, read_modify_write_rows, read_modify_write_rows, st.just(ReadVersion())]
     return st.sampled_from(branches).flatmap(_itself)  # one_of would favour the first branch
 
 
@@ -349,7 +395,20 @@ def _observe(
 
 # --- executed operations ---------------------------------------------------------------------
 
-Kind = Literal["read_all", "read_row", "insert", "update", "heartbeat", "cleanup", "delete", "initialize"]
+Kind = Literal[
+    "read_all",
+    "read_row",
+    "read_version",
+    "insert",
+    "update",
+    "update_rows",
+    "heartbeat",
+    "cleanup",
+    "delete",
+    "initialize",
+]
+WRITES: frozenset[Kind] = frozenset({"insert", "update", "update_rows", "heartbeat"})
+"""Calls whose outcome is unknown when they raise ``TableUnavailableError``."""
 
 
 @dataclass
@@ -361,6 +420,8 @@ class Event:
     address: SiloAddress | None = None
     entry: MembershipEntry | None = None
     etag: str = ""
+    updates: tuple[RowUpdate, ...] = ()
+    """For ``update_rows``: the rows and their etags."""
     version: TableVersion | None = None
     when: datetime | None = None
     result: object = None
@@ -380,6 +441,13 @@ class Event:
                 + (f"etag={self.etag!r}, " if self.kind == "update" else "")
                 + f"version={self.version})"
             )
+        elif self.kind == "update_rows":
+            rows = "; ".join(
+                f"{entry.silo_address} {entry.status.name} {entry.silo_name} alive={entry.i_am_alive_time:%H:%M:%S} "
+                f"votes={len(entry.suspect_times)} etag={etag!r}"
+                for entry, etag in self.updates
+            )
+            what = f"update_rows([{rows}], version={self.version})"
         elif self.kind == "heartbeat":
             what = f"update_i_am_alive({self.address}, {self.when:%H:%M:%S})"
         elif self.kind == "read_row":
@@ -395,7 +463,7 @@ class Event:
     def apply(self, model: Model) -> tuple[list[Model], str]:
         """The models this call can leave behind if it took effect on ``model`` (none: impossible)."""
         if self.error is not None:
-            if self.kind in ("insert", "update", "heartbeat"):  # unknown outcome: either is fine
+            if self.kind in WRITES:  # unknown outcome: either is fine
                 done, _ = self._effect(model)
                 return [model, *done], ""
             return [model], ""  # a failed read says nothing
@@ -407,10 +475,16 @@ class Event:
             only = self.address if self.kind == "read_row" else None
             seen, why = _observe(model, self.result, only, self.exact)
             return ([seen] if seen is not None else []), why
+        if self.kind == "read_version":
+            assert isinstance(self.result, TableVersion)
+            seen, why = _observe_version(model, self.result)
+            return ([seen] if seen is not None else []), why
         if self.kind == "insert":
             return self._insert(model)
         if self.kind == "update":
             return self._update(model)
+        if self.kind == "update_rows":
+            return self._update_rows(model)
         if self.kind == "heartbeat":
             return [_heartbeat(model, self.address, self.when)], ""
         if self.kind == "cleanup":
@@ -422,12 +496,14 @@ class Event:
         etag, model = model.fresh()
         return [replace(model, version=(0, etag))], ""
 
-    def _commit(self, model: Model, entry: MembershipEntry) -> Model:
+    def _commit(self, model: Model, *entries: MembershipEntry) -> Model:
         assert self.version is not None
         assert model.version is not None
-        row_etag, model = model.fresh()
+        rows = dict(model.rows)
+        for entry in entries:
+            row_etag, model = model.fresh()
+            rows[entry.silo_address] = (entry, row_etag)
         version_etag, model = model.fresh()
-        rows = {**model.rows, entry.silo_address: (entry, row_etag)}
         return replace(model, rows=rows, version=(self.version.version, version_etag))
 
     def _insert(self, model: Model) -> tuple[list[Model], str]:
@@ -467,6 +543,34 @@ class Event:
         alive = max(current[0].i_am_alive_time, self.entry.i_am_alive_time)
         return [self._commit(model, self.entry.replace(i_am_alive_time=alive))], ""
 
+    def _update_rows(self, model: Model) -> tuple[list[Model], str]:
+        assert self.version is not None
+        current = [model.rows.get(entry.silo_address) for entry, _ in self.updates]
+        expected, why = True, "its version etag and every row etag are current"
+        if not model.version_matches(self.version):
+            expected, why = False, f"its version etag {self.version.etag!r} is not the current one"
+        for (entry, etag), row in zip(self.updates, current, strict=True):
+            if not expected:
+                break
+            if row is None:
+                expected, why = False, f"row {entry.silo_address} does not exist"
+            elif row[1] != etag:
+                expected, why = (
+                    False,
+                    f"row {entry.silo_address}'s etag {etag!r} is not the current one ({row[1]!r})",
+                )
+        if expected and not _is_next(self.version, model):
+            return [], _reused_version(self.version, model)
+        if self.result is not expected:
+            return [], f"update_rows returned {self.result}, but {why}"
+        if not expected:
+            return [model], ""
+        written = []
+        for (entry, _), row in zip(self.updates, current, strict=True):
+            assert row is not None
+            written.append(entry.replace(i_am_alive_time=max(row[0].i_am_alive_time, entry.i_am_alive_time)))
+        return [self._commit(model, *written)], ""
+
     def _cleanup(self, model: Model) -> tuple[list[Model], str]:
         assert self.when is not None
         defunct = [
@@ -477,6 +581,20 @@ class Event:
         if self.result != len(defunct):
             return [], f"cleanup reported {self.result} removed rows, the reference removes {len(defunct)}"
         return [replace(model, rows={a: row for a, row in model.rows.items() if a not in defunct})], ""
+
+
+def _observe_version(model: Model, version: TableVersion) -> tuple[Model | None, str]:
+    """Match a ``read_version`` against the model, learning a fresh version etag."""
+    if model.version is None:
+        if version != UNINITIALIZED_VERSION:
+            return None, f"the cluster has no version row, yet read_version returned {version}"
+        return model, ""
+    if version.version != model.version[0]:
+        return None, f"read_version says version {version.version}, the reference {model.version[0]}"
+    current, why = model.bind(VERSION_KEY, model.version[1], version.etag)
+    if current is None:
+        return None, why
+    return (current.with_version(version.etag) if isinstance(model.version[1], Fresh) else current), ""
 
 
 def _is_next(version: TableVersion, model: Model) -> bool:
@@ -560,11 +678,17 @@ class _Reads:
 
     def __init__(self) -> None:
         self.all: list[MembershipTableData] = []
+        self.versions: list[TableVersion] = []
+        """The version of every read, ``read_version`` included."""
 
-    def add(self, data: MembershipTableData) -> None:
-        self.all.append(data)
+    def add(self, result: object) -> None:
+        if isinstance(result, MembershipTableData):
+            self.all.append(result)
+            self.versions.append(result.version)
+        elif isinstance(result, TableVersion):
+            self.versions.append(result)
 
-    def _pick(self, reads: Sequence[MembershipTableData], token: Token) -> MembershipTableData | None:
+    def _pick(self, reads: Sequence[_T], token: Token) -> _T | None:
         if not reads:
             return None
         if token.kind == "current":
@@ -572,11 +696,11 @@ class _Reads:
         return reads[max(0, len(reads) - 2 - token.age)]
 
     def version(self, token: Token) -> TableVersion:
-        latest = self.all[-1].version if self.all else UNINITIALIZED_VERSION
-        picked = self._pick(self.all, token)
+        latest = self.versions[-1] if self.versions else UNINITIALIZED_VERSION
+        picked = self._pick(self.versions, token)
         if token.kind == "bogus" or picked is None:
             return TableVersion(latest.version + 1, BOGUS_ETAG)
-        return picked.version.next()
+        return picked.next()
 
     def etag(self, address: SiloAddress, token: Token) -> str:
         with_row = [data for data in self.all if data.get(address) is not None]
@@ -605,6 +729,24 @@ def _run_op(table: MembershipTable, thread: int, op: Op, reads: _Reads, exact: b
     if isinstance(op, ReadRow):
         address = slot_address(op.slot)
         return [_timed(Event(thread, "read_row", address=address, exact=exact), lambda: table.read_row(address))]
+    if isinstance(op, ReadVersion):
+        return [_timed(Event(thread, "read_version"), table.read_version)]
+    if isinstance(op, UpdateRows):
+        version = reads.version(op.version)
+        updates = tuple((row.entry(), reads.etag(slot_address(row.slot), token)) for row, token in op.rows)
+        event = Event(thread, "update_rows", updates=updates, version=version)
+        return [_timed(event, lambda: table.update_rows(updates, version))]
+    if isinstance(op, ReadModifyWriteRows):
+        read = _timed(Event(thread, "read_all", exact=exact), table.read_all)
+        if not isinstance(read.result, MembershipTableData):
+            return [read]
+        data = read.result
+        present = [row for row in op.rows if data.get(slot_address(row.slot)) is not None] or op.rows
+        updates = tuple(
+            (row.entry(), found[1] if (found := data.get(slot_address(row.slot))) else BOGUS_ETAG) for row in present
+        )
+        event = Event(thread, "update_rows", updates=updates, version=data.version.next())
+        return [read, _timed(event, lambda: table.update_rows(updates, data.version.next()))]
     if isinstance(op, Heartbeat):
         address, when = slot_address(op.slot), T0 + timedelta(seconds=op.seconds)
         event = Event(thread, "heartbeat", address=address, when=when)
@@ -703,8 +845,7 @@ class _Cluster:
         self.log.append(what + "".join(f"\n      {event.describe(started)}" for event in events))
         explained = linearize(self.model, threads)
         for event in events:
-            if isinstance(event.result, MembershipTableData):
-                self.reads.add(event.result)
+            self.reads.add(event.result)
         if explained.model is not None:
             self.model = explained.model
             return

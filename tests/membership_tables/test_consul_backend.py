@@ -17,6 +17,7 @@ import requests
 
 from membership_tables import (
     InvalidTableUriError,
+    InvalidUpdateError,
     MalformedRowError,
     SiloStatus,
     TableUnavailableError,
@@ -24,7 +25,7 @@ from membership_tables import (
     open_table,
 )
 from membership_tables.codec import entry_to_document, format_time
-from membership_tables.consul import ConsulMembershipTable, ConsulSettings, parse_consul_uri
+from membership_tables.consul import MAX_TXN_BYTES, ConsulMembershipTable, ConsulSettings, parse_consul_uri
 from membership_tables.testing import make_entry
 from membership_tables.testing.checks import T0
 from tests.consul_server import ConsulTestServer
@@ -148,6 +149,26 @@ def test_an_identical_update_still_gets_fresh_etags(consul_test_server: ConsulTe
         after = table.read_all()
     assert after.rows[0][1] != read.rows[0][1]
     assert after.version.etag != read.version.etag
+
+
+@pytest.mark.slow
+def test_update_rows_refuses_a_transaction_larger_than_the_agent_takes(
+    consul_test_server: ConsulTestServer, prefix: str
+) -> None:
+    """63 rows fit the operation limit, but rows averaging 8 KiB would not fit txn_max_req_len."""
+    bulky = {"blob": "x" * 9000}
+    entries = [make_entry(2000 + i, properties=bulky) for i in range(MAX_TXN_BYTES // 12000 + 1)]
+    with open_table(consul_test_server.uri(prefix), "c1") as table:
+        table.initialize()
+        for entry in entries:
+            assert table.insert_row(entry, table.read_version().next())
+        read = table.read_all()
+        etags = {entry.silo_address: etag for entry, etag in read.rows}
+        updates = [(entry.replace(status=SiloStatus.DEAD), etags[entry.silo_address]) for entry in entries]
+        with pytest.raises(InvalidUpdateError, match="byte Consul transaction"):
+            table.update_rows(updates, read.version.next())
+        assert table.read_all() == read
+        assert table.update_rows(updates[: len(updates) // 2], read.version.next()), "half of it fits"
 
 
 @pytest.mark.slow

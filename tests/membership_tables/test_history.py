@@ -356,7 +356,7 @@ def test_record_round_trips_through_json() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"operation": "delete"}, "operation must be 'insert' or 'update'"),
+        ({"operation": "delete"}, "operation must be 'insert', 'update' or 'update_rows'"),
         ({"version": "7"}, "version must be a non-negative int"),
         ({"writer": ""}, "writer must be a non-empty str"),
         ({"recorded_at": "2026-01-02T03:04:05"}, "naive"),
@@ -443,6 +443,7 @@ class CountingTable(MembershipTable):
     def __init__(self, inner: MembershipTable) -> None:
         super().__init__(inner.cluster_id)
         self.inner = inner
+        self.max_rows_per_update = inner.max_rows_per_update
         self.calls: list[str] = []
         self.fail_writes = False
 
@@ -462,6 +463,10 @@ class CountingTable(MembershipTable):
         self.calls.append("read_row")
         return self.inner.read_row(silo_address)
 
+    def read_version(self) -> TableVersion:
+        self.calls.append("read_version")
+        return self.inner.read_version()
+
     def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
         self.calls.append("insert_row")
         self._write()
@@ -471,6 +476,11 @@ class CountingTable(MembershipTable):
         self.calls.append("update_row")
         self._write()
         return self.inner.update_row(entry, etag, version)
+
+    def update_rows(self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion) -> bool:
+        self.calls.append("update_rows")
+        self._write()
+        return self.inner.update_rows(updates, version)
 
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
         self.calls.append("update_i_am_alive")
@@ -653,4 +663,123 @@ def test_a_write_recorded_late_still_orders_by_when_it_was_issued(store: str) ->
     thread.join()
 
     assert [r.version for r in sink.records] == [1, 3, 2], "v3 was recorded before v2"
+    assert_history_ok(sink.records, min_voters=2)
+
+
+# --- update_rows: one write, several rows ----------------------------------------------
+
+
+def batch(version: int, writer: SiloAddress, *entries: MembershipEntry, batch_id: str = "b1") -> list[HistoryRecord]:
+    """The records one ``update_rows`` leaves: one per row, sharing a batch id, a version and a time."""
+    when = T0 + timedelta(seconds=version)
+    return [HistoryRecord(version, str(writer), "update_rows", entry, "", when, batch_id) for entry in entries]
+
+
+RACK_LOST = [
+    *cluster_forms(),
+    rec(7, D, row(D, SiloStatus.JOINING), "insert"),
+    rec(8, D, row(D)),
+    rec(9, A, row(C, voters=[A])),
+    rec(10, A, row(D, voters=[A])),
+    *batch(11, B, row(C, SiloStatus.DEAD, voters=[A, B]), row(D, SiloStatus.DEAD, voters=[A, B])),
+    rec(12, A, row(A, voters=[B])),
+]
+"""C and D fail together: B casts the last vote on both and declares both Dead in one version."""
+
+
+@pytest.mark.parametrize(
+    ("records", "expected"),
+    [
+        pytest.param(RACK_LOST, [], id="two deaths in one version"),
+        pytest.param(list(reversed(RACK_LOST)), [], id="in any order"),
+        pytest.param(
+            [
+                *cluster_forms(),
+                *batch(7, B, row(A, SiloStatus.DEAD, voters=[A, B]), row(C, SiloStatus.DEAD, voters=[B])),
+            ],
+            ["(c) death needs a quorum: 10.0.0.2:11111@1 declared 10.0.0.3:11111@1 Dead at v7 with 1 distinct voter"],
+            id="each row of a batch needs its voters",
+        ),
+        pytest.param(
+            [*RACK_LOST, *batch(13, A, row(C, SiloStatus.DEAD, voters=[A, B]), row(A), batch_id="b2")],
+            ["(b) Dead is terminal: 10.0.0.1:11111@1 wrote 10.0.0.3:11111@1 at v13"],
+            id="a batch may not touch a Dead row",
+        ),
+        pytest.param(
+            [*cluster_forms(), *batch(7, A, row(A), row(B)), *batch(7, B, row(C), batch_id="b2")],
+            ["(a) one winner per version: version 7 was won 2 times"],
+            id="two batches at one version",
+        ),
+        pytest.param(
+            [*cluster_forms(), *batch(7, A, row(A), row(B)), rec(7, C, row(C))],
+            ["(a) one winner per version: version 7 was won 2 times"],
+            id="a batch and an update at one version",
+        ),
+        pytest.param(
+            [*cluster_forms(), *batch(7, A, row(A)), *batch(8, A, row(B))],
+            ["(a) one update_rows is one write: batch b1 by 10.0.0.1:11111@1 must carry one version"],
+            id="one batch id at two versions",
+        ),
+        pytest.param(
+            [*cluster_forms(), *batch(7, A, row(B), row(B, voters=[A]))],
+            ["(a) one update_rows is one write: batch b1 by 10.0.0.1:11111@1 must carry one version and name each"],
+            id="one batch naming a silo twice",
+        ),
+    ],
+)
+def test_update_rows_is_one_write_of_several_rows(records: list[HistoryRecord], expected: list[str]) -> None:
+    violations = check(records)
+    assert len(violations) == len(expected), violations
+    for violation, start in zip(violations, expected, strict=True):
+        assert violation.startswith(start), violation
+
+
+def test_a_batch_counts_once_in_its_writers_order() -> None:
+    assert check([*cluster_forms(), *batch(7, A, row(A), row(B), row(C)), rec(8, A, row(A, voters=[B]))]) == []
+
+
+@pytest.mark.parametrize(
+    ("operation", "batch_id", "message"),
+    [
+        ("update_rows", "", "batch must be a non-empty str for 'update_rows'"),
+        ("update", "b1", "batch must be a non-empty str for 'update_rows' and '' otherwise"),
+        ("insert", "b1", "batch must be a non-empty str for 'update_rows' and '' otherwise"),
+    ],
+)
+def test_a_batch_id_goes_with_update_rows_only(operation: Operation, batch_id: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        HistoryRecord(1, str(A), operation, row(A), "", T0, batch_id)
+
+
+def test_a_batch_round_trips_through_json() -> None:
+    record = batch(7, A, row(B, SiloStatus.DEAD, voters=[A, C]))[0]
+    line = record_to_json(record)
+    assert json.loads(line)["batch"] == "b1"
+    assert record_from_json(line) == record
+    assert "batch" not in json.loads(record_to_json(rec(1, A, row(A)))), "other records keep their old shape"
+
+
+def test_recording_table_records_one_update_rows_as_one_batch(store: str) -> None:
+    counting = CountingTable(open_table(store, "c"))
+    sink = ListSink()
+    table = RecordingTable(counting, str(A), sink)
+    assert table.max_rows_per_update == counting.inner.max_rows_per_update
+    table.initialize()
+    for silo in (B, C):
+        assert table.insert_row(row(silo), table.read_version().next())
+    read = table.read_all()
+    etags = {entry.silo_address: etag for entry, etag in read.rows}
+    dead = [(row(silo, SiloStatus.DEAD, voters=[A, D]), etags[silo]) for silo in (B, C)]
+    assert not table.update_rows(dead, TableVersion(read.version.version + 1, "stale")), "a lost race"
+    assert table.update_rows(dead, read.version.next())
+    counting.fail_writes = True
+    with pytest.raises(TableUnavailableError):
+        table.update_rows(dead, table.read_version().next())
+
+    assert counting.calls[-5:] == ["read_all", "update_rows", "update_rows", "read_version", "update_rows"]
+    written = sink.records[2:]
+    assert [(r.version, r.operation, r.entry) for r in written] == [(3, "update_rows", entry) for entry, _ in dead]
+    assert written[0].batch
+    assert written[0].batch == written[1].batch
+    assert written[0].recorded_at == written[1].recorded_at
     assert_history_ok(sink.records, min_voters=2)

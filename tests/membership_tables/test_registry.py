@@ -17,6 +17,7 @@ def test_public_names_are_exactly_the_intended_ones() -> None:
             "BackendNotInstalledError",
             "InvalidClusterIdError",
             "InvalidEntryError",
+            "InvalidUpdateError",
             "InvalidTableUriError",
             "MalformedRowError",
             "MembershipEntry",

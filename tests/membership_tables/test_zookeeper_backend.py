@@ -13,6 +13,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from membership_tables import (
     InvalidTableUriError,
+    InvalidUpdateError,
     MalformedRowError,
     SiloStatus,
     TableUnavailableError,
@@ -21,7 +22,12 @@ from membership_tables import (
 from membership_tables.codec import entry_to_document
 from membership_tables.testing import make_entry
 from membership_tables.testing.checks import T0
-from membership_tables.zookeeper import DEFAULT_CHROOT, ZooKeeperMembershipTable, ZooKeeperSettings
+from membership_tables.zookeeper import (
+    DEFAULT_CHROOT,
+    MAX_MULTI_ROW_BYTES,
+    ZooKeeperMembershipTable,
+    ZooKeeperSettings,
+)
 from tests.services.process import free_port, wait_until
 from tests.services.zookeeper import ZooKeeperServer
 
@@ -132,7 +138,7 @@ def test_layout_is_readable_by_an_admin(table: ZooKeeperMembershipTable, zk: Kaz
     for entry in (first, second):
         row_data, row_stat = zk.get(f"{chroot}/prod/{entry.silo_address}")
         assert json.loads(row_data) == entry_to_document(entry)
-        assert data.get(entry.silo_address) == (entry, str(row_stat.version))
+        assert data.get(entry.silo_address) == (entry, f"{row_stat.czxid}.{row_stat.version}")
         alive_data, _ = zk.get(f"{chroot}/prod/{entry.silo_address}/alive")
         assert json.loads(alive_data) == {"i_am_alive_time": entry_to_document(entry)["i_am_alive_time"]}
 
@@ -173,9 +179,13 @@ def test_delete_cluster_entries_removes_the_subtree_only(
     with open_table(zookeeper_server.uri(chroot), "other") as other:
         other.initialize()
         table.delete_cluster_entries()
-        assert zk.exists(f"{chroot}/prod") is None
-        assert zk.get_children(chroot) == ["other"]
+        marker, stat = zk.get(f"{chroot}/prod")
+        assert json.loads(marker) == {"version": None}  # kept, so its data version never restarts
+        assert zk.get_children(f"{chroot}/prod") == []
+        assert sorted(zk.get_children(chroot)) == ["other", "prod"]
+        assert json.loads(zk.get(f"{chroot}/other")[0]) == {"version": 0}
         table.delete_cluster_entries()  # a repeat is a no-op
+        assert zk.exists(f"{chroot}/prod") == stat
 
 
 @pytest.mark.slow
@@ -206,6 +216,22 @@ def test_malformed_cluster_node_raises(table: ZooKeeperMembershipTable, zk: Kazo
     zk.set(f"{chroot}/prod", b'{"version": -3}')
     with pytest.raises(MalformedRowError, match=f"{chroot}/prod has a bad version"):
         table.read_all()
+
+
+@pytest.mark.slow
+def test_update_rows_refuses_a_multi_op_larger_than_the_server_takes(table: ZooKeeperMembershipTable) -> None:
+    """Rows averaging more than 5 KiB would not fit jute.maxbuffer in 100 rows: refused before any request."""
+    bulky = {"blob": "x" * 6000}
+    entries = [make_entry(2000 + i, properties=bulky) for i in range(MAX_MULTI_ROW_BYTES // 6000 + 1)]
+    for entry in entries:
+        assert table.insert_row(entry, table.read_version().next())
+    read = table.read_all()
+    etags = {entry.silo_address: etag for entry, etag in read.rows}
+    updates = [(entry.replace(status=SiloStatus.DEAD), etags[entry.silo_address]) for entry in entries]
+    with pytest.raises(InvalidUpdateError, match="bytes of rows in one ZooKeeper multi-op"):
+        table.update_rows(updates, read.version.next())
+    assert table.read_all() == read
+    assert table.update_rows(updates[: len(updates) // 2], read.version.next()), "half of it fits"
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import functools
 import inspect
 import random
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ParamSpec
@@ -79,6 +79,7 @@ class FlakyTable(MembershipTable):
     def __init__(self, inner: MembershipTable) -> None:
         super().__init__(inner.cluster_id)
         self.inner = inner
+        self.max_rows_per_update = inner.max_rows_per_update
         self.down = False
         self.failed_calls = 0
         self.calls: list[str] = []
@@ -101,6 +102,10 @@ class FlakyTable(MembershipTable):
         self._check()
         return self.inner.read_row(silo_address)
 
+    def read_version(self) -> TableVersion:
+        self._check()
+        return self.inner.read_version()
+
     def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
         self._check()
         return self.inner.insert_row(entry, version)
@@ -108,6 +113,10 @@ class FlakyTable(MembershipTable):
     def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
         self._check()
         return self.inner.update_row(entry, etag, version)
+
+    def update_rows(self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion) -> bool:
+        self._check()
+        return self.inner.update_rows(updates, version)
 
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
         self._check()

@@ -48,7 +48,7 @@ import itertools
 import logging
 import random
 from collections import Counter, deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -152,6 +152,7 @@ class Gate(MembershipTable):
 
     def __init__(self, board: Switchboard, silo: SiloAddress) -> None:
         super().__init__(board.store.cluster_id)
+        self.max_rows_per_update = board.store.max_rows_per_update
         self.board = board
         self.silo = silo
 
@@ -177,6 +178,10 @@ class Gate(MembershipTable):
         self._enter()
         return self.board.store.read_row(silo_address)
 
+    def read_version(self) -> TableVersion:
+        self._enter()
+        return self.board.store.read_version()
+
     def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
         self._enter()
         self._intrude()
@@ -186,6 +191,11 @@ class Gate(MembershipTable):
         self._enter()
         self._intrude()
         return self.board.store.update_row(entry, etag, version)
+
+    def update_rows(self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion) -> bool:
+        self._enter()
+        self._intrude()
+        return self.board.store.update_rows(updates, version)
 
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
         self._enter()
