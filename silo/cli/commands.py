@@ -96,6 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="append every membership change this silo writes to PATH as JSON lines (an audit trail)",
     )
+    run.add_argument(
+        "--metrics-port",
+        type=port_number,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (0 picks a free port; default: no metrics)",
+    )
     repeatable(
         run, "--handler", "handlers", handler_spec, "NAME=MODULE:FUNCTION", "serve a Work handler, e.g. wc=myjobs:count"
     )
@@ -143,6 +150,8 @@ def _run(args: argparse.Namespace) -> int:
         properties=properties,
         handlers=handlers,
         history_file=args.history_file,
+        metrics_port=args.metrics_port,
+        table_uri=args.table,
     )
     return int(run_process(table, config))
 

@@ -37,6 +37,7 @@ from silo.membership.clock import Clock, SystemClock, with_timeout
 from silo.membership.cluster_health import ClusterHealthMonitor
 from silo.membership.gossiper import Gossiper
 from silo.membership.local_health import LocalHealth
+from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
 from silo.membership.probing import GossipSender, IndirectProbeResult, ProbeOutcome, Prober
 from silo.membership.silo_health import SiloHealthMonitor
@@ -66,11 +67,13 @@ class Silo:
         properties: Mapping[str, str] | None = None,
         random: random_module.Random | None = None,
         run_blocking: BlockingRunner | None = None,
+        observer: MembershipObserver = NULL_OBSERVER,
     ) -> None:
         self._table = table
         self._address = address
         self._options = options
         self._prober = prober
+        self._observer = observer
         self._clock: Clock = clock or SystemClock()
         self._random = random or random_module.Random()
         now = self._clock.now()
@@ -100,6 +103,7 @@ class Silo:
             random=self._random,
             run_blocking=run_blocking or run_in_thread,
             on_write=self._gossiper.publish,
+            observer=observer,
         )
         self._health = LocalHealth(address=address, options=options, clock=self._clock, snapshot=self._current)
         self._cluster = ClusterHealthMonitor(
@@ -140,7 +144,9 @@ class Silo:
 
     async def on_gossip(self, version: int) -> None:
         if not self._done.is_set():
+            before = self._manager.snapshot.version
             await self._manager.on_gossip(version)
+            self._observer.gossip_received(version, applied=self._manager.snapshot.version > before)
 
     async def probe_for_peer(self, target: SiloAddress, timeout: float) -> IndirectProbeResult:
         started = self._clock.monotonic()
@@ -271,6 +277,7 @@ class Silo:
             may_vote=cluster.may_vote,
             vote=self._manager.try_vote,
             random=self._random,
+            observer=self._observer,
         )
 
     async def _watch_termination(self) -> None:
