@@ -19,6 +19,7 @@ from membership_tables import MembershipTableError, open_table
 from silo.cli.arguments import handler_spec, key_value, port_number, redact, repeatable
 from silo.cli.demo import add_arguments as add_demo_arguments
 from silo.cli.demo import run as run_demo
+from silo.cli.log_format import LOG_FORMATS, configure_logging
 from silo.cli.status import render_json, render_text
 from silo.errors import OptionsError
 from silo.exit_codes import ExitCode
@@ -30,14 +31,12 @@ log = logging.getLogger("silo")
 STATUS_FAILED = 1
 """``silo status`` could not read the table (it is unreachable or a row is malformed)."""
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    configure_logging(args.log_level, getattr(args, "log_format", "text"))
     try:
         if args.command == "run":
             return _run(args)
@@ -60,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=str.upper,
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="default INFO",
+    )
+    common.add_argument(
+        "--log-format",
+        default="text",
+        choices=LOG_FORMATS,
+        help="text (default) or json: one JSON object per line, membership events as structured fields",
     )
     parser = argparse.ArgumentParser(prog="silo", description="Orleans-style cluster membership silos.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

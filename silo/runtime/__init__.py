@@ -5,7 +5,7 @@ gossip sender; ``assemble``/``run_process`` (``runtime.process``) add the gRPC s
 prober and run a silo as an operating-system process (what ``silo run`` does).
 
 May import: ``membership_tables``, ``silo.membership``, ``silo.wire``, ``silo.work``,
-``silo.observability`` (only when metrics are asked for), ``silo.errors``, ``silo.exit_codes``.
+``silo.observability`` (events; metrics only when asked for), ``silo.errors``, ``silo.exit_codes``.
 Never ``silo.client``, ``silo.spark`` or ``silo.cli``.
 """
 

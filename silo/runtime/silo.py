@@ -44,6 +44,7 @@ from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import BlockingRunner, run_in_thread
 from silo.membership.table_manager import MembershipTableManager
+from silo.observability.event_log import log_membership_events
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +129,7 @@ class Silo:
         self._finishing: asyncio.Future[None] | None = None
         self._join_task: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self._event_log: asyncio.Task[None] | None = None
 
     # --- MembershipRpcHandler ---------------------------------------------------------
 
@@ -200,6 +202,7 @@ class Silo:
             raise SiloError(f"silo {self._address} was already started; create a new Silo to rejoin")
         self._started = True
         self._watcher = asyncio.create_task(self._watch_termination())
+        self._event_log = asyncio.create_task(log_membership_events(self.snapshots(), self._clock.now, self._address))
         self._manager.start()
         self._health.start()
         self._cluster.start()
@@ -300,6 +303,8 @@ class Silo:
         await self._health.stop()
         await self._gossiper.stop()
         await self._manager.stop()
+        if self._event_log is not None:  # ends with the snapshots (the publisher closed)
+            await asyncio.gather(self._event_log, return_exceptions=True)
         if self._watcher is not None and self._watcher is not asyncio.current_task():
             self._watcher.cancel()
         self._status = SiloStatus.DEAD
