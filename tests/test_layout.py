@@ -186,6 +186,11 @@ def violations(graph: Graph) -> list[Violation]:
         ("grpc", "silo.wire", "silo.runtime", "silo.client", "silo.work", "silo.spark", "silo.cli"),
     )
     direct(
+        "the dashboard imports no wire, runtime, client or CLI",
+        ("silo.dashboard",),
+        ("grpc", "silo.wire", "silo.runtime", "silo.client", "silo.work", "silo.spark", "silo.cli"),
+    )
+    direct(
         "the membership protocol imports no exporter", ("silo.membership",), ("prometheus_client", "silo.observability")
     )
     direct("the runtime imports no client, Spark or CLI", ("silo.runtime",), ("silo.client", "silo.spark", "silo.cli"))

@@ -1,7 +1,8 @@
 """The ``silo`` command line (also ``python -m silo``).
 
 ``silo run`` runs one silo until it is signalled (SIGTERM/SIGINT: graceful stop, exit 0)
-or declared dead (exit 3); ``silo status`` prints a cluster's membership table. Bad
+or declared dead (exit 3); ``silo status`` prints a cluster's membership table;
+``silo dashboard`` serves a read-only web page of the cluster. Bad
 arguments, options or table URIs print one ``silo: error: ...`` line and exit 2. See
 ``docs/cli.md``.
 """
@@ -17,6 +18,8 @@ from datetime import UTC, datetime
 
 from membership_tables import MembershipTableError, open_table
 from silo.cli.arguments import handler_spec, key_value, port_number, redact, repeatable
+from silo.cli.dashboard import add_arguments as add_dashboard_arguments
+from silo.cli.dashboard import run as run_dashboard
 from silo.cli.demo import add_arguments as add_demo_arguments
 from silo.cli.demo import run as run_demo
 from silo.cli.log_format import LOG_FORMATS, configure_logging
@@ -42,6 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "demo":
             return run_demo(args)
+        if args.command == "dashboard":
+            return run_dashboard(args, build_options)
         return _status(args)
     except (OptionsError, MembershipTableError) as exc:
         # Configuration and URI errors; the table being down is handled per command.
@@ -114,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser("status", parents=[common], help="print the membership table of a cluster")
     status.add_argument("--json", action="store_true", help="print JSON (see docs/cli.md for the shape)")
+
+    dashboard = commands.add_parser(
+        "dashboard", parents=[common], help="serve a read-only web page of the cluster (see docs/operations.md)"
+    )
+    add_dashboard_arguments(dashboard)
 
     demo = commands.add_parser("demo", help="4 silos, a PySpark job, one silo killed mid-job (see docs/spark.md)")
     add_demo_arguments(demo)
