@@ -10,20 +10,24 @@ arguments, options or table URIs print one ``silo: error: ...`` line and exit 2.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from membership_tables import MembershipTableError, open_table
-from silo.cli.arguments import handler_spec, key_value, port_number, redact, repeatable
+from membership_tables import MembershipTable, MembershipTableData, MembershipTableError, open_table
+from silo.cli.arguments import duration, handler_spec, key_value, port_number, redact, repeatable
 from silo.cli.dashboard import add_arguments as add_dashboard_arguments
 from silo.cli.dashboard import run as run_dashboard
 from silo.cli.demo import add_arguments as add_demo_arguments
 from silo.cli.demo import run as run_demo
 from silo.cli.log_format import LOG_FORMATS, configure_logging
-from silo.cli.status import render_json, render_text
+from silo.cli.status import render_json, render_text, status_document
+from silo.cli.status_watch import CLEAR_SCREEN, watch
 from silo.errors import OptionsError
 from silo.exit_codes import ExitCode
 from silo.membership.options import PRESETS, SiloOptions
@@ -119,6 +123,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser("status", parents=[common], help="print the membership table of a cluster")
     status.add_argument("--json", action="store_true", help="print JSON (see docs/cli.md for the shape)")
+    status.add_argument(
+        "--watch", action="store_true", help="redraw whenever the version or a row changes, until Ctrl-C"
+    )
+    status.add_argument(
+        "--interval",
+        type=duration,
+        default=1.0,
+        help="with --watch: how often to read the table, e.g. 500ms or 2s (default 1s)",
+    )
 
     dashboard = commands.add_parser(
         "dashboard", parents=[common], help="serve a read-only web page of the cluster (see docs/operations.md)"
@@ -173,6 +186,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     table = open_table(args.table, args.cluster)
+    if args.watch:
+        return _watch_status(args, table)
     try:
         snapshot = table.read_all()
     except MembershipTableError as exc:
@@ -185,4 +200,31 @@ def _status(args: argparse.Namespace) -> int:
         print(render_json(args.cluster, snapshot))
     else:
         print(render_text(args.cluster, snapshot, datetime.now(UTC)))
+    return int(ExitCode.OK)
+
+
+def _watch_status(args: argparse.Namespace, table: MembershipTable) -> int:
+    """``silo status --watch``: frames until SIGINT or SIGTERM (exit 0)."""
+    stop = threading.Event()
+    previous = {signum: signal.signal(signum, lambda *_: stop.set()) for signum in (signal.SIGINT, signal.SIGTERM)}
+    clear = sys.stdout.isatty() and not args.json
+
+    def render(snapshot: MembershipTableData) -> str:
+        if args.json:
+            return json.dumps(status_document(args.cluster, snapshot))
+        return render_text(args.cluster, snapshot, datetime.now(UTC))
+
+    def write(text: str) -> None:
+        print(CLEAR_SCREEN + text if clear else text + ("" if args.json else "\n"), flush=True)
+
+    def describe(exc: MembershipTableError) -> str:
+        message = f"cannot read the membership table at {redact(args.table)}: {redact(str(exc))}; retrying"
+        return json.dumps({"cluster": args.cluster, "error": message}) if args.json else message
+
+    try:
+        watch(table.read_all, render, write, stop.wait, args.interval, describe)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        table.close()
     return int(ExitCode.OK)

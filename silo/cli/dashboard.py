@@ -14,11 +14,10 @@ import threading
 from collections.abc import Callable, Sequence
 
 from membership_tables import open_table
-from silo.cli.arguments import key_value, port_number, redact, repeatable
+from silo.cli.arguments import duration, key_value, port_number, redact, repeatable
 from silo.dashboard import ClusterMonitor, DashboardServer
-from silo.errors import OptionsError
 from silo.exit_codes import ExitCode
-from silo.membership.options import PRESETS, SiloOptions, parse_duration
+from silo.membership.options import PRESETS, SiloOptions
 
 log = logging.getLogger("silo.dashboard")
 
@@ -32,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--port", type=port_number, default=DEFAULT_PORT, help=f"HTTP port; 0 picks a free one (default {DEFAULT_PORT})"
     )
     parser.add_argument(
-        "--interval", type=_interval, default=1.0, help="how often to read the table, e.g. 500ms or 2s (default 1s)"
+        "--interval", type=duration, default=1.0, help="how often to read the table, e.g. 500ms or 2s (default 1s)"
     )
     parser.add_argument(
         "--preset",
@@ -48,16 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "OPTION=VALUE",
         "an option the silos were started with, e.g. num_probed_silos=3",
     )
-
-
-def _interval(text: str) -> float:
-    try:
-        seconds = parse_duration(text)
-    except (OptionsError, ValueError) as exc:
-        raise argparse.ArgumentTypeError(f"expected a duration such as 500ms or 2s, got {text!r} ({exc})") from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"the interval must be positive, got {text!r}")
-    return seconds
 
 
 def run(args: argparse.Namespace, build_options: Callable[[str, Sequence[tuple[str, str]]], SiloOptions]) -> int:
