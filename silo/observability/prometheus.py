@@ -62,6 +62,8 @@ class SiloMetrics:
                 self._histograms[spec.name] = Histogram(
                     spec.name, spec.help, spec.labels, buckets=LATENCY_BUCKETS, registry=self.registry
                 )
+        self._children: dict[tuple[str, SiloAddress], Counter] = {}
+        self._operations: dict[str, tuple[Counter, Histogram, Counter, Counter]] = {}
         self._view = _ViewCollector()
         self.registry.register(self._view)
 
@@ -72,14 +74,20 @@ class SiloMetrics:
 
     # --- MembershipObserver -------------------------------------------------------------
 
+    def _by_target(self, name: str, target: SiloAddress) -> Counter:
+        """The ``target``-labelled child of counter ``name``, cached: probes are the hot path."""
+        child = self._children.get((name, target))
+        if child is None:
+            child = self._children[name, target] = self._counters[name].labels(str(target))
+        return child
+
     def probe_completed(self, target: SiloAddress, outcome: ProbeOutcome, seconds: float) -> None:
-        label = str(target)
-        self._counters["silo_probes_sent_total"].labels(label).inc()
-        self._counters[_PROBE_COUNTERS[outcome]].labels(label).inc()
+        self._by_target("silo_probes_sent_total", target).inc()
+        self._by_target(_PROBE_COUNTERS[outcome], target).inc()
         self._histograms["silo_probe_round_trip_seconds"].observe(seconds)
 
     def suspicion_started(self, target: SiloAddress) -> None:
-        self._counters["silo_suspicions_total"].labels(str(target)).inc()
+        self._by_target("silo_suspicions_total", target).inc()
 
     def indirect_round_completed(self, target: SiloAddress, intermediaries: int, vetoed: bool) -> None:
         self._counters["silo_indirect_probes_total"].inc(intermediaries)
@@ -88,9 +96,9 @@ class SiloMetrics:
 
     def vote_completed(self, target: SiloAddress, outcome: VoteOutcome) -> None:
         if outcome in (VoteOutcome.VOTED, VoteOutcome.DECLARED_DEAD):
-            self._counters["silo_votes_cast_total"].labels(str(target)).inc()
+            self._by_target("silo_votes_cast_total", target).inc()
         if outcome is VoteOutcome.DECLARED_DEAD:
-            self._counters["silo_deaths_declared_total"].labels(str(target)).inc()
+            self._by_target("silo_deaths_declared_total", target).inc()
 
     def refresh_completed(self, seconds: float) -> None:
         self._histograms["silo_table_refresh_duration_seconds"].observe(seconds)
@@ -106,13 +114,25 @@ class SiloMetrics:
         self._counters["silo_gossip_sent_total"].inc()
 
     def table_call(self, operation: str, seconds: float, *, error: bool = False, lost_race: bool = False) -> None:
-        labels = (self.backend, operation)
-        self._counters["silo_table_operations_total"].labels(*labels).inc()
-        self._histograms["silo_table_operation_duration_seconds"].labels(*labels).observe(seconds)
+        calls, duration, errors, lost = self._table_children(operation)
+        calls.inc()
+        duration.observe(seconds)
         if error:
-            self._counters["silo_table_errors_total"].labels(*labels).inc()
+            errors.inc()
         if lost_race:
-            self._counters["silo_table_lost_races_total"].labels(*labels).inc()
+            lost.inc()
+
+    def _table_children(self, operation: str) -> tuple[Counter, Histogram, Counter, Counter]:
+        children = self._operations.get(operation)
+        if children is None:
+            labels = (self.backend, operation)
+            children = self._operations[operation] = (
+                self._counters["silo_table_operations_total"].labels(*labels),
+                self._histograms["silo_table_operation_duration_seconds"].labels(*labels),
+                self._counters["silo_table_errors_total"].labels(*labels),
+                self._counters["silo_table_lost_races_total"].labels(*labels),
+            )
+        return children
 
 
 class _ViewCollector(Collector):
