@@ -1,12 +1,13 @@
 """Metrics overhead: CPU and memory of idle silos with and without ``--metrics-port``.
 
-Two clusters of N real silos (local preset, each on its own SQLite file) run side by side
-on the same machine at the same time: one plain, one with ``--metrics-port 0`` and a scraper
-that fetches every silo's ``/metrics`` every ``scrape_interval`` seconds (so serving the
-scrapes is counted too). After a warm-up, each silo's CPU time over ``window`` seconds of wall
-time is read from ``/proc`` (``benchmarks.silo_cluster.cpu_seconds``) and its resident memory
-(``VmRSS``) at the end. Running both at once exposes them to the same background load, so the
-ratio holds on a shared machine better than the absolute figures. Repeated ``rounds`` times
+Clusters of N real silos (local preset, each cluster on its own SQLite file) run side by
+side on the same machine at the same time: one plain, and one per scrape interval with
+``--metrics-port 0`` and a scraper that fetches every silo's ``/metrics`` at that interval
+(so serving the scrapes is counted too: 15 s is a common Prometheus setting, 5 s an eager
+one). After a warm-up, each silo's CPU time over ``window`` seconds of wall time is read from
+``/proc`` (``benchmarks.silo_cluster.cpu_seconds``) and its resident memory (``VmRSS``) at
+the end. Running the variants at once exposes them to the same background load, so their
+ratios hold on a shared machine better than the absolute figures. Repeated ``rounds`` times
 with fresh clusters. Target (issue 13): metrics add at most 5% CPU and 10 MB per silo.
 
     python -m benchmarks.metrics_overhead [--quick]
@@ -14,6 +15,7 @@ with fresh clusters. Target (issue 13): metrics add at most 5% CPU and 10 MB per
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 import time
@@ -36,14 +38,25 @@ RSS_TARGET_MB = 10.0
 @dataclass(frozen=True)
 class Config:
     silos: int = 3
-    rounds: int = 3
+    rounds: int = 4
     warmup: float = 10.0
     window: float = 60.0
-    scrape_interval: float = 5.0
+    scrape_intervals: tuple[float, ...] = (15.0, 5.0)
 
     @classmethod
     def quick(cls) -> Config:
-        return cls(silos=2, rounds=1, warmup=2.0, window=5.0, scrape_interval=1.0)
+        return cls(silos=2, rounds=1, warmup=2.0, window=5.0, scrape_intervals=(1.0,))
+
+    @property
+    def variants(self) -> list[str]:
+        return [PLAIN, *(scraped(interval) for interval in self.scrape_intervals)]
+
+
+PLAIN = "without"
+
+
+def scraped(interval: float) -> str:
+    return f"scraped every {interval:g}s"
 
 
 def rss_mb(pid: int) -> float | None:
@@ -60,6 +73,7 @@ class Scraper:
     """Fetches every URL every ``interval`` seconds in a thread, as Prometheus would."""
 
     def __init__(self, urls: list[str], interval: float) -> None:
+        self.interval = interval
         self._urls = urls
         self._interval = interval
         self._stop = threading.Event()
@@ -104,48 +118,65 @@ def measure_window(silos: dict[str, list[SiloProcess]], seconds: float) -> dict[
 
 
 def one_round(config: Config, index: int) -> dict[str, Any]:
-    with workdir(f"metrics-{index}") as scratch:
-        plain = Cluster(scratch, f"sqlite:///{scratch / 'plain.db'}", "plain")
-        metered = Cluster(scratch, f"sqlite:///{scratch / 'metered.db'}", "metered")
-        try:
-            plain_silos = plain.start(config.silos)
-            metered_silos = metered.start(config.silos, "--metrics-port", "0")
-            plain.wait_statuses(plain_silos, SiloStatus.ACTIVE, 120)
-            metered.wait_statuses(metered_silos, SiloStatus.ACTIVE, 120)
-            time.sleep(config.warmup)
-            with Scraper([metrics_url(silo) for silo in metered_silos], config.scrape_interval) as scraper:
-                figures = measure_window({"without": plain_silos, "with": metered_silos}, config.window)
-            return {"round": index, **figures, "scrapes": scraper.scrapes, "scraped_bytes": scraper.bytes}
-        finally:
-            plain.close()
-            metered.close()
+    with workdir(f"metrics-{index}") as scratch, contextlib.ExitStack() as stack:
+        silos: dict[str, list[SiloProcess]] = {}
+        for number, variant in enumerate(config.variants):
+            cluster = Cluster(scratch, f"sqlite:///{scratch / f'cluster-{number}.db'}", f"cluster-{number}")
+            stack.callback(cluster.close)
+            extra = () if variant == PLAIN else ("--metrics-port", "0")
+            silos[variant] = cluster.start(config.silos, *extra)
+            cluster.wait_statuses(silos[variant], SiloStatus.ACTIVE, 120)
+        time.sleep(config.warmup)
+        scrapers = [
+            stack.enter_context(Scraper([metrics_url(silo) for silo in silos[scraped(interval)]], interval))
+            for interval in config.scrape_intervals
+        ]
+        figures = measure_window(silos, config.window)
+        stack.close()  # stops the scrapers and the silos
+        scrapes = {
+            scraped(scraper.interval): {"scrapes": scraper.scrapes, "bytes": scraper.bytes} for scraper in scrapers
+        }
+        return {"round": index, **figures, "scrapes": scrapes}
 
 
 def measure(config: Config) -> dict[str, Any]:
     rounds = [one_round(config, index) for index in range(config.rounds)]
-    summary: dict[str, Any] = {}
-    for variant in ("without", "with"):
-        cpu = [value for item in rounds for value in item[variant]["cpu_s_per_min"]]
-        rss = [value for item in rounds for value in item[variant]["rss_mb"]]
-        summary[variant] = {"cpu_s_per_min": summarize(cpu), "rss_mb": summarize(rss)}
-    cpu_without = statistics.mean(value for item in rounds for value in item["without"]["cpu_s_per_min"])
-    cpu_with = statistics.mean(value for item in rounds for value in item["with"]["cpu_s_per_min"])
-    rss_without = statistics.mean(value for item in rounds for value in item["without"]["rss_mb"])
-    rss_with = statistics.mean(value for item in rounds for value in item["with"]["rss_mb"])
-    overhead = {
-        "cpu_pct": 100.0 * (cpu_with - cpu_without) / cpu_without,
-        "rss_mb": rss_with - rss_without,
-        "cpu_target_pct": CPU_TARGET_PCT,
-        "rss_target_mb": RSS_TARGET_MB,
+
+    def samples(variant: str, key: str) -> list[float]:
+        return [value for item in rounds for value in item[variant][key]]
+
+    summary = {
+        variant: {key: summarize(samples(variant, key)) for key in ("cpu_s_per_min", "rss_mb")}
+        for variant in config.variants
     }
-    overhead["meets_target"] = overhead["cpu_pct"] <= CPU_TARGET_PCT and overhead["rss_mb"] <= RSS_TARGET_MB
-    return {"rounds": rounds, "summary": summary, "overhead": overhead}
+    cpu_plain, rss_plain = statistics.mean(samples(PLAIN, "cpu_s_per_min")), statistics.mean(samples(PLAIN, "rss_mb"))
+    overhead: dict[str, Any] = {}
+    for variant in config.variants[1:]:
+        cpu_pct = 100.0 * (statistics.mean(samples(variant, "cpu_s_per_min")) - cpu_plain) / cpu_plain
+        per_round = [
+            100.0
+            * (statistics.mean(item[variant]["cpu_s_per_min"]) / statistics.mean(item[PLAIN]["cpu_s_per_min"]) - 1)
+            for item in rounds
+        ]
+        rss_mb = statistics.mean(samples(variant, "rss_mb")) - rss_plain
+        overhead[variant] = {
+            "cpu_pct": cpu_pct,
+            "cpu_pct_per_round": per_round,
+            "rss_mb": rss_mb,
+            "meets_target": cpu_pct <= CPU_TARGET_PCT and rss_mb <= RSS_TARGET_MB,
+        }
+    return {
+        "rounds": rounds,
+        "summary": summary,
+        "overhead": overhead,
+        "target": {"cpu_pct": CPU_TARGET_PCT, "rss_mb": RSS_TARGET_MB},
+    }
 
 
 def report(results: dict[str, Any]) -> None:
     rows = []
     for item in results["rounds"]:
-        for variant in ("without", "with"):
+        for variant in results["summary"]:
             cpu, rss = item[variant]["cpu_s_per_min"], item[variant]["rss_mb"]
             rows.append([item["round"], variant, statistics.mean(cpu), max(cpu), statistics.mean(rss), max(rss)])
     print_table(
@@ -153,12 +184,14 @@ def report(results: dict[str, Any]) -> None:
         ["round", "metrics", "cpu s/min mean", "cpu s/min max", "rss MB mean", "rss MB max"],
         rows,
     )
-    overhead = results["overhead"]
-    print(
-        f"\nmetrics add {overhead['cpu_pct']:+.1f}% CPU (target <= {CPU_TARGET_PCT:g}%) and "
-        f"{overhead['rss_mb']:+.1f} MB RSS per silo (target <= {RSS_TARGET_MB:g} MB): "
-        + ("within target" if overhead["meets_target"] else "OVER target")
-    )
+    print()
+    for variant, overhead in results["overhead"].items():
+        rounds = ", ".join(f"{pct:+.1f}%" for pct in overhead["cpu_pct_per_round"])
+        print(
+            f"metrics {variant}: {overhead['cpu_pct']:+.1f}% CPU (rounds: {rounds}; target <= {CPU_TARGET_PCT:g}%) "
+            f"and {overhead['rss_mb']:+.1f} MB RSS per silo (target <= {RSS_TARGET_MB:g} MB): "
+            + ("within target" if overhead["meets_target"] else "OVER target")
+        )
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
@@ -168,7 +201,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     for axis, key, label in ((cpu_axis, "cpu_s_per_min", "CPU s/min per silo"), (rss_axis, "rss_mb", "RSS MB")):
         series = {
             variant: [statistics.mean(item[variant][key]) for item in results["rounds"]]
-            for variant in ("without", "with")
+            for variant in results["summary"]
         }
         grouped_bars(axis, groups, series, label)
     figure.suptitle("Idle silo cost without and with Prometheus metrics")
