@@ -95,22 +95,30 @@ class SiloStack:
 def assemble(
     table: MembershipTable, config: SiloProcessConfig, wrap_prober: Callable[[Prober], Prober] | None = None
 ) -> SiloStack:
-    """Bind the server (so the address has the real port), then build the silo; raises ``BindError``
-    (or ``MetricsUnavailableError`` when ``metrics_port`` is set and cannot be served).
+    """Bind the metrics server if asked for, then the gRPC server (so the address has the real
+    port), then build the silo; raises ``MetricsUnavailableError`` or ``BindError`` with nothing
+    left bound.
 
     ``wrap_prober`` (benchmarks only, e.g. injected probe loss) wraps the prober the silo probes
     with; gossip and ``SiloStack.prober`` stay the plain ``GrpcProber``.
     """
-    server = MembershipServer(config.host, config.port, handlers=config.handlers)
-    gateway_port = server.add_port(config.gateway_port) if config.gateway_port else 0
+    metrics = MetricsExport.open(table, config) if config.metrics_port is not None else None
+    try:
+        server = MembershipServer(config.host, config.port, handlers=config.handlers)
+        gateway_port = server.add_port(config.gateway_port) if config.gateway_port else 0
+    except BaseException:
+        if metrics is not None:
+            metrics.close()
+        raise
     generation = next_generation(time.time_ns() // 1_000_000, config.host, server.port, _known_silos(table))
     address = SiloAddress(config.host, server.port, generation=generation)
     prober = GrpcProber(config.cluster_id, address, gossip_timeout=config.options.probe_timeout)
+    if metrics is not None:
+        table = metrics.table
     if config.history_file:
         table = RecordingTable(table, str(address), JsonLinesSink(config.history_file))
-    metrics = MetricsExport.open(table, config) if config.metrics_port is not None else None
     silo = Silo(
-        table=metrics.table if metrics else table,
+        table=table,
         address=address,
         options=config.options,
         prober=wrap_prober(prober) if wrap_prober else prober,

@@ -4,7 +4,8 @@ Roles (one module each): the table manager (the only writer; snapshots; self-ter
 the cluster health monitor (whom to probe), one silo health monitor per target, the local
 health score, the gossiper, the agent (join, IAmAlive, leave) and the cleanup agent.
 The wire is injected: a ``Prober`` and a ``GossipSender``; the gRPC server calls this
-object through the ``MembershipRpcHandler`` methods.
+object through the ``MembershipRpcHandler`` methods. An optional ``MembershipObserver`` receives
+the protocol's facts (metrics); the membership events the silo sees go to the ``silo.events`` log.
 
 Lifecycle a caller may rely on::
 

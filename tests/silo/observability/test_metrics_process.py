@@ -6,14 +6,19 @@ move, never how fast.
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from membership_tables import SiloStatus
+from silo.exit_codes import ExitCode
 from silo.observability.catalogue import METRICS, MetricKind
-from tests.silo.cluster_harness import Cluster, death_bound
+from tests.silo.cluster_harness import ROOT, Cluster, death_bound
 from tests.silo.observability.scrape import Scrape
 
 pytestmark = pytest.mark.slow
@@ -84,3 +89,19 @@ def test_a_silo_exports_exactly_the_documented_metrics(cluster: Cluster) -> None
 def test_without_the_flag_a_silo_serves_no_metrics(cluster: Cluster) -> None:
     (silo,) = cluster.start_active(1)
     assert "serves metrics" not in silo.log_text()
+
+
+def test_a_taken_metrics_port_is_a_configuration_error(cluster: Cluster) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [sys.executable, "-m", "silo", "run", "--table", cluster.table_uri, "--cluster", cluster.cluster_id]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        finished = subprocess.run(
+            [*argv, "--metrics-port", str(port)], capture_output=True, text=True, timeout=60, env=env, check=False
+        )
+    assert finished.returncode == ExitCode.BAD_CONFIGURATION
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in finished.stderr
+    assert "pick a free --metrics-port" in finished.stderr
+    assert not cluster.read().rows, "the silo never joined"
