@@ -49,7 +49,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 
 @pytest.fixture
-def browser() -> Iterator[webdriver.Chrome]:
+def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[webdriver.Chrome]:
+    monkeypatch.setenv("SE_OFFLINE", "true")  # Selenium Manager must never download a browser or driver
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1250"):
