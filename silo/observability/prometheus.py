@@ -68,7 +68,10 @@ class SiloMetrics:
         self.registry.register(self._view)
 
     def watch(self, snapshot: Callable[[], MembershipSnapshot], health_score: Callable[[], int]) -> None:
-        """Read the view version, silos by status and the health score from these at each scrape."""
+        """Read the view version, silos by status and the health score from these at each scrape.
+
+        They are called from the HTTP server's thread: ``snapshot`` must only read an immutable
+        snapshot; ``health_score`` may raise ``TimeoutError`` (the sample is then left out)."""
         self._view.snapshot = snapshot
         self._view.health_score = health_score
 
@@ -160,7 +163,10 @@ class _ViewCollector(Collector):
                 if status is not SiloStatus.NONE:
                     silos.add_metric([status.name.lower()], count)
         if self.health_score is not None:
-            health.add_metric([], self.health_score())
+            try:
+                health.add_metric([], self.health_score())
+            except TimeoutError:
+                log.warning("the event loop did not answer within a scrape; no health score this time")
         yield from (version, silos, health)
 
 

@@ -6,8 +6,11 @@ Only built when ``SiloProcessConfig.metrics_port`` is set, and only then is
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from membership_tables import MembershipTable
 from silo.errors import SiloError
@@ -16,6 +19,35 @@ from silo.membership.probing import GossipSender
 if TYPE_CHECKING:
     from silo.observability.prometheus import MetricsServer, SiloMetrics
     from silo.runtime.process import SiloProcessConfig
+
+
+_T = TypeVar("_T")
+
+LOOP_READ_TIMEOUT = 1.0
+"""Seconds a scrape waits for the event loop to read a value; a loop that late is itself news."""
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, read: Callable[[], _T]) -> Callable[[], _T]:
+    """``read`` made safe to call from the metrics server's thread: it runs on ``loop``.
+
+    The local health score walks state the loop mutates (probe results per target); reading it
+    from another thread could see a dict change size mid-iteration. A scrape waits at most
+    ``LOOP_READ_TIMEOUT`` (then raises ``TimeoutError`` and the scrape reports no value).
+    """
+
+    def threadsafe() -> _T:
+        result: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                result.set_result(read())
+            except Exception as exc:  # handed to the scraping thread
+                result.set_exception(exc)
+
+        loop.call_soon_threadsafe(run)
+        return result.result(timeout=LOOP_READ_TIMEOUT)
+
+    return threadsafe
 
 
 class MetricsUnavailableError(SiloError):

@@ -29,7 +29,7 @@ from silo.membership.generation import next_generation
 from silo.membership.observer import NULL_OBSERVER
 from silo.membership.options import SiloOptions
 from silo.membership.probing import Prober
-from silo.runtime.metrics import MetricsExport, MetricsUnavailableError
+from silo.runtime.metrics import MetricsExport, MetricsUnavailableError, on_loop
 from silo.runtime.silo import Silo
 from silo.wire.prober import GrpcProber
 from silo.wire.server import BindError, MembershipServer
@@ -130,7 +130,7 @@ def assemble(
         observer=metrics.metrics if metrics else NULL_OBSERVER,
     )
     if metrics is not None:
-        metrics.metrics.watch(lambda: silo.snapshot, silo.health_score)
+        metrics.metrics.watch(lambda: silo.snapshot, on_loop(asyncio.get_running_loop(), silo.health_score))
         log.info("silo %s serves metrics at %s", address, metrics.server.url)
     return SiloStack(silo, server, prober, gateway_port, metrics)
 

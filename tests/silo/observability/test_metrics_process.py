@@ -40,6 +40,7 @@ def test_counters_move_as_probes_fail_and_a_silo_is_declared_dead(cluster: Clust
     before = [Scrape.of(silo) for silo in survivors]
     for scrape in before:
         assert scrape.value("silo_view_version") >= 3
+        assert ("silo_local_health_score", ()) in scrape.samples, "read on the silo's event loop"
         assert scrape.value("silo_silos", status="active") == 3
         assert scrape.total("silo_table_operations_total", backend="sqlite", operation="read_all") > 0
         assert scrape.total("silo_probes_sent_total") > 0
