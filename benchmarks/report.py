@@ -266,6 +266,32 @@ def spark_routing(document: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
+def metrics_overhead(document: dict[str, Any]) -> list[str]:
+    results, config = document["results"], document["config"]
+    target = results["target"]
+    lines = header(
+        "metrics", "CPU s/min per silo: median", "p95", "RSS MB median", "CPU vs without (rounds)", "RSS vs without"
+    )
+    for variant, summary in results["summary"].items():
+        cpu, rss = summary["cpu_s_per_min"], summary["rss_mb"]
+        extra = results["overhead"].get(variant)
+        if extra is None:
+            lines.append(row(variant, cpu["median"], cpu["p95"], rss["median"], "-", "-"))
+            continue
+        rounds = ", ".join(f"{pct:+.1f}%" for pct in extra["cpu_pct_per_round"])
+        lines.append(
+            row(variant, cpu["median"], cpu["p95"], rss["median"], f"{extra['cpu_pct']:+.1f}% ({rounds})",
+                f"{extra['rss_mb']:+.1f} MB")
+        )  # fmt: skip
+    return [
+        f"{config['silos']} idle silos per variant, all variants side by side (local preset, SQLite), "
+        f"{config['rounds']} rounds of {config['window']:g} s after {config['warmup']:g} s of warm-up. "
+        f"Target: metrics add at most {target['cpu_pct']:g}% CPU and {target['rss_mb']:g} MB per silo.",
+        "",
+        *lines,
+    ]
+
+
 RENDERERS = {
     "tables": tables,
     "detection": detection,
@@ -273,6 +299,7 @@ RENDERERS = {
     "accuracy": accuracy,
     "scale": scale,
     "spark_routing": spark_routing,
+    "metrics_overhead": metrics_overhead,
 }
 
 

@@ -14,8 +14,11 @@ One subpackage per part; an arrow is "may import" (``tests/test_layout.py`` keep
 - ``silo.client``: ``MembershipClient``: read and watch the live silos through gateways or a table.
 - ``silo.work``: keyed work: handlers, the work client, consistent-hash routing with failover.
 - ``silo.spark``: ``route_to_silos`` for PySpark DataFrames.
+- ``silo.observability``: Prometheus metrics (the protocol's observer seam, exported) and
+  membership events for operators; the runtime wires it in.
+- ``silo.dashboard``: the read-only web page of a cluster (``silo dashboard``), from table reads.
 - ``silo.runtime``: ``Silo`` (the roles assembled) and ``assemble``/``run_process`` (with the wire).
-- ``silo.cli``: the ``silo`` command (run, status, demo); nothing imports it.
+- ``silo.cli``: the ``silo`` command (run, status, dashboard, demo); nothing imports it.
 
 ``silo.errors`` (the exception root) and ``silo.exit_codes`` are shared by every part.
 ``silo.options``, ``silo.routing`` and ``silo.work_client`` are the old flat import paths, kept.

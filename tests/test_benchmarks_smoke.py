@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCHMARKS = ["tables", "detection", "propagation", "accuracy", "scale", "spark_routing"]
+BENCHMARKS = ["tables", "detection", "propagation", "accuracy", "scale", "spark_routing", "metrics_overhead"]
 
 
 @pytest.mark.slow

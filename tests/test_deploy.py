@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -51,3 +52,14 @@ def test_the_systemd_unit_runs_a_valid_silo_and_spark_env_names_it() -> None:
     spark_env = (DEPLOY / "systemd" / "spark-env.sh").read_text()
     assert f'export {SIDECAR_ENV}="${{SILO_HOST}}:${{SILO_PORT}}"' in spark_env
     assert "RestartPreventExitStatus=2" in unit  # a configuration error is not retried
+
+
+def test_the_grafana_dashboard_queries_only_exported_metrics_and_uses_every_family() -> None:
+    from silo.observability.catalogue import METRICS
+
+    dashboard: dict[str, Any] = json.loads((DEPLOY / "grafana" / "silo-membership.json").read_text())
+    queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    used = {name for query in queries for name in re.findall(r"\bsilo_[a-z_]+", query)}
+    samples = {spec.name for spec in METRICS} | {f"{spec.name}_bucket" for spec in METRICS}
+    assert used <= samples, f"queries name metrics no silo exports: {sorted(used - samples)}"
+    assert {spec.name for spec in METRICS} <= {name.removesuffix("_bucket") for name in used}

@@ -180,6 +180,19 @@ def violations(graph: Graph) -> list[Violation]:
         (*BACKEND_MODULES, *DRIVERS, "silo.wire", "silo.client", "silo.work", "silo.spark", "silo.runtime", "silo.cli"),
     )
     direct("the wire imports no runtime, client or CLI", ("silo.wire",), ("silo.runtime", "silo.client", "silo.cli"))
+    direct(
+        "observability imports no wire, runtime, client or CLI",
+        ("silo.observability",),
+        ("grpc", "silo.wire", "silo.runtime", "silo.client", "silo.work", "silo.spark", "silo.cli"),
+    )
+    direct(
+        "the dashboard imports no wire, runtime, client or CLI",
+        ("silo.dashboard",),
+        ("grpc", "silo.wire", "silo.runtime", "silo.client", "silo.work", "silo.spark", "silo.cli"),
+    )
+    direct(
+        "the membership protocol imports no exporter", ("silo.membership",), ("prometheus_client", "silo.observability")
+    )
     direct("the runtime imports no client, Spark or CLI", ("silo.runtime",), ("silo.client", "silo.spark", "silo.cli"))
     for module in sorted(graph):
         if within(module, CLIENT_SIDE):

@@ -9,6 +9,8 @@ import argparse
 import re
 from collections.abc import Callable
 
+from silo.errors import OptionsError
+from silo.membership.options import parse_duration
 from silo.work.registry import HandlerSpecError, split_handler_spec
 
 MAX_PORT = 65535
@@ -58,3 +60,14 @@ def handler_spec(text: str) -> str:
 def redact(text: str) -> str:
     """``text`` with any password in a URI replaced by ``***``."""
     return _PASSWORD_RE.sub(r"\1***@", text)
+
+
+def duration(text: str) -> float:
+    """A positive duration such as ``500ms`` or ``2s`` (``silo.membership.options.parse_duration``), in seconds."""
+    try:
+        seconds = parse_duration(text)
+    except OptionsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive duration, got {text!r}")
+    return seconds

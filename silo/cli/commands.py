@@ -1,7 +1,8 @@
 """The ``silo`` command line (also ``python -m silo``).
 
 ``silo run`` runs one silo until it is signalled (SIGTERM/SIGINT: graceful stop, exit 0)
-or declared dead (exit 3); ``silo status`` prints a cluster's membership table. Bad
+or declared dead (exit 3); ``silo status`` prints a cluster's membership table;
+``silo dashboard`` serves a read-only web page of the cluster. Bad
 arguments, options or table URIs print one ``silo: error: ...`` line and exit 2. See
 ``docs/cli.md``.
 """
@@ -9,17 +10,24 @@ arguments, options or table URIs print one ``silo: error: ...`` line and exit 2.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from membership_tables import MembershipTableError, open_table
-from silo.cli.arguments import handler_spec, key_value, port_number, redact, repeatable
+from membership_tables import MembershipTable, MembershipTableData, MembershipTableError, open_table
+from silo.cli.arguments import duration, handler_spec, key_value, port_number, redact, repeatable
+from silo.cli.dashboard import add_arguments as add_dashboard_arguments
+from silo.cli.dashboard import run as run_dashboard
 from silo.cli.demo import add_arguments as add_demo_arguments
 from silo.cli.demo import run as run_demo
-from silo.cli.status import render_json, render_text
+from silo.cli.log_format import LOG_FORMATS, configure_logging
+from silo.cli.status import render_json, render_text, status_document
+from silo.cli.status_watch import CLEAR_SCREEN, watch
 from silo.errors import OptionsError
 from silo.exit_codes import ExitCode
 from silo.membership.options import PRESETS, SiloOptions
@@ -30,19 +38,19 @@ log = logging.getLogger("silo")
 STATUS_FAILED = 1
 """``silo status`` could not read the table (it is unreachable or a row is malformed)."""
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    configure_logging(args.log_level, getattr(args, "log_format", "text"))
     try:
         if args.command == "run":
             return _run(args)
         if args.command == "demo":
             return run_demo(args)
+        if args.command == "dashboard":
+            return run_dashboard(args, build_options)
         return _status(args)
     except (OptionsError, MembershipTableError) as exc:
         # Configuration and URI errors; the table being down is handled per command.
@@ -60,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=str.upper,
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="default INFO",
+    )
+    common.add_argument(
+        "--log-format",
+        default="text",
+        choices=LOG_FORMATS,
+        help="text (default) or json: one JSON object per line, membership events as structured fields",
     )
     parser = argparse.ArgumentParser(prog="silo", description="Orleans-style cluster membership silos.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -96,12 +110,33 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="append every membership change this silo writes to PATH as JSON lines (an audit trail)",
     )
+    run.add_argument(
+        "--metrics-port",
+        type=port_number,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (0 picks a free port; default: no metrics)",
+    )
     repeatable(
         run, "--handler", "handlers", handler_spec, "NAME=MODULE:FUNCTION", "serve a Work handler, e.g. wc=myjobs:count"
     )
 
     status = commands.add_parser("status", parents=[common], help="print the membership table of a cluster")
     status.add_argument("--json", action="store_true", help="print JSON (see docs/cli.md for the shape)")
+    status.add_argument(
+        "--watch", action="store_true", help="redraw whenever the version or a row changes, until Ctrl-C"
+    )
+    status.add_argument(
+        "--interval",
+        type=duration,
+        default=1.0,
+        help="with --watch: how often to read the table, e.g. 500ms or 2s (default 1s)",
+    )
+
+    dashboard = commands.add_parser(
+        "dashboard", parents=[common], help="serve a read-only web page of the cluster (see docs/operations.md)"
+    )
+    add_dashboard_arguments(dashboard)
 
     demo = commands.add_parser("demo", help="4 silos, a PySpark job, one silo killed mid-job (see docs/spark.md)")
     add_demo_arguments(demo)
@@ -143,12 +178,16 @@ def _run(args: argparse.Namespace) -> int:
         properties=properties,
         handlers=handlers,
         history_file=args.history_file,
+        metrics_port=args.metrics_port,
+        table_uri=args.table,
     )
     return int(run_process(table, config))
 
 
 def _status(args: argparse.Namespace) -> int:
     table = open_table(args.table, args.cluster)
+    if args.watch:
+        return _watch_status(args, table)
     try:
         snapshot = table.read_all()
     except MembershipTableError as exc:
@@ -161,4 +200,31 @@ def _status(args: argparse.Namespace) -> int:
         print(render_json(args.cluster, snapshot))
     else:
         print(render_text(args.cluster, snapshot, datetime.now(UTC)))
+    return int(ExitCode.OK)
+
+
+def _watch_status(args: argparse.Namespace, table: MembershipTable) -> int:
+    """``silo status --watch``: frames until SIGINT or SIGTERM (exit 0)."""
+    stop = threading.Event()
+    previous = {signum: signal.signal(signum, lambda *_: stop.set()) for signum in (signal.SIGINT, signal.SIGTERM)}
+    clear = sys.stdout.isatty() and not args.json
+
+    def render(snapshot: MembershipTableData) -> str:
+        if args.json:
+            return json.dumps(status_document(args.cluster, snapshot))
+        return render_text(args.cluster, snapshot, datetime.now(UTC))
+
+    def write(text: str) -> None:
+        print(CLEAR_SCREEN + text if clear else text + ("" if args.json else "\n"), flush=True)
+
+    def describe(exc: MembershipTableError) -> str:
+        message = f"cannot read the membership table at {redact(args.table)}: {redact(str(exc))}; retrying"
+        return json.dumps({"cluster": args.cluster, "error": message}) if args.json else message
+
+    try:
+        watch(table.read_all, render, write, stop.wait, args.interval, describe)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        table.close()
     return int(ExitCode.OK)

@@ -4,7 +4,7 @@
 straight from a table; ``ClusterView``/``ViewUpdate`` are what they return. This is what an
 application needs; it never loads the protocol roles.
 
-May import: ``membership_tables``, ``silo.wire`` (messages and channels), ``silo.errors``.
+May import: ``membership_tables``, ``silo.wire`` (messages and channels), ``silo.events``, ``silo.errors``.
 Never ``silo.membership``, ``silo.runtime`` or ``silo.cli``.
 """
 

@@ -27,6 +27,7 @@ from datetime import datetime
 from types import MappingProxyType
 
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus
+from silo.events import MembershipEvent
 
 __all__ = ["ClusterView", "SiloInfo", "ViewDiff", "ViewTracker", "ViewUpdate", "diff"]
 
@@ -89,6 +90,10 @@ class ClusterView:
     version: int
     silos: tuple[SiloInfo, ...]
     leader: SiloAddress | None = None
+    events: tuple[MembershipEvent, ...] = field(default=(), compare=False, repr=False)
+    """What the source saw change since the view it delivered before this one (``silo.events``):
+    every silo, not only the Active ones. Empty in a source's first view and after a gateway
+    failover (the new gateway's stream starts without history)."""
 
     def __post_init__(self) -> None:
         silos = tuple(sorted(self.silos, key=lambda silo: silo.join_order))
@@ -101,10 +106,12 @@ class ClusterView:
             raise ValueError(f"leader {self.leader} is not an Active silo of view {self.version}")
 
     @classmethod
-    def from_table_data(cls, cluster_id: str, data: MembershipTableData) -> ClusterView:
-        """The view of one table read: its version and its Active rows."""
+    def from_table_data(
+        cls, cluster_id: str, data: MembershipTableData, events: tuple[MembershipEvent, ...] = ()
+    ) -> ClusterView:
+        """The view of one table read: its version and its Active rows (and the events that led to it)."""
         active = tuple(SiloInfo.from_entry(entry) for entry in data.entries if entry.status is SiloStatus.ACTIVE)
-        return cls(cluster_id=cluster_id, version=data.version.version, silos=active)
+        return cls(cluster_id=cluster_id, version=data.version.version, silos=active, events=events)
 
     def get(self, address: SiloAddress) -> SiloInfo | None:
         """The Active silo at ``address``, or ``None`` if it is not Active in this view."""
@@ -164,6 +171,12 @@ class ViewUpdate:
 
     view: ClusterView
     diff: ViewDiff
+
+    @property
+    def events(self) -> tuple[MembershipEvent, ...]:
+        """Every change the source saw since its previous view (``ClusterView.events``): joins,
+        suspicions with their voter, deaths with their voters, leaves, property changes."""
+        return self.view.events
 
 
 class ViewTracker:

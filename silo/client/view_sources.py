@@ -25,13 +25,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import grpc
 
-from membership_tables import MembershipTable, TableUnavailableError
+from membership_tables import MembershipTable, MembershipTableData, TableUnavailableError
 from silo.client.errors import ClientConfigError, MembershipUnavailableError, WrongClusterError
 from silo.client.topology import ClusterView
+from silo.events import membership_events
 from silo.wire import codec
 from silo.wire.channels import CHANNEL_OPTIONS
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
@@ -172,7 +174,8 @@ class GatewaySource:
             call.cancel()
 
     def _accept(self, endpoint: str, message: pb.GetMembershipResponse | pb.MembershipView) -> ClusterView:
-        view = ClusterView.from_table_data(self._cluster_id, codec.snapshot_from_proto(message))
+        events = codec.events_from_proto(message) if isinstance(message, pb.MembershipView) else ()
+        view = ClusterView.from_table_data(self._cluster_id, codec.snapshot_from_proto(message), events)
         self._current = endpoint
         self._advertised = [silo.gateway for silo in view.silos if silo.gateway is not None]
         return view
@@ -201,18 +204,31 @@ class GatewaySource:
 class TableSource:
     """Views read straight from the membership table, polled every ``poll_interval`` seconds."""
 
-    def __init__(self, table: MembershipTable, *, poll_interval: float, retry_timeout: float) -> None:
+    def __init__(
+        self,
+        table: MembershipTable,
+        *,
+        poll_interval: float,
+        retry_timeout: float,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
         self._table = table
         self._poll_interval = poll_interval
         self._retry_timeout = retry_timeout
+        self._now = now
         self._closed = False
+        self._previous: MembershipTableData | None = None
 
     async def read(self) -> ClusterView:
+        """One read; its events are the changes since the newest earlier read."""
         try:
             data = await asyncio.to_thread(self._table.read_all)
         except TableUnavailableError as exc:
             raise MembershipUnavailableError(f"cannot read the membership table: {exc}") from exc
-        return ClusterView.from_table_data(self._table.cluster_id, data)
+        events = membership_events(self._previous, data, self._now())
+        if self._previous is None or data.version.version > self._previous.version.version:
+            self._previous = data
+        return ClusterView.from_table_data(self._table.cluster_id, data, events)
 
     async def views(self, after: AfterVersion) -> AsyncIterator[ClusterView]:
         give_up = _GiveUp(self._retry_timeout)

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from membership_tables import SiloAddress
 from silo.membership.clock import Clock, with_timeout
 from silo.membership.local_health import LocalHealth, effective_timeout
+from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
 from silo.membership.probing import IndirectProbeResult, ProbeOutcome, Prober
 from silo.membership.table_manager import VoteOutcome
@@ -66,6 +67,7 @@ class SiloHealthMonitor:
         may_vote: Callable[[], bool],
         vote: RequestVote,
         random: random_module.Random,
+        observer: MembershipObserver = NULL_OBSERVER,
     ) -> None:
         self.target = target
         self._local = local
@@ -77,6 +79,8 @@ class SiloHealthMonitor:
         self._may_vote = may_vote
         self._vote = vote
         self._random = random
+        self._observer = observer
+        self._was_suspected = False
         self.last_heard = clock.monotonic()
         """Monotonic time of the last answer (or veto); the monitor's start counts as one."""
         self.refusals = 0
@@ -155,6 +159,7 @@ class SiloHealthMonitor:
         sent = self._clock.monotonic()
         outcome = await self._ping()
         self._discount_pause()
+        self._observer.probe_completed(self.target, outcome, self._clock.monotonic() - sent)
         self._health.record_probe(self.target, outcome is ProbeOutcome.ANSWERED)
         if outcome is ProbeOutcome.ANSWERED:
             self.last_heard = max(self.last_heard, sent)
@@ -162,6 +167,9 @@ class SiloHealthMonitor:
             self.answered = True
         elif outcome is ProbeOutcome.REFUSED:
             self.refusals += 1
+        if self.suspected() and not self._was_suspected:
+            self._observer.suspicion_started(self.target)
+        self._was_suspected = self.suspected()
         await self.evaluate()
 
     async def _ping(self) -> ProbeOutcome:
@@ -226,6 +234,7 @@ class SiloHealthMonitor:
     async def _cast_vote(self) -> None:
         self.votes_cast += 1
         outcome = await self._vote(self.target)
+        self._observer.vote_completed(self.target, outcome)
         logger.debug("silo %s: vote against %s: %s", self._local, self.target, outcome.value)
 
     # --- indirect probes: the veto ----------------------------------------------------
@@ -266,6 +275,7 @@ class SiloHealthMonitor:
         """Ask every intermediary at once; any that reaches the target vetoes the suspicion."""
         results = await asyncio.gather(*(self._probe_through(via) for via in intermediaries))
         self._discount_pause()
+        self._observer.indirect_round_completed(self.target, len(intermediaries), any(results))
         if any(results):
             logger.info(
                 "silo %s: %s answered an intermediary, so it is alive (our link to it may be bad): no vote",

@@ -47,6 +47,7 @@ from membership_tables import (
 )
 from silo.membership.clock import Clock, Periodic
 from silo.membership.liveness import LivenessTracker
+from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
 from silo.membership.snapshot import MembershipSnapshot, SnapshotPublisher
 from silo.membership.table_access import BlockingRunner, TableAccess, run_in_thread
@@ -93,6 +94,7 @@ class MembershipTableManager:
         random: random_module.Random,
         run_blocking: BlockingRunner = run_in_thread,
         on_write: OnWrite | None = None,
+        observer: MembershipObserver = NULL_OBSERVER,
     ) -> None:
         self._table = table
         self._address = address
@@ -100,6 +102,7 @@ class MembershipTableManager:
         self._clock = clock
         self._random = random
         self._on_write = on_write
+        self._observer = observer
         self.publisher = SnapshotPublisher()
         self.terminated = asyncio.Event()
         self._access = TableAccess(
@@ -154,7 +157,9 @@ class MembershipTableManager:
 
     async def refresh(self, deadline: float | None = None) -> MembershipSnapshot:
         """Read the whole table, publish it if newer, and check whether we must terminate."""
+        started = self._clock.monotonic()
         data = await self._access.call(self._table.read_all, deadline)
+        self._observer.refresh_completed(self._clock.monotonic() - started)
         return await self._accept(data)
 
     async def _accept(self, data: MembershipTableData) -> MembershipSnapshot:

@@ -5,7 +5,8 @@ gossip sender; ``assemble``/``run_process`` (``runtime.process``) add the gRPC s
 prober and run a silo as an operating-system process (what ``silo run`` does).
 
 May import: ``membership_tables``, ``silo.membership``, ``silo.wire``, ``silo.work``,
-``silo.errors``, ``silo.exit_codes``. Never ``silo.client``, ``silo.spark`` or ``silo.cli``.
+``silo.observability`` (events; metrics only when asked for), ``silo.errors``, ``silo.exit_codes``.
+Never ``silo.client``, ``silo.spark`` or ``silo.cli``.
 """
 
 from silo.runtime.process import SiloProcessConfig, SiloStack, assemble, run_process

@@ -26,8 +26,10 @@ from membership_tables.history import JsonLinesSink, RecordingTable
 from silo.errors import SiloError
 from silo.exit_codes import ExitCode
 from silo.membership.generation import next_generation
+from silo.membership.observer import NULL_OBSERVER
 from silo.membership.options import SiloOptions
 from silo.membership.probing import Prober
+from silo.runtime.metrics import MetricsExport, MetricsUnavailableError, on_loop
 from silo.runtime.silo import Silo
 from silo.wire.prober import GrpcProber
 from silo.wire.server import BindError, MembershipServer
@@ -52,6 +54,11 @@ class SiloProcessConfig:
     history_file: str | None = None
     """Append every versioned write this silo makes to this JSON-lines file (``--history-file``):
     an audit trail that ``membership_tables.history.check_history`` can verify."""
+    metrics_port: int | None = None
+    """Serve Prometheus metrics on this port of ``host`` (``0`` = a free one, logged); ``None`` = no
+    metrics at all (nothing is measured, ``prometheus_client`` is not even imported)."""
+    table_uri: str | None = None
+    """The table's URI, for the ``backend`` label of the table metrics (else the table's class)."""
 
 
 def run_process(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
@@ -68,6 +75,8 @@ class SiloStack:
     prober: GrpcProber
     gateway_port: int
     """The extra gateway port (``0`` = none); the silo port serves the same services."""
+    metrics: MetricsExport | None = None
+    """The Prometheus metrics and their HTTP server, when ``metrics_port`` was set."""
 
     async def start(self) -> None:
         """Serve, join, and report SERVING once Active (raises a ``SiloError`` if the join fails)."""
@@ -79,21 +88,33 @@ class SiloStack:
         """Stop serving and close the prober's channels (after ``silo.stop()`` for a graceful leave)."""
         await self.server.stop(None)
         await self.prober.close()
+        if self.metrics is not None:
+            self.metrics.close()
 
 
 def assemble(
     table: MembershipTable, config: SiloProcessConfig, wrap_prober: Callable[[Prober], Prober] | None = None
 ) -> SiloStack:
-    """Bind the server (so the address has the real port), then build the silo; raises ``BindError``.
+    """Bind the metrics server if asked for, then the gRPC server (so the address has the real
+    port), then build the silo; raises ``MetricsUnavailableError`` or ``BindError`` with nothing
+    left bound.
 
     ``wrap_prober`` (benchmarks only, e.g. injected probe loss) wraps the prober the silo probes
     with; gossip and ``SiloStack.prober`` stay the plain ``GrpcProber``.
     """
-    server = MembershipServer(config.host, config.port, handlers=config.handlers)
-    gateway_port = server.add_port(config.gateway_port) if config.gateway_port else 0
+    metrics = MetricsExport.open(table, config) if config.metrics_port is not None else None
+    try:
+        server = MembershipServer(config.host, config.port, handlers=config.handlers)
+        gateway_port = server.add_port(config.gateway_port) if config.gateway_port else 0
+    except BaseException:
+        if metrics is not None:
+            metrics.close()
+        raise
     generation = next_generation(time.time_ns() // 1_000_000, config.host, server.port, _known_silos(table))
     address = SiloAddress(config.host, server.port, generation=generation)
     prober = GrpcProber(config.cluster_id, address, gossip_timeout=config.options.probe_timeout)
+    if metrics is not None:
+        table = metrics.table
     if config.history_file:
         table = RecordingTable(table, str(address), JsonLinesSink(config.history_file))
     silo = Silo(
@@ -101,13 +122,17 @@ def assemble(
         address=address,
         options=config.options,
         prober=wrap_prober(prober) if wrap_prober else prober,
-        gossip=prober,
+        gossip=metrics.gossip(prober) if metrics else prober,
         silo_name=config.name or f"silo-{server.port}",
         host_name=socket.gethostname(),
         proxy_port=gateway_port,
         properties=config.properties,
+        observer=metrics.metrics if metrics else NULL_OBSERVER,
     )
-    return SiloStack(silo, server, prober, gateway_port)
+    if metrics is not None:
+        metrics.metrics.watch(lambda: silo.snapshot, on_loop(asyncio.get_running_loop(), silo.health_score))
+        log.info("silo %s serves metrics at %s", address, metrics.server.url)
+    return SiloStack(silo, server, prober, gateway_port, metrics)
 
 
 def _known_silos(table: MembershipTable) -> list[SiloAddress]:
@@ -123,7 +148,7 @@ def _known_silos(table: MembershipTable) -> list[SiloAddress]:
 async def _serve(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
     try:
         stack = assemble(table, config)
-    except BindError as exc:
+    except (BindError, MetricsUnavailableError) as exc:
         log.error("%s", exc)
         return ExitCode.BAD_CONFIGURATION
     silo, server = stack.silo, stack.server

@@ -4,7 +4,8 @@ Roles (one module each): the table manager (the only writer; snapshots; self-ter
 the cluster health monitor (whom to probe), one silo health monitor per target, the local
 health score, the gossiper, the agent (join, IAmAlive, leave) and the cleanup agent.
 The wire is injected: a ``Prober`` and a ``GossipSender``; the gRPC server calls this
-object through the ``MembershipRpcHandler`` methods.
+object through the ``MembershipRpcHandler`` methods. An optional ``MembershipObserver`` receives
+the protocol's facts (metrics); the membership events the silo sees go to the ``silo.events`` log.
 
 Lifecycle a caller may rely on::
 
@@ -37,12 +38,14 @@ from silo.membership.clock import Clock, SystemClock, with_timeout
 from silo.membership.cluster_health import ClusterHealthMonitor
 from silo.membership.gossiper import Gossiper
 from silo.membership.local_health import LocalHealth
+from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
 from silo.membership.probing import GossipSender, IndirectProbeResult, ProbeOutcome, Prober
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import BlockingRunner, run_in_thread
 from silo.membership.table_manager import MembershipTableManager
+from silo.observability.event_log import log_membership_events
 
 logger = logging.getLogger(__name__)
 
@@ -66,11 +69,13 @@ class Silo:
         properties: Mapping[str, str] | None = None,
         random: random_module.Random | None = None,
         run_blocking: BlockingRunner | None = None,
+        observer: MembershipObserver = NULL_OBSERVER,
     ) -> None:
         self._table = table
         self._address = address
         self._options = options
         self._prober = prober
+        self._observer = observer
         self._clock: Clock = clock or SystemClock()
         self._random = random or random_module.Random()
         now = self._clock.now()
@@ -100,6 +105,7 @@ class Silo:
             random=self._random,
             run_blocking=run_blocking or run_in_thread,
             on_write=self._gossiper.publish,
+            observer=observer,
         )
         self._health = LocalHealth(address=address, options=options, clock=self._clock, snapshot=self._current)
         self._cluster = ClusterHealthMonitor(
@@ -124,6 +130,7 @@ class Silo:
         self._finishing: asyncio.Future[None] | None = None
         self._join_task: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self._event_log: asyncio.Task[None] | None = None
 
     # --- MembershipRpcHandler ---------------------------------------------------------
 
@@ -140,7 +147,9 @@ class Silo:
 
     async def on_gossip(self, version: int) -> None:
         if not self._done.is_set():
+            before = self._manager.snapshot.version
             await self._manager.on_gossip(version)
+            self._observer.gossip_received(version, applied=self._manager.snapshot.version > before)
 
     async def probe_for_peer(self, target: SiloAddress, timeout: float) -> IndirectProbeResult:
         started = self._clock.monotonic()
@@ -194,6 +203,7 @@ class Silo:
             raise SiloError(f"silo {self._address} was already started; create a new Silo to rejoin")
         self._started = True
         self._watcher = asyncio.create_task(self._watch_termination())
+        self._event_log = asyncio.create_task(log_membership_events(self.snapshots(), self._clock.now, self._address))
         self._manager.start()
         self._health.start()
         self._cluster.start()
@@ -271,6 +281,7 @@ class Silo:
             may_vote=cluster.may_vote,
             vote=lambda silo: self._manager.try_vote(silo, others_unheard=cluster.others_unheard(silo)),
             random=self._random,
+            observer=self._observer,
         )
 
     async def _watch_termination(self) -> None:
@@ -293,6 +304,8 @@ class Silo:
         await self._health.stop()
         await self._gossiper.stop()
         await self._manager.stop()
+        if self._event_log is not None:  # ends with the snapshots (the publisher closed)
+            await asyncio.gather(self._event_log, return_exceptions=True)
         if self._watcher is not None and self._watcher is not asyncio.current_task():
             self._watcher.cancel()
         self._status = SiloStatus.DEAD

@@ -6,6 +6,7 @@ messages and ``membership_tables`` rows; ``server`` serves Membership, Work and 
 ``prober`` implements ``silo.membership.probing``'s seams over gRPC.
 
 May import: ``membership_tables``, ``silo.membership`` (the seams and snapshots it serves),
-``silo.work.registry`` (the handlers the Work service runs), ``silo.errors``.
+``silo.work.registry`` (the handlers the Work service runs), ``silo.events`` (the events a watch
+stream carries), ``silo.errors``.
 Never ``silo.runtime``, ``silo.client`` or ``silo.cli``.
 """

@@ -8,7 +8,7 @@ numbers equal ``membership_tables.SiloStatus``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, Protocol, TypeVar
@@ -16,6 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from google.protobuf.message import Message
 
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
+from silo.events import EventKind, MembershipEvent
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Membership"].full_name
@@ -166,9 +167,52 @@ def snapshot_to_proto(snapshot: MembershipTableData, responder: SiloAddress) -> 
     return pb.GetMembershipResponse(**_snapshot_fields(snapshot, responder))
 
 
-def view_to_proto(snapshot: MembershipTableData, responder: SiloAddress) -> pb.MembershipView:
-    """One message of the ``WatchMembership`` stream (the same fields as ``GetMembershipResponse``)."""
-    return pb.MembershipView(**_snapshot_fields(snapshot, responder))
+def view_to_proto(
+    snapshot: MembershipTableData, responder: SiloAddress, events: Sequence[MembershipEvent] = ()
+) -> pb.MembershipView:
+    """One message of the ``WatchMembership`` stream: ``GetMembershipResponse``'s fields plus events."""
+    return pb.MembershipView(**_snapshot_fields(snapshot, responder), events=[event_to_proto(e) for e in events])
+
+
+_EVENT_KINDS = {
+    EventKind.JOINED: pb.MEMBERSHIP_EVENT_KIND_JOINED,
+    EventKind.SUSPECTED: pb.MEMBERSHIP_EVENT_KIND_SUSPECTED,
+    EventKind.DECLARED_DEAD: pb.MEMBERSHIP_EVENT_KIND_DECLARED_DEAD,
+    EventKind.LEFT: pb.MEMBERSHIP_EVENT_KIND_LEFT,
+    EventKind.PROPERTIES_CHANGED: pb.MEMBERSHIP_EVENT_KIND_PROPERTIES_CHANGED,
+}
+_EVENT_KINDS_BACK = {wire: kind for kind, wire in _EVENT_KINDS.items()}
+
+
+def event_to_proto(event: MembershipEvent) -> pb.MembershipEvent:
+    return pb.MembershipEvent(
+        kind=_EVENT_KINDS[event.kind],
+        silo=address_to_proto(event.silo),
+        silo_name=event.name,
+        version=event.version,
+        at_unix_micros=to_micros(event.at),
+        observed_at_unix_micros=to_micros(event.observed_at),
+        by=[address_to_proto(voter) for voter in event.by],
+        properties=dict(event.properties),
+    )
+
+
+def events_from_proto(message: pb.MembershipView) -> tuple[MembershipEvent, ...]:
+    """The view's events; kinds this version does not know (added later) are skipped."""
+    return tuple(
+        MembershipEvent(
+            kind=_EVENT_KINDS_BACK[event.kind],
+            silo=address_from_proto(event.silo),
+            name=event.silo_name,
+            version=event.version,
+            at=from_micros(event.at_unix_micros),
+            observed_at=from_micros(event.observed_at_unix_micros),
+            by=tuple(address_from_proto(voter) for voter in event.by),
+            properties=dict(event.properties),
+        )
+        for event in message.events
+        if event.kind in _EVENT_KINDS_BACK
+    )
 
 
 def _snapshot_fields(snapshot: MembershipTableData, responder: SiloAddress) -> dict[str, Any]:

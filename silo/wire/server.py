@@ -19,12 +19,14 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any, NoReturn, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from membership_tables import InvalidEntryError, SiloStatus
+from membership_tables import InvalidEntryError, MembershipTableData, SiloStatus
+from silo.events import membership_events
 from silo.membership.probing import MembershipRpcHandler
 from silo.membership.snapshot import MembershipSnapshot
 from silo.wire import codec
@@ -73,10 +75,13 @@ class MembershipServer:
         *,
         handlers: HandlerRegistry | None = None,
         work_threads: int | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         """``handlers``: the Work handlers (default: the built-ins); ``work_threads``: the size of the
-        pool they run in (default: Python's ``ThreadPoolExecutor`` default)."""
+        pool they run in (default: Python's ``ThreadPoolExecutor`` default); ``now``: the wall clock
+        that stamps the membership events of watch streams."""
         self._host = host
+        self._now = now
         self._handler: SiloRpcHandler | None = None
         self._server = grpc.aio.server(options=_SERVER_OPTIONS)
         self._health = health.aio.HealthServicer()
@@ -195,9 +200,12 @@ class MembershipServer:
     ) -> AsyncIterator[pb.MembershipView]:
         handler = await self._admit(request.header, context, "WatchMembership")
         after = request.after_version if request.HasField("after_version") else None
+        previous: MembershipTableData | None = None
         async for snapshot in handler.snapshots():
             if after is None or snapshot.version > after:
-                yield codec.view_to_proto(snapshot.data, handler.silo_address)
+                events = membership_events(previous, snapshot.data, self._now())
+                previous = snapshot.data
+                yield codec.view_to_proto(snapshot.data, handler.silo_address, events)
         await _abort(
             context, grpc.StatusCode.UNAVAILABLE, f"silo {handler.silo_address} stopped; watch another gateway"
         )

@@ -17,6 +17,15 @@ class SiloStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SILO_STATUS_SHUTTING_DOWN: _ClassVar[SiloStatus]
     SILO_STATUS_STOPPING: _ClassVar[SiloStatus]
     SILO_STATUS_DEAD: _ClassVar[SiloStatus]
+
+class MembershipEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MEMBERSHIP_EVENT_KIND_UNSPECIFIED: _ClassVar[MembershipEventKind]
+    MEMBERSHIP_EVENT_KIND_JOINED: _ClassVar[MembershipEventKind]
+    MEMBERSHIP_EVENT_KIND_SUSPECTED: _ClassVar[MembershipEventKind]
+    MEMBERSHIP_EVENT_KIND_DECLARED_DEAD: _ClassVar[MembershipEventKind]
+    MEMBERSHIP_EVENT_KIND_LEFT: _ClassVar[MembershipEventKind]
+    MEMBERSHIP_EVENT_KIND_PROPERTIES_CHANGED: _ClassVar[MembershipEventKind]
 SILO_STATUS_NONE: SiloStatus
 SILO_STATUS_CREATED: SiloStatus
 SILO_STATUS_JOINING: SiloStatus
@@ -24,6 +33,12 @@ SILO_STATUS_ACTIVE: SiloStatus
 SILO_STATUS_SHUTTING_DOWN: SiloStatus
 SILO_STATUS_STOPPING: SiloStatus
 SILO_STATUS_DEAD: SiloStatus
+MEMBERSHIP_EVENT_KIND_UNSPECIFIED: MembershipEventKind
+MEMBERSHIP_EVENT_KIND_JOINED: MembershipEventKind
+MEMBERSHIP_EVENT_KIND_SUSPECTED: MembershipEventKind
+MEMBERSHIP_EVENT_KIND_DECLARED_DEAD: MembershipEventKind
+MEMBERSHIP_EVENT_KIND_LEFT: MembershipEventKind
+MEMBERSHIP_EVENT_KIND_PROPERTIES_CHANGED: MembershipEventKind
 
 class SiloAddress(_message.Message):
     __slots__ = ("host", "port", "generation")
@@ -162,17 +177,46 @@ class WatchMembershipRequest(_message.Message):
     after_version: int
     def __init__(self, header: _Optional[_Union[RequestHeader, _Mapping]] = ..., after_version: _Optional[int] = ...) -> None: ...
 
+class MembershipEvent(_message.Message):
+    __slots__ = ("kind", "silo", "silo_name", "version", "at_unix_micros", "observed_at_unix_micros", "by", "properties")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SILO_FIELD_NUMBER: _ClassVar[int]
+    SILO_NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    AT_UNIX_MICROS_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_AT_UNIX_MICROS_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    kind: MembershipEventKind
+    silo: SiloAddress
+    silo_name: str
+    version: int
+    at_unix_micros: int
+    observed_at_unix_micros: int
+    by: _containers.RepeatedCompositeFieldContainer[SiloAddress]
+    properties: _containers.ScalarMap[str, str]
+    def __init__(self, kind: _Optional[_Union[MembershipEventKind, str]] = ..., silo: _Optional[_Union[SiloAddress, _Mapping]] = ..., silo_name: _Optional[str] = ..., version: _Optional[int] = ..., at_unix_micros: _Optional[int] = ..., observed_at_unix_micros: _Optional[int] = ..., by: _Optional[_Iterable[_Union[SiloAddress, _Mapping]]] = ..., properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
 class MembershipView(_message.Message):
-    __slots__ = ("version", "version_etag", "rows", "responder")
+    __slots__ = ("version", "version_etag", "rows", "responder", "events")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     VERSION_ETAG_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     RESPONDER_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
     version: int
     version_etag: str
     rows: _containers.RepeatedCompositeFieldContainer[MembershipRow]
     responder: SiloAddress
-    def __init__(self, version: _Optional[int] = ..., version_etag: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[MembershipRow, _Mapping]]] = ..., responder: _Optional[_Union[SiloAddress, _Mapping]] = ...) -> None: ...
+    events: _containers.RepeatedCompositeFieldContainer[MembershipEvent]
+    def __init__(self, version: _Optional[int] = ..., version_etag: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[MembershipRow, _Mapping]]] = ..., responder: _Optional[_Union[SiloAddress, _Mapping]] = ..., events: _Optional[_Iterable[_Union[MembershipEvent, _Mapping]]] = ...) -> None: ...
 
 class WorkItem(_message.Message):
     __slots__ = ("key", "payload")

@@ -1,0 +1,110 @@
+"""``silo status --watch``: a frame per change, read on a period, never a busy loop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from membership_tables import (
+    MembershipTable,
+    MembershipTableData,
+    SiloAddress,
+    SiloStatus,
+    TableUnavailableError,
+    TableVersion,
+    open_table,
+)
+from silo.cli.status_watch import watch
+from tests.services.process import wait_until
+from tests.silo.cluster_harness import ROOT
+from tests.silo.rpc_fakes import T0, entry
+
+A = SiloAddress("127.0.0.1", 40123, 1)
+B = SiloAddress("127.0.0.1", 40124, 2)
+
+
+def data(version: int, alive_s: int = 0, *extra: SiloAddress) -> MembershipTableData:
+    rows = [entry(A, SiloStatus.ACTIVE, i_am_alive_time=T0 + timedelta(seconds=alive_s))]
+    rows += [entry(silo, SiloStatus.JOINING) for silo in extra]
+    return MembershipTableData(tuple((row, f"e{version}") for row in rows), TableVersion(version, "v"))
+
+
+def test_a_frame_is_drawn_only_when_the_version_a_row_or_the_reachability_changes() -> None:
+    reads: list[MembershipTableData | Exception] = [
+        data(1),
+        data(1),  # nothing changed: no frame
+        data(2, 0, B),  # a new version
+        data(2, 5, B),  # a heartbeat: the row changed, the version did not
+        data(2, 5, B),
+        TableUnavailableError("down"),
+        TableUnavailableError("down"),  # the same error: no new frame
+        data(3, 5, B),
+    ]
+    script = iter(reads)
+    frames: list[str] = []
+    waits: list[float] = []
+
+    def read() -> MembershipTableData:
+        item = next(script)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def sleep(seconds: float) -> bool:
+        waits.append(seconds)
+        return len(waits) == len(reads)  # stop after the last read
+
+    drawn = watch(read, lambda snapshot: f"v{snapshot.version.version}", frames.append, sleep, 0.5)
+    assert frames == ["v1", "v2", "v2", "down", "v3"]
+    assert drawn == 5
+    assert waits == [0.5] * len(reads), "one read per interval, each followed by a sleep"
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Iterator[tuple[str, MembershipTable]]:
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    with open_table(uri, "watched") as opened:
+        opened.initialize()
+        yield uri, opened
+
+
+@pytest.mark.slow
+def test_the_command_redraws_on_each_change_and_stops_on_sigint(
+    table: tuple[str, MembershipTable], tmp_path: Path
+) -> None:
+    uri, store = table
+    output = tmp_path / "watch.out"
+    argv = [sys.executable, "-m", "silo", "status", "--table", uri, "--cluster", "watched"]
+    argv += ["--watch", "--json", "--interval", "50ms"]
+    with output.open("w") as sink:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env)
+    try:
+
+        def frames() -> list[dict[str, object]]:
+            return [json.loads(line) for line in output.read_text().splitlines() if line.strip()]
+
+        wait_until(lambda: len(frames()) == 1, 30, "the first frame")
+        for version, silo in enumerate((A, B), start=1):
+            assert store.insert_row(entry(silo, SiloStatus.JOINING), store.read_all().version.next())
+            wait_until(
+                lambda version=version: frames()[-1]["version"] == version, 30, f"the frame of version {version}"
+            )
+        time.sleep(1.0)  # 20 more reads of an unchanged table
+        assert [frame["version"] for frame in frames()] == [0, 1, 2]
+        assert [silo["address"] for silo in frames()[-1]["silos"]] == [str(A), str(B)]  # type: ignore[union-attr]
+        process.send_signal(signal.SIGINT)
+        assert process.wait(10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
