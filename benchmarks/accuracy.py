@@ -69,6 +69,7 @@ from benchmarks import services
 from benchmarks.common import (
     ROOT,
     RunSettings,
+    choices_list,
     common_arguments,
     grouped_bars,
     print_table,
@@ -774,11 +775,7 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     config = Config.quick() if settings.quick else Config()
     changes: dict[str, Any] = {}
     if known.scenarios is not None:
-        scenarios = tuple(name.strip() for name in known.scenarios.split(",") if name.strip())
-        unknown = sorted(set(scenarios) - set(SCENARIOS))
-        if unknown or not scenarios:
-            raise SystemExit(f"unknown scenarios {unknown}; choose from {', '.join(SCENARIOS)}")
-        changes["scenarios"] = scenarios
+        changes["scenarios"] = choices_list(known.scenarios, SCENARIOS, "--scenarios")
     if known.loss_levels is not None:
         levels = tuple(float(level) for level in known.loss_levels.split(",") if level.strip())
         if not levels or not all(0.0 < level < 1.0 for level in levels):
