@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install the Debian packages the test suite starts real servers from (PostgreSQL,
 # MariaDB, ZooKeeper and a JRE) or fakes faults with (iproute2, and iptables for the
-# network-namespace lab in tests/netfaults), but only those that are missing, and only as root.
+# network-namespace lab in tests/netfaults), the SPIN model checker, and HashiCorp Serf (the
+# gossip baseline of benchmarks.detection and benchmarks.accuracy), but only those that are
+# missing, and only as root.
 # The tests start throwaway instances themselves; no system service is enabled.
 set -euo pipefail
 
@@ -13,6 +15,7 @@ command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 command -v tc >/dev/null 2>&1 || missing+=(iproute2)
 command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
 command -v spin >/dev/null 2>&1 || missing+=(spin)
+command -v serf >/dev/null 2>&1 || missing+=(serf)
 
 if [ ${#missing[@]} -eq 0 ]; then
     echo "system packages: all present"
