@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, fmt, ratio
+from benchmarks.common import RESULTS, ROOT, fmt, ratio
 
 
 def row(*cells: object) -> str:
@@ -330,6 +330,14 @@ RENDERERS = {
 }
 
 
+def image_link(path: Path) -> str:
+    """``path`` as a link from docs/benchmarks.md (relative inside the repository)."""
+    try:
+        return f"../{path.resolve().relative_to(ROOT)}"
+    except ValueError:
+        return str(path.resolve())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
@@ -341,7 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         document = json.loads(path.read_text())
         print(f"### {name}\n")
         print("\n".join([*provenance(document), *render(document)]))
-        print(f"\n![{name}](../benchmarks/results/{name}.png)\n")
+        print(f"\n![{name}]({image_link(path.with_suffix('.png'))})\n")
     return 0
 
 
