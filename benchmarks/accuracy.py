@@ -35,17 +35,25 @@ deletions of a member's znode seen by an observer on the server's own host (loop
 the loss spares), cross-checked with the server's ``Expiring session`` log lines. A silo
 declared dead is restarted (new generation, same host) after one floor; a member whose
 session expired registers again in a new session, so both sides keep N for the whole level.
-CPU per silo, per ZooKeeper member and of the server come from ``/proc/<pid>/stat``, and the
-loss actually applied from the iptables rule counters. Targets (issue "failure detector v2"):
-no silo declared dead at 10% and 20% (over 600 s at N = 10), at most a tenth of ZooKeeper's
-expirations at 30%. Needs root and iptables; without them the scenario is skipped, with the
-reason printed and recorded, and the others still run.
+Serf runs in the same lab too (``benchmarks.serf_group``): one ``serf agent`` per profile
+(``lan`` and ``local``, each profile its own cluster on its own ports) beside each silo, so the same
+loss hits three detectors at once. Serf agents are never restarted: a live agent declared failed
+refutes and rejoins by itself. Serf's false failures are counted from the agents' logs (stamped
+on arrival) between loss-on and the cut: a live member's failure episode is a span during which at
+least one agent held it failed, however many agents saw it; the ``EventMemberFailed`` lines of
+every agent, the declarations (``Marking ... as failed``) and the refutations are reported too.
+CPU per silo, per ZooKeeper member, of the server and per Serf agent come from
+``/proc/<pid>/stat``, and the loss actually applied from the iptables rule counters. Targets
+(issue "failure detector v2"): no silo declared dead at 10% and 20% (over 600 s at N = 10),
+at most a tenth of ZooKeeper's expirations at 30%. Needs root and iptables; without them the
+scenario is skipped, with the reason printed and recorded, and the others still run.
 
     python -m benchmarks.accuracy [--quick] [--scenarios stall,probe_loss,network]
-        [--loss-levels 0.1,0.2,0.3] [--loss-seconds 600] [--loss-size 10]
+        [--loss-levels 0.1,0.2,0.3] [--loss-seconds 600] [--loss-size 10] [--serf-profiles lan,local|none]
 
 ``--quick``: N = 5, 10 s stall and probe-loss runs, 30 s per loss level. The loss flags
-override either preset; ``--scenarios`` picks what runs (default: all three).
+override either preset; ``--scenarios`` picks what runs (default: all three), ``--serf-profiles``
+which Serf profiles join the real-network runs (``none``: no Serf).
 """
 
 from __future__ import annotations
@@ -69,6 +77,7 @@ from benchmarks import services
 from benchmarks.common import (
     ROOT,
     RunSettings,
+    choices_list,
     common_arguments,
     grouped_bars,
     print_table,
@@ -78,6 +87,7 @@ from benchmarks.common import (
     wall,
     workdir,
 )
+from benchmarks.serf_group import PROFILE_TIMINGS, PROFILES, SerfGroup, serf_unavailable_reason
 from benchmarks.silo_cluster import JOIN_TIMEOUT, BenchCluster
 from benchmarks.stress import CpuHog, Jitter, Staller, pin
 from benchmarks.zk_group import ZkGroup
@@ -133,6 +143,8 @@ class Config:
     restart_declared: bool = True
     """Real-network runs: restart a silo that was declared dead (as a supervisor would), to keep N."""
     scenarios: tuple[str, ...] = SCENARIOS
+    serf_profiles: tuple[str, ...] = PROFILES
+    """Real-network runs: the Serf profiles whose clusters run beside the silos (one agent per host each)."""
 
     @classmethod
     def quick(cls) -> Config:
@@ -481,20 +493,31 @@ def network_level(loss: float, config: Config, root: Path) -> dict[str, Any]:
     with cluster:
         server = LabZooKeeper(cluster.lab.add_host("zk"), root / "zookeeper")
         group: LabZkGroup | None = None
+        serf: dict[str, SerfGroup] = {}
         try:
             server.start()
             cluster.start(config.loss_size, timeout=JOIN_TIMEOUT)
             group = LabZkGroup(server, cluster.hosts, f"/accuracy/{label}", floor, root / "zk-members")
             group.start()
-            return measure_loss(cluster, server, group, loss, config)
+            for profile in config.serf_profiles:
+                serf[profile] = SerfGroup(profile, root / f"serf-{profile}")
+                serf[profile].start_on(cluster.hosts)
+            return measure_loss(cluster, server, group, serf, loss, config)
         finally:
+            for agents in serf.values():
+                agents.close()
             if group is not None:
                 group.close()
             server.stop()
 
 
 def measure_loss(
-    cluster: LossCluster, server: LabZooKeeper, group: LabZkGroup, loss: float, config: Config
+    cluster: LossCluster,
+    server: LabZooKeeper,
+    group: LabZkGroup,
+    serf: dict[str, SerfGroup],
+    loss: float,
+    config: Config,
 ) -> dict[str, Any]:
     """Hold ``loss`` on every host for ``config.loss_seconds`` and count both systems' false positives.
 
@@ -511,6 +534,7 @@ def measure_loss(
     exited_at: dict[int, float] = {}
     restarts = 0
     entered_before, _ = loss_counters(hosts)
+    loss_on = wall()
     cluster.lab.set_loss(loss)
     started = time.monotonic()
     deadline = started + config.loss_seconds
@@ -530,12 +554,18 @@ def measure_loss(
         meter.sample("silo", [silo.pid for silo in cluster.current().values() if silo.running])
         meter.sample("zk_member", group.pids().values())
         meter.sample("zk_server", [server.pid] if server.pid is not None else [])
+        for profile, agents in serf.items():
+            meter.sample(f"serf_{profile}", agents.pids().values())
         if now >= next_progress:
             next_progress += PROGRESS_EVERY
             print(
                 f"[accuracy]   {loss:.0%} loss, {now - started:.0f}/{config.loss_seconds:.0f} s: "
                 f"{len(declared)} Dead rows, {len(votes)} votes, "
-                f"{group.tally(wall()).total_expired} ZooKeeper sessions expired",
+                f"{group.tally(wall()).total_expired} ZooKeeper sessions expired"
+                + "".join(
+                    f", Serf {profile} {agents.tally(loss_on, wall()).total_failures} failures"
+                    for profile, agents in serf.items()
+                ),
                 flush=True,
             )
         time.sleep(NETWORK_POLL)
@@ -545,6 +575,7 @@ def measure_loss(
     cut = wall()
     dead_rows = poll_net(cluster, votes, declared)
     zookeeper = group.tally(cut)
+    serf_tallies = {profile: agents.tally(loss_on, cut) for profile, agents in serf.items()}
     for silo in cluster.current().values():
         if not silo.running and silo.pid not in exited_at:  # exited during the grace period
             exits[exit_name(silo.exit_code)] += 1
@@ -582,6 +613,14 @@ def measure_loss(
             "cpu_percent_per_member": meter.percent("zk_member"),
             "cpu_percent_server": meter.percent("zk_server"),
         },
+        "serf": {
+            profile: {
+                **tally.to_json(),
+                "cpu_percent_per_agent": meter.percent(f"serf_{profile}"),
+                "timings": PROFILE_TIMINGS[profile],
+            }
+            for profile, tally in serf_tallies.items()
+        },
         "target": target,
         "target_met": target_met(target, silos["live_silos_declared_dead"], zookeeper.total_expired),
     }
@@ -592,11 +631,19 @@ def network_runs(config: Config, root: Path) -> dict[str, Any]:
     if reason is not None:
         print(f"[accuracy] skipping the real-network loss runs: {reason}", flush=True)
         return {"skipped": reason}
+    serf_reason = serf_unavailable_reason() if config.serf_profiles else None
+    if serf_reason is not None:
+        print(f"[accuracy] Serf left out of the real-network runs: {serf_reason}", flush=True)
+        config = dataclasses.replace(config, serf_profiles=())
     levels: dict[str, Any] = {}
     for loss in config.loss_levels:
-        print(f"[accuracy] silos and ZooKeeper, {loss:.0%} packet loss in a network lab", flush=True)
+        others = "".join(f", Serf {profile}" for profile in config.serf_profiles)
+        print(f"[accuracy] silos, ZooKeeper{others}: {loss:.0%} packet loss in a network lab", flush=True)
         levels[loss_label(loss)] = network_level(loss, config, root / f"net-{loss_label(loss)}")
-    return {"session_timeout_s": floor_seconds(), "levels": levels}
+    result: dict[str, Any] = {"session_timeout_s": floor_seconds(), "levels": levels}
+    if serf_reason is not None:
+        result["serf_unavailable"] = serf_reason
+    return result
 
 
 def measure(config: Config) -> dict[str, Any]:
@@ -705,6 +752,27 @@ def report(results: dict[str, Any]) -> None:
          "ZK server-logged/re-registered", "silo restarts", "CPU % per silo", "CPU % per ZK member", "target", "met"],
         rows,
     )  # fmt: skip
+    serf_rows = [
+        [f"{entry['loss']:.0%}", profile, serf["live_members_failed"], serf["member_failed_events"],
+         serf["declarations"], serf["suspicions"], serf["refutations"], serf["failed_at_end"],
+         serf["cpu_percent_per_agent"]["mean"], entry["silos"]["live_silos_declared_dead"],
+         entry["zookeeper"]["live_sessions_expired"]]
+        for entry in network["levels"].values()
+        for profile, serf in entry.get("serf", {}).items()
+    ]  # fmt: skip
+    if serf_rows:
+        print_table(
+            f"Serf in the same lab at the same time, N={size} agents per profile (one beside each silo)",
+            SERF_HEADERS,
+            serf_rows,
+        )
+    if "serf_unavailable" in network:
+        print(f"Serf not measured: {network['serf_unavailable']}")
+
+
+SERF_HEADERS = ["loss", "profile", "live members failed", "member-failed events (all views)", "declarations",
+                "suspicions", "refutations", "failed at end", "CPU % per agent", "silos declared dead",
+                "ZooKeeper sessions expired"]  # fmt: skip
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
@@ -747,6 +815,14 @@ def plot(results: dict[str, Any], path: Path) -> None:
                 "ZooKeeper: live sessions expired": [
                     float(e["zookeeper"]["live_sessions_expired"]) for e in levels.values()
                 ],
+                **{
+                    f"Serf {profile}: live members failed": [
+                        float(e.get("serf", {}).get(profile, {}).get("live_members_failed", math.nan))
+                        for e in levels.values()
+                    ]
+                    for profile in PROFILES
+                    if any(profile in e.get("serf", {}) for e in levels.values())
+                },
             },
             "count over the level",
         )
@@ -769,16 +845,13 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     extra.add_argument("--loss-levels", default=None)
     extra.add_argument("--loss-seconds", type=float, default=None)
     extra.add_argument("--loss-size", type=int, default=None)
+    extra.add_argument("--serf-profiles", default=None)
     known, rest = extra.parse_known_args(argv)
     settings = common_arguments(__doc__ or NAME, rest)
     config = Config.quick() if settings.quick else Config()
     changes: dict[str, Any] = {}
     if known.scenarios is not None:
-        scenarios = tuple(name.strip() for name in known.scenarios.split(",") if name.strip())
-        unknown = sorted(set(scenarios) - set(SCENARIOS))
-        if unknown or not scenarios:
-            raise SystemExit(f"unknown scenarios {unknown}; choose from {', '.join(SCENARIOS)}")
-        changes["scenarios"] = scenarios
+        changes["scenarios"] = choices_list(known.scenarios, SCENARIOS, "--scenarios")
     if known.loss_levels is not None:
         levels = tuple(float(level) for level in known.loss_levels.split(",") if level.strip())
         if not levels or not all(0.0 < level < 1.0 for level in levels):
@@ -788,6 +861,9 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
         changes["loss_seconds"] = known.loss_seconds
     if known.loss_size is not None:
         changes["loss_size"] = known.loss_size
+    if known.serf_profiles is not None:
+        none = known.serf_profiles.strip() == "none"
+        changes["serf_profiles"] = () if none else choices_list(known.serf_profiles, PROFILES, "--serf-profiles")
     return settings, dataclasses.replace(config, **changes)
 
 

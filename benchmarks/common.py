@@ -69,6 +69,15 @@ def common_arguments(description: str, argv: Sequence[str] | None = None) -> Run
     return RunSettings(quick=args.quick, output_dir=output)
 
 
+def choices_list(text: str, choices: Sequence[str], flag: str) -> tuple[str, ...]:
+    """A comma-separated command-line list whose items must all be in ``choices`` (else a clear exit)."""
+    items = tuple(item.strip() for item in text.split(",") if item.strip())
+    unknown = sorted(set(items) - set(choices))
+    if unknown or not items:
+        raise SystemExit(f"{flag}: unknown {unknown or 'empty list'}; choose from {', '.join(choices)}")
+    return items
+
+
 # --- statistics ------------------------------------------------------------------------
 
 

@@ -13,6 +13,11 @@ Everything is measured against the **floor**, ``num_missed_probes_limit x probe_
 * **ZooKeeper**, same run and sizes: N ``benchmarks.zk_member`` processes holding ephemeral
   znodes with session timeout = floor; SIGKILL or SIGSTOP one, time until an observer's
   children watch sees its node deleted.
+* **Serf**, same run and sizes, once per profile (``lan``, ``local``): N ``serf agent``
+  processes on loopback (``benchmarks.serf_group``); SIGKILL or SIGSTOP one, time until the
+  first survivor and until every survivor logged ``EventMemberFailed`` for it (each agent's log
+  read through a pipe and stamped on arrival: about 1 ms resolution). Serf's timings are its
+  profile's, not the floor; the ratio to the floor only puts them on the same scale.
 * **Partitions**: 5 silos, each alone in a network namespace (tests/faults/net_cluster.py),
   one SQLite table every side still reaches. A 3|2 split and a 1|4 isolation (random
   minority) cut with iptables; time cut -> every minority silo Dead in the table, and cut ->
@@ -25,15 +30,20 @@ Everything is measured against the **floor**, ``num_missed_probes_limit x probe_
   actually sends and receives before a partition's cut. ZooKeeper's pings are **counted**
   (the server's ``srvr`` packet counter).
 
-    python -m benchmarks.detection [--quick]
+    python -m benchmarks.detection [--quick] [--systems silos,zookeeper,serf-lan,serf-local,partitions]
+        [--sizes 5,10,20] [--trials 30]
 
-A full run takes about half an hour on two cores; ``--quick`` (N = 5, 3 + 3 trials, one
-partition of each kind) about a minute.
+A full run takes about 45 minutes on two cores; ``--quick`` (N = 5, 3 + 3 trials, one
+partition of each kind, no Serf) about a minute. ``--systems`` picks what runs (default:
+all; ``partitions`` is the silos' partition scenario), ``--sizes`` the cluster sizes,
+``--trials`` the crash and the hang trials per size; they override either preset.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import dataclasses
 import math
 import random
 import re
@@ -46,16 +56,20 @@ from typing import Any
 
 from benchmarks import services
 from benchmarks.common import (
-    benchmark_main,
+    RunSettings,
+    choices_list,
+    common_arguments,
     grouped_bars,
     print_table,
     pyplot,
     ratio,
+    run_benchmark,
     save_figure,
     summarize,
     wall,
     workdir,
 )
+from benchmarks.serf_group import PROFILE_TIMINGS, PROFILES, SerfGroup, SerfKill, serf_unavailable_reason
 from benchmarks.silo_cluster import (
     BenchCluster,
     KillTrial,
@@ -75,6 +89,12 @@ TARGETS = {"crash_median": 0.5, "hang_median": 1.0, "hang_p99": 1.2}
 """Acceptance targets, as multiples of the floor, for the silos' signal -> Dead row."""
 SCENARIOS = {"split_3_2": 2, "isolate_1_4": 1}
 """Partition scenarios of 5 silos: name -> size of the cut-off minority."""
+SYSTEMS = ("silos", "zookeeper", *(f"serf-{profile}" for profile in PROFILES), "partitions")
+"""What ``--systems`` can choose: each failure detector, and the silos' partition scenario."""
+QUICK_SYSTEMS = ("silos", "zookeeper", "partitions")
+"""``--quick`` leaves Serf out (its profiles take 5-20 s per trial); ``--systems`` puts it back."""
+SERF_BOUND = 60.0
+"""Seconds to wait for every Serf survivor to log the failure (lan's longest suspicion at N = 20 is 31 s)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +117,7 @@ class Config:
     """Also poll every survivor's GetMembership every 0.1 s during crash/hang trials (the last view)."""
     seed: int = 20261122
     preset: str = "local"
+    systems: tuple[str, ...] = SYSTEMS
 
     @classmethod
     def quick(cls) -> Config:
@@ -108,6 +129,7 @@ class Config:
             idle_seconds=5.0,
             partition_idle_seconds=3.0,
             hold_seconds=2.0,
+            systems=QUICK_SYSTEMS,
         )
 
 
@@ -136,6 +158,11 @@ def meets_targets(mode: str, stats: dict[str, float]) -> bool | None:
     if mode == "crash":
         return relative["median"] <= TARGETS["crash_median"]
     return relative["median"] <= TARGETS["hang_median"] and relative["p99"] <= TARGETS["hang_p99"]
+
+
+def serf_profiles(config: Config) -> list[str]:
+    """The Serf profiles ``config.systems`` asks for."""
+    return [profile for profile in PROFILES if f"serf-{profile}" in config.systems]
 
 
 def plan(config: Config) -> list[str]:
@@ -294,6 +321,77 @@ def zookeeper_trials(
     return result
 
 
+# --- Serf ------------------------------------------------------------------------------------------
+
+
+def serf_idle(group: SerfGroup, seconds: float) -> dict[str, Any]:
+    """CPU per agent over ``seconds`` of an idle group; probes per second from the profile."""
+    pids = list(group.pids().values())
+    before = {pid: cpu_seconds(pid) for pid in pids}
+    started = wall()
+    time.sleep(seconds)
+    elapsed = wall() - started
+    per_minute = []
+    for pid in pids:
+        start, end = before[pid], cpu_seconds(pid)
+        if start is not None and end is not None:
+            per_minute.append((end - start) * 60.0 / elapsed)
+    return {
+        "seconds": seconds,
+        "members": len(pids),
+        "cpu_s_per_min_per_member": summarize(per_minute),
+        "probes_per_s_per_member": 1.0 / PROFILE_TIMINGS[group.profile]["probe_interval_s"],
+        "probes_basis": "computed: memberlist probes one member per probe_interval (gossip and push-pull not counted)",
+    }
+
+
+def serf_trials(profile: str, size: int, config: Config, root: Path, rng: random.Random) -> dict[str, Any]:
+    group = SerfGroup(profile, root)
+    kills: dict[str, list[SerfKill]] = {mode: [] for mode in MODES}
+    idle: dict[str, Any] = {}
+    false_failures: list[str] = []
+    error = None
+    try:
+        group.start_loopback(size)
+        idle = serf_idle(group, config.idle_seconds)
+        modes = plan(config)
+        for index, mode in enumerate(modes):
+            kill = group.kill_one(rng, bound=SERF_BOUND, freeze=mode == "hang")
+            kills[mode].append(kill)
+            print(
+                f"  Serf {profile} N={size} {mode} {index + 1}/{len(modes)}: first failed after "
+                f"{fmt_s(kill.first_failed)}, all {kill.observers} after {fmt_s(kill.all_failed)}",
+                flush=True,
+            )
+            group.replace_missing(size)
+        false_failures = group.false_failures()
+    except RuntimeError as exc:  # agents that would not join: keep the trials so far, say why
+        error = str(exc)[:2000]
+        print(f"  Serf {profile} N={size} stopped early: {error[:300]}", flush=True)
+    finally:
+        group.close()
+    result: dict[str, Any] = {
+        "profile": profile,
+        "timings": PROFILE_TIMINGS[profile],
+        "other_members_failed": len(false_failures),
+        "false_failures": false_failures,
+        "idle": idle,
+        "error": error,
+    }
+    for mode, trials in kills.items():
+        first = summarize(present([k.first_failed for k in trials]))
+        last = summarize(present([k.all_failed for k in trials]))
+        result[mode] = {
+            "signal": MODES[mode],
+            "first_failed": first,
+            "all_failed": last,
+            "ratio_to_floor": {"first_failed": ratios(first), "all_failed": ratios(last)},
+            "undetected_within_bound": sum(k.all_failed is None for k in trials),
+            "trials": [k.to_json() for k in trials],
+        }
+    return result
+
+
 # --- partitions ------------------------------------------------------------------------------------
 
 
@@ -366,28 +464,49 @@ async def run(config: Config) -> dict[str, Any]:
         "backend": config.backend,
         "silos": {},
         "zookeeper": {},
+        "serf": {},
         "partitions": {},
+        "systems": list(config.systems),
         "elapsed_s": {},
     }
     with workdir(NAME) as root:
-        with services.table_uris(config.backend, root) as fresh_uri:
+        if "silos" in config.systems:
+            with services.table_uris(config.backend, root) as fresh_uri:
+                for size in config.sizes:
+                    print(f"[detection] silos on {config.backend}, N={size}", flush=True)
+                    started = wall()
+                    results["silos"][str(size)] = await silo_trials(
+                        fresh_uri(), size, config, root / f"silos-{size}", rng
+                    )
+                    results["elapsed_s"][f"silos-{size}"] = wall() - started
+        if "zookeeper" in config.systems:
+            with services.zookeeper(root) as zookeeper:
+                for size in config.sizes:
+                    print(f"[detection] ZooKeeper ephemeral nodes, N={size}", flush=True)
+                    started = wall()
+                    results["zookeeper"][str(size)] = await asyncio.to_thread(
+                        zookeeper_trials, zookeeper, size, config, root / f"zk-{size}", rng
+                    )
+                    results["elapsed_s"][f"zookeeper-{size}"] = wall() - started
+        profiles = serf_profiles(config)
+        reason = serf_unavailable_reason() if profiles else None
+        if reason is not None:
+            print(f"[detection] Serf skipped: {reason}", flush=True)
+            results["serf"] = {"unavailable": reason}
+        for profile in profiles if reason is None else []:
+            results["serf"][profile] = {}
             for size in config.sizes:
-                print(f"[detection] silos on {config.backend}, N={size}", flush=True)
+                print(f"[detection] Serf agents, profile {profile}, N={size}", flush=True)
                 started = wall()
-                results["silos"][str(size)] = await silo_trials(fresh_uri(), size, config, root / f"silos-{size}", rng)
-                results["elapsed_s"][f"silos-{size}"] = wall() - started
-        with services.zookeeper(root) as zookeeper:
-            for size in config.sizes:
-                print(f"[detection] ZooKeeper ephemeral nodes, N={size}", flush=True)
-                started = wall()
-                results["zookeeper"][str(size)] = await asyncio.to_thread(
-                    zookeeper_trials, zookeeper, size, config, root / f"zk-{size}", rng
+                results["serf"][profile][str(size)] = await asyncio.to_thread(
+                    serf_trials, profile, size, config, root / f"serf-{profile}-{size}", rng
                 )
-                results["elapsed_s"][f"zookeeper-{size}"] = wall() - started
-        print(f"[detection] partitions of {config.partition_size} silos in network namespaces", flush=True)
-        started = wall()
-        results["partitions"] = await partition_trials(config, root / "partitions", rng)
-        results["elapsed_s"]["partitions"] = wall() - started
+                results["elapsed_s"][f"serf-{profile}-{size}"] = wall() - started
+        if "partitions" in config.systems:
+            print(f"[detection] partitions of {config.partition_size} silos in network namespaces", flush=True)
+            started = wall()
+            results["partitions"] = await partition_trials(config, root / "partitions", rng)
+            results["elapsed_s"]["partitions"] = wall() - started
     print("[detection] seconds per phase: " + ", ".join(f"{k} {v:.0f}" for k, v in results["elapsed_s"].items()))
     return results
 
@@ -435,7 +554,26 @@ def detection_rows(results: dict[str, Any]) -> list[list[object]]:
                 ["ZooKeeper", size, f"{mode} ({MODES[mode]})", "node deleted", stats["median"], stats["p99"],
                  relative["median"], relative["p99"], "", "", stats["n"], entry["other_members_expired"]]
             )  # fmt: skip
+    for profile, size, entry in serf_entries(results):
+        for mode in MODES:
+            for measure, label in (("first_failed", "first member-failed"), ("all_failed", "all survivors")):
+                stats, relative = entry[mode][measure], entry[mode]["ratio_to_floor"][measure]
+                rows.append(
+                    [f"Serf {profile}", size, f"{mode} ({MODES[mode]})", label, stats["median"], stats["p99"],
+                     relative["median"], relative["p99"], "", "", stats["n"], entry["other_members_failed"]]
+                )  # fmt: skip
     return rows
+
+
+def serf_entries(results: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(profile, N, entry) of every Serf run in ``results`` (none if Serf was not run or not installed)."""
+    serf = results.get("serf", {})
+    return [
+        (profile, size, entry)
+        for profile, sizes in serf.items()
+        if isinstance(sizes, dict)
+        for size, entry in sizes.items()
+    ]
 
 
 DETECTION_HEADERS = ["system", "N", "failure", "measure", "median s", "p99 s", "median/floor", "p99/floor",
@@ -478,6 +616,13 @@ def cost_rows(results: dict[str, Any]) -> list[list[object]]:
             ["ZooKeeper", size, idle["pings_per_s_per_member"], "counted", idle["cpu_s_per_min_per_member"]["median"],
              idle["server_cpu_s_per_min"]]
         )  # fmt: skip
+    for profile, size, entry in serf_entries(results):
+        idle = entry["idle"]
+        if idle:
+            rows.append(
+                [f"Serf {profile}", size, idle["probes_per_s_per_member"], "computed",
+                 idle["cpu_s_per_min_per_member"]["median"], math.nan]
+            )  # fmt: skip
     return rows
 
 
@@ -514,6 +659,8 @@ def report(results: dict[str, Any]) -> None:
     )
     if "unavailable" in results["partitions"]:
         print(f"\nPartitions not measured: {results['partitions']['unavailable']}")
+    elif not results["partitions"]:
+        print("\nPartitions not run (not in --systems)")
     else:
         print_table("Partition (5 silos, network namespaces): cut to minority Dead / exited", PARTITION_HEADERS,
                     partition_rows(results))  # fmt: skip
@@ -521,22 +668,33 @@ def report(results: dict[str, Any]) -> None:
     note = segments_note(results)
     if note:
         print(note)
+    if "unavailable" in results.get("serf", {}):
+        print(f"Serf not measured: {results['serf']['unavailable']}")
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
     plt = pyplot()
     figure, axes = plt.subplots(2, 2, figsize=(13, 9))
-    sizes = list(results["silos"])
+    serf = {profile: sizes for profile, sizes in results.get("serf", {}).items() if isinstance(sizes, dict)}
+    sizes = sorted({*results["silos"], *results["zookeeper"], *(s for runs in serf.values() for s in runs)}, key=int)
     groups = [f"N={s}" for s in sizes]
+
+    def stat_of(runs: dict[str, Any], size: str, mode: str, measure: str | None, stat: str) -> float:
+        if size not in runs:
+            return math.nan
+        relative = runs[size][mode]["ratio_to_floor"]
+        return float((relative[measure] if measure else relative)[stat])
+
     for axis, mode in zip(axes[0], MODES, strict=True):
         series = {
-            f"silos Dead row {stat}": [results["silos"][s][mode]["ratio_to_floor"]["table_dead"][stat] for s in sizes]
+            f"silos Dead row {stat}": [stat_of(results["silos"], s, mode, "table_dead", stat) for s in sizes]
             for stat in ("median", "p99")
         }
         for stat in ("median", "p99"):
-            series[f"ZooKeeper {stat}"] = [
-                results["zookeeper"][s][mode]["ratio_to_floor"][stat] if s in results["zookeeper"] else math.nan
-                for s in sizes
+            series[f"ZooKeeper {stat}"] = [stat_of(results["zookeeper"], s, mode, None, stat) for s in sizes]
+        for profile, runs in serf.items():
+            series[f"Serf {profile} first failed median"] = [
+                stat_of(runs, s, mode, "first_failed", "median") for s in sizes
             ]
         grouped_bars(axis, groups, series, "x floor")
         targets = [("median", TARGETS["crash_median"])] if mode == "crash" else [
@@ -556,22 +714,56 @@ def plot(results: dict[str, Any], path: Path) -> None:
     grouped_bars(axes[1][0], scenarios or ["not measured"], series if scenarios else {}, "x floor")
     axes[1][0].set_title("partition: cut to every minority silo Dead / exited")
     cost = {
-        "silo": [results["silos"][s]["idle"].get("cpu_s_per_min_per_silo", {}).get("median", math.nan) for s in sizes],
+        "silo": [
+            results["silos"][s]["idle"].get("cpu_s_per_min_per_silo", {}).get("median", math.nan)
+            if s in results["silos"] else math.nan for s in sizes],
         "ZooKeeper member": [
             results["zookeeper"][s]["idle"]["cpu_s_per_min_per_member"]["median"] if s in results["zookeeper"]
             else math.nan for s in sizes],
         "ZooKeeper server / N": [
             results["zookeeper"][s]["idle"]["server_cpu_s_per_min_per_member"] if s in results["zookeeper"]
             else math.nan for s in sizes],
+        **{f"Serf {profile} agent": [
+            runs[s]["idle"].get("cpu_s_per_min_per_member", {}).get("median", math.nan) if s in runs else math.nan
+            for s in sizes] for profile, runs in serf.items()},
     }  # fmt: skip
     grouped_bars(axes[1][1], groups, cost, "CPU s per minute")
     axes[1][1].set_title("idle cost per member")
     save_figure(figure, path)
 
 
+def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
+    """The common flags plus ``--systems``, ``--sizes`` and ``--trials``, applied over the preset."""
+    extra = argparse.ArgumentParser(add_help=False)
+    extra.add_argument("--systems", default=None)
+    extra.add_argument("--sizes", default=None)
+    extra.add_argument("--trials", type=int, default=None)
+    known, rest = extra.parse_known_args(argv)
+    settings = common_arguments(__doc__ or NAME, rest)
+    config = Config.quick() if settings.quick else Config()
+    changes: dict[str, Any] = {}
+    if known.systems is not None:
+        changes["systems"] = choices_list(known.systems, SYSTEMS, "--systems")
+    if known.sizes is not None:
+        try:
+            sizes = tuple(int(size) for size in known.sizes.split(",") if size.strip())
+        except ValueError:
+            sizes = ()
+        if not sizes or min(sizes) < 2:
+            raise SystemExit(f"--sizes must be whole numbers of at least 2, comma-separated, got {known.sizes!r}")
+        changes["sizes"] = sizes
+    if known.trials is not None:
+        if known.trials < 1:
+            raise SystemExit(f"--trials must be at least 1, got {known.trials}")
+        changes["crash_trials"] = changes["hang_trials"] = known.trials
+    return settings, dataclasses.replace(config, **changes)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    extra = {"options": asdict(options()), "targets_x_floor": TARGETS}
-    return benchmark_main(NAME, __doc__, argv, Config, lambda config: asyncio.run(run(config)), report, plot, extra)
+    settings, config = parse(argv)
+    arguments = list(argv if argv is not None else sys.argv[1:])  # the recorded command omits the extra flags
+    extra = {"options": asdict(options()), "targets_x_floor": TARGETS, "arguments": arguments}
+    return run_benchmark(NAME, settings, config, lambda: asyncio.run(run(config)), report, plot, extra)
 
 
 if __name__ == "__main__":

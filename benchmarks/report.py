@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, fmt, ratio
+from benchmarks.common import RESULTS, ROOT, fmt, ratio
 
 
 def row(*cells: object) -> str:
@@ -69,6 +69,13 @@ def tables(document: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _arguments(config: dict[str, Any]) -> list[str]:
+    """The run's own flags (``--output-dir`` left out), when there are any beyond ``--quick``."""
+    arguments = config.get("arguments", [])
+    shown = [arg for i, arg in enumerate(arguments) if "--output-dir" not in (arg, arguments[i - 1] if i else "")]
+    return [f"Arguments: `{' '.join(shown)}`.", ""] if [arg for arg in shown if arg != "--quick"] else []
+
+
 def detection(document: dict[str, Any]) -> list[str]:
     results = document["results"]
     floor = results["floor_s"]
@@ -79,6 +86,7 @@ def detection(document: dict[str, Any]) -> list[str]:
     target_text = {"crash": f"median <= {targets['crash_median']}",
                    "hang": f"median <= {targets['hang_median']}, p99 <= {targets['hang_p99']}"}  # fmt: skip
     lines = [
+        *_arguments(document["config"]),
         f"Floor: num_missed_probes_limit x probe_timeout = {floor} s; probe_interval {results['probe_interval_s']} s; "
         f"silos on {results['backend']}. Targets are for the silos' Dead row, in multiples of the floor.",
         "",
@@ -103,10 +111,22 @@ def detection(document: dict[str, Any]) -> list[str]:
                 row("ZooKeeper ephemeral", size, f"{mode} ({signal})", "node deleted", stats["median"], stats["p99"],
                     rel["median"], rel["p99"], "", "", stats["n"], entry["other_members_expired"])
             )  # fmt: skip
+    for profile, size, entry in _serf_runs(results):
+        for mode, signal in modes.items():
+            for measure, label in (("first_failed", "first member-failed"), ("all_failed", "all survivors")):
+                stats, rel = entry[mode][measure], entry[mode]["ratio_to_floor"][measure]
+                lines.append(
+                    row(f"Serf {profile}", size, f"{mode} ({signal})", label, stats["median"], stats["p99"],
+                        rel["median"], rel["p99"], "", "", stats["n"], entry["other_members_failed"])
+                )  # fmt: skip
+    if "unavailable" in results.get("serf", {}):
+        lines += ["", f"Serf not measured: {results['serf']['unavailable']}."]
     partitions = results["partitions"]
     lines += ["", "Partitions of 5 silos in network namespaces (cut to every minority silo Dead / exited):", ""]
     if "unavailable" in partitions:
         lines.append(f"Not measured: {partitions['unavailable']}.")
+    elif not partitions:
+        lines.append("Not run in this run (`--systems` left them out).")
     else:
         lines += header("scenario", "trials", "all Dead median s", "p99 s", "x floor (median / p99)",
                         "all exited median s", "p99 s", "x floor (median / p99)", "exited with 3",
@@ -133,12 +153,27 @@ def detection(document: dict[str, Any]) -> list[str]:
         idle = entry["idle"]
         lines.append(row("ZooKeeper", size, idle["pings_per_s_per_member"], "counted (srvr)",
                          idle["cpu_s_per_min_per_member"]["median"], idle["server_cpu_s_per_min"]))  # fmt: skip
+    for profile, size, entry in _serf_runs(results):
+        idle = entry["idle"]
+        if idle:
+            lines.append(row(f"Serf {profile}", size, idle["probes_per_s_per_member"], "computed from the profile",
+                             idle["cpu_s_per_min_per_member"]["median"], "-"))  # fmt: skip
     segments = [e["idle_segments_per_s_per_silo"]["median"] for e in partitions.values()
                 if isinstance(e, dict) and e["idle_segments_per_s_per_silo"]["n"]]  # fmt: skip
     if segments:
         lines += ["", f"Measured network traffic of an idle silo, N = 5 in network namespaces: "
                   f"{fmt(sorted(segments)[len(segments) // 2])} TCP segments/s (in + out)."]  # fmt: skip
     return lines
+
+
+def _serf_runs(results: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(profile, N, entry) of each Serf run of ``benchmarks.detection`` (none in results from before Serf)."""
+    return [
+        (profile, size, entry)
+        for profile, sizes in results.get("serf", {}).items()
+        if isinstance(sizes, dict)
+        for size, entry in sizes.items()
+    ]
 
 
 def propagation(document: dict[str, Any]) -> list[str]:
@@ -157,9 +192,7 @@ def propagation(document: dict[str, Any]) -> list[str]:
 
 def accuracy(document: dict[str, Any]) -> list[str]:
     config, results = document["config"], document["results"]
-    arguments = config.get("arguments", [])
-    shown = [arg for i, arg in enumerate(arguments) if "--output-dir" not in (arg, arguments[i - 1] if i else "")]
-    lines = [f"Arguments: `{' '.join(shown)}`.", ""] if [arg for arg in shown if arg != "--quick"] else []
+    lines = _arguments(config)
     if results["runs"] or "probe_loss_10pct" in results:
         lines.append(f"N = {config['size']}, {config['seconds']} s per run, floor {results['floor_s']} s.")
     if results["runs"]:
@@ -225,6 +258,27 @@ def _network_loss(network: dict[str, Any] | None) -> list[str]:
                 silos["cpu_percent_per_silo"]["mean"], zk["cpu_percent_per_member"]["mean"],
                 zk["cpu_percent_server"]["mean"], target, _met(entry["target_met"]))
         )  # fmt: skip
+    serf = [(entry, profile, tally) for entry in levels for profile, tally in entry.get("serf", {}).items()]
+    if serf:
+        lines += [
+            "",
+            f"HashiCorp Serf in the same lab at the same time: one agent per profile beside each silo "
+            f"({levels[0]['size']} per profile; each profile its own cluster). A failure is a span during which at "
+            f"least one agent held a live member failed:",
+            "",
+            *header("loss", "profile", "live members failed", "member-failed events (all agents' views)",
+                    "declarations", "suspicions", "refutations", "CPU % per agent", "live silos declared dead",
+                    "live ZooKeeper sessions expired"),
+        ]  # fmt: skip
+        for entry, profile, tally in serf:
+            lines.append(
+                row(f"{entry['loss']:.0%}", profile, tally["live_members_failed"], tally["member_failed_events"],
+                    tally["declarations"], tally["suspicions"], tally["refutations"],
+                    tally["cpu_percent_per_agent"]["mean"], entry["silos"]["live_silos_declared_dead"],
+                    entry["zookeeper"]["live_sessions_expired"])
+            )  # fmt: skip
+    if "serf_unavailable" in network:
+        lines += ["", f"Serf not measured: {network['serf_unavailable']}."]
     return lines
 
 
@@ -303,6 +357,14 @@ RENDERERS = {
 }
 
 
+def image_link(path: Path) -> str:
+    """``path`` as a link from docs/benchmarks.md (relative inside the repository)."""
+    try:
+        return f"../{path.resolve().relative_to(ROOT)}"
+    except ValueError:
+        return str(path.resolve())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
@@ -314,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         document = json.loads(path.read_text())
         print(f"### {name}\n")
         print("\n".join([*provenance(document), *render(document)]))
-        print(f"\n![{name}](../benchmarks/results/{name}.png)\n")
+        print(f"\n![{name}]({image_link(path.with_suffix('.png'))})\n")
     return 0
 
 

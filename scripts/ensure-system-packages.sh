@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install the Debian packages the test suite starts real servers from (PostgreSQL,
 # MariaDB, ZooKeeper and a JRE) or fakes faults with (iproute2, and iptables for the
-# network-namespace lab in tests/netfaults), and the headless browser the dashboard test
-# drives (chromium, chromium-driver), but only those that are missing, and only as root.
+# network-namespace lab in tests/netfaults), the SPIN model checker, HashiCorp Serf (the
+# gossip baseline of benchmarks.detection and benchmarks.accuracy) and the headless browser
+# the dashboard test drives (chromium, chromium-driver), but only those that are missing, and
+# only as root.
 # The tests start throwaway instances themselves; no system service is enabled.
 set -euo pipefail
 
@@ -17,6 +19,7 @@ command -v spin >/dev/null 2>&1 || missing+=(spin)
 # the dashboard's browser test (Selenium drives Debian's headless Chromium)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+command -v serf >/dev/null 2>&1 || missing+=(serf)
 
 if [ ${#missing[@]} -eq 0 ]; then
     echo "system packages: all present"

@@ -35,3 +35,38 @@ def test_benchmark_quick_run_writes_its_json_and_plot(name: str, tmp_path: Path)
     assert document["config"]
     assert document["results"]
     assert (tmp_path / f"{name}.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_a_tiny_serf_detection_run_times_a_crash_and_a_hang(tmp_path: Path) -> None:
+    """Three ``serf agent`` processes (local profile) on loopback: one crash and one hang, each seen by both others."""
+    from benchmarks.serf_group import serf_unavailable_reason
+
+    reason = serf_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    argv = ["--quick", "--systems", "serf-local", "--sizes", "3", "--trials", "1", "--output-dir", str(tmp_path)]
+    finished = subprocess.run(
+        [sys.executable, "-m", "benchmarks.detection", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
+    results = json.loads((tmp_path / "detection.json").read_text())["results"]
+    assert {system: results[system] for system in ("silos", "zookeeper", "partitions")} == {
+        "silos": {},
+        "zookeeper": {},
+        "partitions": {},
+    }
+    run = results["serf"]["local"]["3"]
+    assert run["error"] is None
+    for mode in ("crash", "hang"):
+        (trial,) = run[mode]["trials"]
+        assert trial["observers"] == 2
+        assert trial["first_failed"] is not None, trial
+        assert trial["all_failed"] is not None, trial
+        assert trial["first_failed"] <= trial["all_failed"]
+    assert "Serf local  3" in finished.stdout  # its rows in the printed table
