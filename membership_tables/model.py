@@ -202,6 +202,16 @@ class MembershipEntry:
         """A copy with ``changes`` applied (validated like a new entry)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
+    def with_i_am_alive_time(self, when: object) -> MembershipEntry:
+        """A copy with another heartbeat time: only ``when`` is validated, the rest already was.
+
+        What a store needs when it reads back a row it parsed before whose heartbeat alone
+        moved (the commonest change); ``replace`` would validate every field again.
+        """
+        copy = object.__new__(MembershipEntry)
+        copy.__dict__.update(self.__dict__, i_am_alive_time=ensure_utc(when, "i_am_alive_time"))
+        return copy
+
     @property
     def last_activity(self) -> datetime:
         """Latest of start time, IAmAlive time and vote times: what cleanup ages rows by."""

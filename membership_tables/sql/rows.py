@@ -9,7 +9,8 @@ from typing import Any
 from membership_tables.codec import votes_from_json, votes_to_json
 from membership_tables.errors import InvalidEntryError, MalformedRowError
 from membership_tables.model import MembershipEntry, SiloAddress, SiloStatus, Vote
-from membership_tables.sql.schema import MEMBERSHIP_TABLE
+from membership_tables.sql.schema import MEMBERSHIP_TABLE, time_from_db
+from membership_tables.sql.statements import ROW_COLUMNS
 
 
 def key_of(silo_address: SiloAddress) -> dict[str, Any]:
@@ -100,3 +101,62 @@ def row_to_entry(row: Mapping[Any, Any]) -> MembershipEntry:
         )
     except InvalidEntryError as exc:
         raise _malformed(row, exc) from exc
+
+
+_ETAG = ROW_COLUMNS.index("etag")
+_ALIVE = len(ROW_COLUMNS) - 1
+assert ROW_COLUMNS[_ALIVE] == "i_am_alive_time", "RowParser keys rows by every column but the last, the heartbeat"
+_TIMES = tuple(index for index, name in enumerate(ROW_COLUMNS) if name in ("start_time", "i_am_alive_time"))
+
+
+class RowParser:
+    """Parses rows as the driver returns them (``ROW_COLUMNS``), remembering the last full read.
+
+    Parsing and validating a row (JSON, times, the checks of ``MembershipEntry``) costs far
+    more than fetching it, and between two reads of a table most rows are unchanged or only
+    have a new heartbeat. So each row of the latest ``parse(..., remember=True)`` is kept,
+    keyed by all its values but the heartbeat: a row read again with the same values gives
+    back the same (immutable) entry, one whose heartbeat alone moved gets a copy with the new
+    time (``MembershipEntry.with_i_am_alive_time``), and anything else is parsed in full. It
+    is a cache of a pure function of the stored values, so a row edited by hand is parsed
+    afresh, and a malformed row, never cached, is reported on every read. It holds at most
+    the rows of one read; a handle's threads may share it.
+    """
+
+    def __init__(self, dialect: str) -> None:
+        self._dialect = dialect
+        self._known: dict[tuple[Any, ...], tuple[MembershipEntry, Any]] = {}
+
+    def parse(self, rows: list[tuple[Any, ...]], *, remember: bool) -> tuple[tuple[MembershipEntry, str], ...]:
+        """``(entry, etag)`` of each row; ``remember`` (a read of the whole cluster) keeps them."""
+        known = self._known
+        kept: dict[tuple[Any, ...], tuple[MembershipEntry, Any]] = {}
+        parsed = []
+        for row in rows:
+            key = row[:_ALIVE]
+            alive = row[_ALIVE]
+            hit = known.get(key)
+            if hit is None:
+                entry = self._parse(row)
+            elif hit[1] == alive:
+                entry = hit[0]
+            else:
+                entry = self._with_heartbeat(hit[0], row)
+            parsed.append((entry, row[_ETAG]))
+            if remember:
+                kept[key] = (entry, alive)
+        if remember:
+            self._known = kept
+        return tuple(parsed)
+
+    def _parse(self, row: tuple[Any, ...]) -> MembershipEntry:
+        values = dict(zip(ROW_COLUMNS, row, strict=True))
+        for index in _TIMES:
+            values[ROW_COLUMNS[index]] = time_from_db(row[index])
+        return row_to_entry(values)
+
+    def _with_heartbeat(self, entry: MembershipEntry, row: tuple[Any, ...]) -> MembershipEntry:
+        try:
+            return entry.with_i_am_alive_time(time_from_db(row[_ALIVE]))
+        except InvalidEntryError as exc:
+            raise _malformed(dict(zip(ROW_COLUMNS, row, strict=True)), exc) from exc

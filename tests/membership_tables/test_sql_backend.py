@@ -127,11 +127,38 @@ def test_a_malformed_row_is_reported_and_left_alone(
     assert rows(admin, "SELECT * FROM silo_membership") == stored
 
 
-def test_a_time_sqlite_cannot_parse_is_a_malformed_row(tmp_path: Path) -> None:
+def test_reads_parse_again_every_row_whose_stored_values_changed(table: MembershipTable, admin: sa.Engine) -> None:
+    """Reads reuse the entries they parsed before, but never for a row that changed, even by hand."""
+    entry = make_entry(4242)
+    insert(table, entry, make_entry(4343))
+    assert table.read_all().get(entry.silo_address) == table.read_all().get(entry.silo_address)
+    with admin.begin() as connection:  # an admin's edit leaves the etag alone
+        connection.execute(
+            sa.text("UPDATE silo_membership SET silo_name = 'renamed', properties = :p WHERE port = 4242"),
+            {"p": '{"k": "v"}'},
+        )
+    edited = entry.replace(silo_name="renamed", properties={"k": "v"})
+    assert table.read_all().get(entry.silo_address) == (edited, table.read_all().rows[0][1])
+    table.update_i_am_alive(entry.silo_address, T0 + timedelta(minutes=1))
+    later = table.read_all()
+    assert later.entries[0] == edited.replace(i_am_alive_time=T0 + timedelta(minutes=1))
+    assert table.read_row(entry.silo_address).entries == (later.entries[0],)
+    with admin.begin() as connection:
+        connection.execute(sa.text("UPDATE silo_membership SET suspect_times = 'not json' WHERE port = 4242"))
+    for _ in range(2):  # a malformed row is reported on every read
+        with pytest.raises(MalformedRowError, match=r"port=4242.*suspect_times is not valid JSON"):
+            table.read_all()
+    assert [e.silo_address.port for e in table.read_row(make_entry(4343).silo_address).entries] == [4343]
+
+
+@pytest.mark.parametrize("parsed_before", [False, True], ids=["new row", "heartbeat of a known row"])
+def test_a_time_sqlite_cannot_parse_is_a_malformed_row(tmp_path: Path, parsed_before: bool) -> None:
     url = f"sqlite:///{tmp_path / 'membership.db'}"
     with open_table(url, "cluster-a") as table:
         table.initialize()
         insert(table, make_entry(4242))
+        if parsed_before:  # the next read sees a known row whose heartbeat alone changed
+            table.read_all()
         engine = sa.create_engine(url)
         with engine.begin() as connection:
             connection.execute(sa.text("UPDATE silo_membership SET i_am_alive_time = 'yesterday'"))
