@@ -14,16 +14,20 @@ their codes unchanged.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime
+import operator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from membership_tables.sql import dialects
-from membership_tables.sql.engine import SQLITE_BEGIN
-from membership_tables.sql.schema import time_to_db
+from membership_tables.sql.engine import SQLITE_BEGIN, liveness
+from membership_tables.sql.schema import UtcDateTime, time_to_db
+
+_KEEP = 2
+"""Connections a handle keeps checked out between transactions on the hot paths."""
 
 
 class _Prepared:
@@ -34,16 +38,20 @@ class _Prepared:
         assert isinstance(compiled, SQLCompiler), f"not a SQL statement: {statement}"
         self.sql = compiled.string
         self._dialect = dialect.name
-        # positional paramstyles (SQLite's ``?``) name the parameters in order, repeats included
-        self._order = tuple(compiled.positiontup) if compiled.positiontup is not None else None
+        self._times = tuple(name for name, bind in compiled.binds.items() if isinstance(bind.type, UtcDateTime))
+        self._pick: Callable[[Mapping[str, Any]], Any] | None = None
+        order = compiled.positiontup
+        if order:  # positional paramstyles (SQLite's ``?``) take the values in order, repeats included
+            pick = operator.itemgetter(*order)
+            self._pick = pick if len(order) > 1 else lambda values: (pick(values),)
 
     def parameters(self, values: Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:
-        """``values`` as the driver takes them; datetimes converted as ``UtcDateTime`` would."""
-        converted = {
-            name: time_to_db(value, self._dialect) if isinstance(value, datetime) else value
-            for name, value in values.items()
-        }
-        return converted if self._order is None else tuple(converted[name] for name in self._order)
+        """``values`` as the driver takes them; times converted as ``UtcDateTime`` would."""
+        if self._times:
+            values = dict(values)
+            for name in self._times:
+                values[name] = time_to_db(values[name], self._dialect)
+        return values if self._pick is None else self._pick(values)
 
 
 class Transaction:
@@ -68,6 +76,42 @@ class Driver:
         self._engine = engine
         self._dialect = engine.dialect
         self._prepared: dict[sa.ClauseElement, _Prepared] = {}
+        self._liveness = liveness(engine)
+        self._kept: list[PoolProxiedConnection] = []
+
+    def close(self) -> None:
+        """Give the connections kept between transactions back to the pool."""
+        while self._kept:
+            self._kept.pop().close()
+
+    def _checkout(self) -> PoolProxiedConnection:
+        """A connection kept from a previous transaction (checked as the pool would), or the pool's.
+
+        A pool checkout and checkin cost about 10 us (weak-reference finalizers, the queue's
+        lock, events, the reset), more than SQLite's whole read; so up to ``_KEEP``
+        connections stay checked out between transactions. ``list.pop``/``append`` are
+        atomic, so no two threads get the same one.
+        """
+        while self._kept:
+            try:
+                connection = self._kept.pop()
+            except IndexError:  # another thread took the last one
+                break
+            try:
+                self._liveness.check(connection.dbapi_connection, connection.info)
+            except sa.exc.DisconnectionError as exc:
+                connection.invalidate(exc)
+                connection.close()
+                continue
+            return connection
+        return self._engine.raw_connection()
+
+    def _checkin(self, connection: PoolProxiedConnection) -> None:
+        if connection.is_valid and len(self._kept) < _KEEP:
+            self._liveness.used(connection.info)
+            self._kept.append(connection)
+        else:
+            connection.close()
 
     def prepared(self, statement: sa.ClauseElement) -> _Prepared:
         """``statement`` compiled for this engine, once (after the first connection, which
@@ -90,7 +134,7 @@ class Driver:
         isolation = options.get("isolation_level")
         transaction: Transaction | None = None
         try:
-            connection = self._engine.raw_connection()
+            connection = self._checkout()
         except error as exc:
             raise sa.exc.DBAPIError.instance("connect", None, exc, error, dialect=dialect) from exc
         dbapi_connection = connection.dbapi_connection
@@ -125,4 +169,4 @@ class Driver:
                     dialect.reset_isolation_level(dbapi_connection)
                 except error as exc:
                     connection.invalidate(exc)
-            connection.close()
+            self._checkin(connection)

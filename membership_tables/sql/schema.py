@@ -29,9 +29,6 @@ _TEXT = sa.String(255)
 _ETAG = sa.String(64)
 
 
-_SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
-
-
 class _SqliteText(sa.types.UserDefinedType[str]):
     """A ``DATETIME`` column whose text SQLite hands over as it is (``UtcDateTime`` parses it)."""
 
@@ -70,8 +67,8 @@ class UtcDateTime(sa.types.TypeDecorator[datetime]):
 def time_to_db(value: datetime, dialect: str) -> Any:
     """An aware datetime as ``dialect``'s driver stores it in a ``UtcDateTime`` column."""
     value = value.astimezone(UTC)
-    if dialect == "sqlite":
-        return value.strftime(_SQLITE_TIME_FORMAT)
+    if dialect == "sqlite":  # YYYY-MM-DD HH:MM:SS.ffffff
+        return value.replace(tzinfo=None).isoformat(" ", "microseconds")
     return value if dialect == "postgresql" else value.replace(tzinfo=None)
 
 

@@ -25,11 +25,12 @@ KEY_COLUMNS = ("cluster_id", "address", "port", "generation")
 _KEY_PARAMS = ("cluster", "silo_host", "silo_port", "silo_generation")
 """The parameters naming a row (an UPDATE cannot name a parameter after a column of its table)."""
 
-ROW_COLUMNS = (*KEY_COLUMNS, *(
+ROW_COLUMNS = (*KEY_COLUMNS[1:], *(
     column.name for column in membership_table.columns
     if column.name not in (*KEY_COLUMNS, "etag", "i_am_alive_time")
 ), "etag", "i_am_alive_time")  # fmt: skip
-"""The columns a read selects, in this order: the heartbeat last, right after the etag."""
+"""The columns a read selects, in this order: not the cluster id (the reader knows it), and
+the heartbeat last, right after the etag."""
 
 _KEY = sa.and_(*(_members[column] == sa.bindparam(name) for column, name in zip(KEY_COLUMNS, _KEY_PARAMS, strict=True)))
 _OF_CLUSTER = _members.cluster_id == sa.bindparam("cluster")

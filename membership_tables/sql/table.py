@@ -72,7 +72,7 @@ class SqlMembershipTable(MembershipTable):
         self._dialect = engine.dialect.name
         self._where = engine.url.render_as_string(hide_password=True)
         self._driver = Driver(engine)
-        self._rows = RowParser(self._dialect)
+        self._rows = RowParser(self.cluster_id)
 
     @classmethod
     def from_uri(cls, uri: str, cluster_id: str, **options: Any) -> SqlMembershipTable:
@@ -83,6 +83,7 @@ class SqlMembershipTable(MembershipTable):
         return f"SqlMembershipTable({self._where!r}, cluster_id={self.cluster_id!r})"
 
     def close(self) -> None:
+        self._driver.close()
         self._engine.dispose()
 
     # -- transactions ------------------------------------------------------------------
@@ -174,7 +175,7 @@ class SqlMembershipTable(MembershipTable):
         nothing: tuple[Any, list[Any]] = (None, [])
         version_row, rows = self._fast_transaction(work, write=False, if_no_schema=nothing)
         version = UNINITIALIZED_VERSION if version_row is None else TableVersion(*version_row)
-        return MembershipTableData(self._rows.parse(rows, remember=silo_address is None), version)
+        return self._rows.table_data(version, rows, full=silo_address is None)
 
     def read_all(self) -> MembershipTableData:
         return self._read(None)
