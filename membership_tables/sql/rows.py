@@ -170,21 +170,29 @@ class RowParser:
         changed = list(itertools.compress(range(len(parsed)), map(operator.ne, rows, last.rows)))
         same_silos = len(rows) == len(last.rows)
         for position in changed:
-            parsed[position] = self._parse(rows[position], last)
-            same_silos = same_silos and parsed[position][0].silo_address == last.parsed[position][0].silo_address
+            row, before = rows[position], last.rows[position]
+            if row[:_ALIVE] == before[:_ALIVE]:  # the heartbeat alone moved
+                parsed[position] = self._with_heartbeat(last.parsed[position], row)
+            else:
+                parsed[position] = self._parse(row, last)
+                same_silos = same_silos and parsed[position][0].silo_address == last.parsed[position][0].silo_address
         parsed.extend(self._parse(row, last) for row in rows[len(parsed) :])
         read = self._last = _Read(version, rows, parsed, last.order if same_silos else None)
         return read.data
 
     def _parse(self, row: Row, last: _Read) -> Parsed:
         known = last.known(row)
-        if known is None:
-            values = self._named(row)
-            for index in _TIMES:
-                values[ROW_COLUMNS[index]] = time_from_db(row[index])
-            return row_to_entry(values), row[_ETAG]
+        if known is not None:
+            return self._with_heartbeat(known, row)
+        values = self._named(row)
+        for index in _TIMES:
+            values[ROW_COLUMNS[index]] = time_from_db(row[index])
+        return row_to_entry(values), row[_ETAG]
+
+    def _with_heartbeat(self, known: Parsed, row: Row) -> Parsed:
+        """``known`` (parsed from a row equal to ``row`` but for the heartbeat) with ``row``'s heartbeat."""
         try:
-            return known[0].with_i_am_alive_time(time_from_db(row[_ALIVE])), row[_ETAG]
+            return known[0].with_i_am_alive_time(time_from_db(row[_ALIVE])), known[1]
         except InvalidEntryError as exc:
             raise _malformed(self._named(row), exc) from exc
 
