@@ -91,7 +91,10 @@ class RawSql:
         key = " AND ".join(f"{column} = {mark}" for column in _KEY_COLUMNS)
         columns = ", ".join(_ROW_COLUMNS)
         self._select_version = f"SELECT version, etag FROM {VERSION_TABLE} WHERE cluster_id = {mark}"
-        self._select_all = f"SELECT {columns}, etag FROM {MEMBERSHIP_TABLE} WHERE cluster_id = {mark}"
+        # with the columns that say which silo a row is: a reader of the whole table needs them
+        self._select_all = (
+            f"SELECT address, port, generation, {columns}, etag FROM {MEMBERSHIP_TABLE} WHERE cluster_id = {mark}"
+        )
         self._select_row = f"SELECT {columns}, etag FROM {MEMBERSHIP_TABLE} WHERE {key}"
         self._bump = (
             f"UPDATE {VERSION_TABLE} SET version = {mark}, etag = {mark}, updated_at = {mark} "

@@ -49,6 +49,9 @@ def tables(document: dict[str, Any]) -> list[str]:
     )
     for backend, result in document["results"].items():
         operations = [(f"read_all, {size} rows", entry) for size, entry in result["read_all"].items()]
+        if "read_all_churn" in result:  # written since the SQL backend reuses parsed rows
+            churn = result["read_all_churn"]
+            operations.append((f"read_all, {churn['rows']} rows, {churn['heartbeats_moved']} heartbeats moved", churn))
         operations.append(("update_row", result["update_row"]))
         for name, entry in operations:
             lines.append(

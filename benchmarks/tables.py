@@ -1,7 +1,8 @@
 """Table throughput per backend, beside the same operations written with the raw driver.
 
 For every backend (memory, SQLite, PostgreSQL, MariaDB, ZooKeeper, DynamoDB on moto, the
-Consul test server): ``read_all`` latency at 10/100/1000 rows, ``update_row`` latency, and
+Consul test server): ``read_all`` latency at 10/100/1000 rows (and at 1000 rows after 100
+random heartbeats moved, since a store may reuse the rows it parsed before), ``update_row`` latency, and
 conditional-write commits/s with 1, 4 and 16 writers that contend for the version row
 (each writer loops ``read_row`` + ``update_row`` of its own row with ``version.next()``).
 Beside each, ``benchmarks.raw_drivers`` does the same round trips with psycopg, PyMySQL,
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import random
 import sys
 import threading
 import time
@@ -58,10 +60,14 @@ class Config:
     contention_seconds: float = 4.0
     update_size: int = 100
     """Rows in the table while update_row and contention are measured."""
+    churn: int = 100
+    """Heartbeats moved (``update_i_am_alive`` of random rows) before each churned read_all."""
+    churn_samples: int = 20
+    """Samples of read_all at the largest size after ``churn`` heartbeats moved."""
 
     @classmethod
     def quick(cls, backends: tuple[str, ...]) -> Config:
-        return cls(backends, (10, 100), {10: 20, 100: 10}, 20, (1, 4), 0.5, 100)
+        return cls(backends, (10, 100), {10: 20, 100: 10}, 20, (1, 4), 0.5, 100, 10, 5)
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,23 @@ def grow(table: MembershipTable, silos: list[SiloAddress], size: int) -> None:
         version = table.read_row(entry.silo_address).version
         if table.insert_row(entry, version.next()):
             silos.append(entry.silo_address)
+
+
+def churned_read(table: MembershipTable, silos: Sequence[SiloAddress], churn: int, seed: int) -> Callable[[], float]:
+    """Move ``churn`` random heartbeats (untimed), then time ``read_all``.
+
+    Repeated reads of an unchanged table show the per-call overhead; in a live cluster
+    heartbeats move between two reads, and a store that reuses parsed rows pays for those.
+    """
+    chance = random.Random(seed)
+
+    def one() -> float:
+        now = datetime.now(UTC)
+        for silo in chance.sample(list(silos), min(churn, len(silos))):
+            table.update_i_am_alive(silo, now)
+        return timed(table.read_all)
+
+    return one
 
 
 def timed(operation: Callable[[], object]) -> float:
@@ -266,6 +289,13 @@ def measure(target: Target, config: Config) -> dict[str, Any]:
                 lambda: timed(table.read_all), (lambda: timed(raw.read_all)) if raw else None, config.read_samples[size]
             )
             result["read_all"][str(size)] = compare(lib, base)
+            if size == config.sizes[-1]:
+                lib, base = interleaved(
+                    churned_read(table, silos, config.churn, seed=size),
+                    (lambda: timed(raw.read_all)) if raw else None,
+                    config.churn_samples,
+                )
+                result["read_all_churn"] = {"rows": size, "heartbeats_moved": config.churn, **compare(lib, base)}
             if size == config.update_size:
                 lib, base = interleaved(
                     library_update(table, silos[0]),
@@ -298,6 +328,13 @@ def report(results: dict[str, dict[str, Any]], config: Config) -> None:
             rows.append(
                 [backend, f"read_all {size} rows", entry["library"]["median"] * ms, entry["library"]["p99"] * ms,
                  entry["raw"]["median"] * ms, entry["ratio_median"]]
+            )  # fmt: skip
+        if "read_all_churn" in result:
+            entry = result["read_all_churn"]
+            rows.append(
+                [backend, f"read_all {entry['rows']} rows, {entry['heartbeats_moved']} heartbeats moved",
+                 entry["library"]["median"] * ms, entry["library"]["p99"] * ms, entry["raw"]["median"] * ms,
+                 entry["ratio_median"]]
             )  # fmt: skip
         entry = result["update_row"]
         rows.append(

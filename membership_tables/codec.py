@@ -7,7 +7,7 @@ The document is meant to be read by people inspecting the store by hand: address
 from __future__ import annotations
 
 import json
-import uuid
+import secrets
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -19,8 +19,8 @@ SCHEMA_VERSION = 1
 
 
 def new_etag() -> str:
-    """A fresh, never-before-seen etag."""
-    return uuid.uuid4().hex
+    """A fresh, never-before-seen etag: 128 random bits as 32 hex digits."""
+    return secrets.token_hex(16)
 
 
 def format_time(when: datetime) -> str:

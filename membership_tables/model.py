@@ -202,6 +202,16 @@ class MembershipEntry:
         """A copy with ``changes`` applied (validated like a new entry)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
+    def with_i_am_alive_time(self, when: object) -> MembershipEntry:
+        """A copy with another heartbeat time: only ``when`` is validated, the rest already was.
+
+        What a store needs when it reads back a row it parsed before whose heartbeat alone
+        moved (the commonest change); ``replace`` would validate every field again.
+        """
+        copy = object.__new__(MembershipEntry)
+        copy.__dict__.update(self.__dict__, i_am_alive_time=ensure_utc(when, "i_am_alive_time"))
+        return copy
+
     @property
     def last_activity(self) -> datetime:
         """Latest of start time, IAmAlive time and vote times: what cleanup ages rows by."""
@@ -230,6 +240,10 @@ class TableVersion:
         return TableVersion(self.version + 1, self.etag)
 
 
+def _row_address(row: tuple[MembershipEntry, str]) -> SiloAddress:
+    return row[0].silo_address
+
+
 @dataclass(frozen=True)
 class MembershipTableData:
     """One atomic read: rows with their etags, and the version they belong to."""
@@ -238,7 +252,18 @@ class MembershipTableData:
     version: TableVersion
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "rows", tuple(sorted(self.rows, key=lambda row: row[0].silo_address)))
+        object.__setattr__(self, "rows", tuple(sorted(self.rows, key=_row_address)))
+
+    @classmethod
+    def of_sorted(cls, rows: tuple[tuple[MembershipEntry, str], ...], version: TableVersion) -> MembershipTableData:
+        """A snapshot of ``rows`` that are sorted by address already, without sorting them again.
+
+        For a store that knows the order from its previous read (sorting compares addresses
+        in Python, a tenth of the cost of fetching a row from SQLite).
+        """
+        data = object.__new__(cls)
+        data.__dict__.update(rows=rows, version=version)
+        return data
 
     def get(self, silo_address: SiloAddress) -> tuple[MembershipEntry, str] | None:
         """The row of ``silo_address`` and its etag, or ``None`` if absent."""

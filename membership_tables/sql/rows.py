@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Mapping
+import operator
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from membership_tables.codec import votes_from_json, votes_to_json
 from membership_tables.errors import InvalidEntryError, MalformedRowError
-from membership_tables.model import MembershipEntry, SiloAddress, SiloStatus, Vote
-from membership_tables.sql.schema import MEMBERSHIP_TABLE
+from membership_tables.model import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion, Vote
+from membership_tables.sql.schema import MEMBERSHIP_TABLE, time_from_db
+from membership_tables.sql.statements import ROW_COLUMNS
 
 
 def key_of(silo_address: SiloAddress) -> dict[str, Any]:
     """The primary-key columns of a silo, without the cluster id."""
     return {"address": silo_address.host, "port": silo_address.port, "generation": silo_address.generation}
 
+
+_JSON = json.JSONEncoder(ensure_ascii=False)  # built once: json.dumps(..., **options) builds one per call
+_JSON_SORTED = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
 
 _MAX_TEXT = 255
 _MAX_INT = 2**31 - 1
@@ -47,8 +53,8 @@ def entry_to_values(entry: MembershipEntry) -> dict[str, Any]:
         "fault_zone": entry.fault_zone,
         "start_time": entry.start_time,
         "i_am_alive_time": entry.i_am_alive_time,
-        "suspect_times": json.dumps(votes_to_json(entry), ensure_ascii=False),
-        "properties": json.dumps(dict(entry.properties), ensure_ascii=False, sort_keys=True),
+        "suspect_times": _JSON.encode(votes_to_json(entry)) if entry.suspect_times else "[]",
+        "properties": _JSON_SORTED.encode(dict(entry.properties)),
     }
 
 
@@ -100,3 +106,95 @@ def row_to_entry(row: Mapping[Any, Any]) -> MembershipEntry:
         )
     except InvalidEntryError as exc:
         raise _malformed(row, exc) from exc
+
+
+Row = tuple[Any, ...]
+"""A ``silo_membership`` row as the driver returns it: the values of ``ROW_COLUMNS``."""
+Parsed = tuple[MembershipEntry, str]
+"""A row's entry and etag."""
+
+_ETAG = ROW_COLUMNS.index("etag")
+_ALIVE = len(ROW_COLUMNS) - 1
+assert ROW_COLUMNS[_ALIVE] == "i_am_alive_time", "RowParser keys rows by every column but the last, the heartbeat"
+_TIMES = tuple(index for index, name in enumerate(ROW_COLUMNS) if name in ("start_time", "i_am_alive_time"))
+
+
+class _Read:
+    """One full read: its version, the rows as fetched, their ``(entry, etag)`` in that order,
+    the positions of those in address order, and the snapshot."""
+
+    def __init__(self, version: TableVersion, rows: list[Row], parsed: list[Parsed], order: list[int] | None) -> None:
+        self.version = version
+        self.rows = rows
+        self.parsed = parsed
+        self.order = order if order is not None else sorted(range(len(parsed)), key=lambda i: parsed[i][0].silo_address)
+        self.data = MembershipTableData.of_sorted(tuple(map(parsed.__getitem__, self.order)), version)
+        self._by_key: dict[Row, Parsed] | None = None
+
+    def known(self, row: Row) -> Parsed | None:
+        """The parsed row with the same stored values but perhaps the heartbeat, if any."""
+        if self._by_key is None:  # built on first use; threads that race build the same dict
+            self._by_key = {old[:_ALIVE]: pair for old, pair in zip(self.rows, self.parsed, strict=True)}
+        return self._by_key.get(row[:_ALIVE])
+
+
+class RowParser:
+    """Turns rows as the driver returns them (``ROW_COLUMNS``) into snapshots, reusing the last full read.
+
+    Parsing and validating a row (JSON, times, the checks of ``MembershipEntry``) and sorting
+    the rows cost more than fetching them, and between two reads of a table most rows are
+    unchanged or only have a new heartbeat. So the latest full read is kept, and the next one
+    compares its rows with it position by position (in C): a row equal to the one at the same
+    position keeps its entry, one whose stored values but the heartbeat match a row read last
+    time gets a copy with the new time (``MembershipEntry.with_i_am_alive_time``), any other
+    row is parsed and validated in full, and if every position still holds the same silo the
+    previous address order is reused instead of sorting. Rows are compared by all their
+    stored values, so a row edited by hand is parsed afresh, and a malformed row, never kept,
+    is reported on every read. A handle's threads may share a parser: each full read
+    replaces the kept one whole.
+    """
+
+    def __init__(self, cluster_id: str) -> None:
+        self._cluster_id = cluster_id
+        self._last = _Read(TableVersion(0, ""), [], [], None)
+
+    def table_data(self, version: TableVersion, rows: Sequence[Row], *, full: bool) -> MembershipTableData:
+        """The snapshot of ``rows`` at ``version``; ``full`` (every row of the cluster) is kept."""
+        last = self._last
+        if not full:
+            return MembershipTableData(tuple(self._parse(row, last) for row in rows), version)
+        rows = list(rows)
+        if version == last.version and rows == last.rows:  # nothing changed: one comparison in C
+            return last.data
+        parsed = last.parsed[: len(rows)]
+        changed = list(itertools.compress(range(len(parsed)), map(operator.ne, rows, last.rows)))
+        same_silos = len(rows) == len(last.rows)
+        for position in changed:
+            row, before = rows[position], last.rows[position]
+            if row[:_ALIVE] == before[:_ALIVE]:  # the heartbeat alone moved
+                parsed[position] = self._with_heartbeat(last.parsed[position], row)
+            else:
+                parsed[position] = self._parse(row, last)
+                same_silos = same_silos and parsed[position][0].silo_address == last.parsed[position][0].silo_address
+        parsed.extend(self._parse(row, last) for row in rows[len(parsed) :])
+        read = self._last = _Read(version, rows, parsed, last.order if same_silos else None)
+        return read.data
+
+    def _parse(self, row: Row, last: _Read) -> Parsed:
+        known = last.known(row)
+        if known is not None:
+            return self._with_heartbeat(known, row)
+        values = self._named(row)
+        for index in _TIMES:
+            values[ROW_COLUMNS[index]] = time_from_db(row[index])
+        return row_to_entry(values), row[_ETAG]
+
+    def _with_heartbeat(self, known: Parsed, row: Row) -> Parsed:
+        """``known`` (parsed from a row equal to ``row`` but for the heartbeat) with ``row``'s heartbeat."""
+        try:
+            return known[0].with_i_am_alive_time(time_from_db(row[_ALIVE])), known[1]
+        except InvalidEntryError as exc:
+            raise _malformed(self._named(row), exc) from exc
+
+    def _named(self, row: Row) -> dict[str, Any]:
+        return {"cluster_id": self._cluster_id, **dict(zip(ROW_COLUMNS, row, strict=True))}

@@ -29,9 +29,6 @@ _TEXT = sa.String(255)
 _ETAG = sa.String(64)
 
 
-_SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
-
-
 class _SqliteText(sa.types.UserDefinedType[str]):
     """A ``DATETIME`` column whose text SQLite hands over as it is (``UtcDateTime`` parses it)."""
 
@@ -61,22 +58,34 @@ class UtcDateTime(sa.types.TypeDecorator[datetime]):
         return dialect.type_descriptor(sa.DateTime(timezone=True))
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
-        if value is None:
-            return None
-        value = value.astimezone(UTC)
-        if dialect.name == "sqlite":
-            return value.strftime(_SQLITE_TIME_FORMAT)
-        return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
+        return None if value is None else time_to_db(value, dialect.name)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> Any:
-        if isinstance(value, str):
-            try:
-                value = datetime.fromisoformat(value)
-            except ValueError:
-                return value
-        if not isinstance(value, datetime):
+        return time_from_db(value)
+
+
+def time_to_db(value: datetime, dialect: str) -> Any:
+    """An aware datetime as ``dialect``'s driver stores it in a ``UtcDateTime`` column."""
+    value = value.astimezone(UTC)
+    if dialect == "sqlite":  # YYYY-MM-DD HH:MM:SS.ffffff
+        return value.replace(tzinfo=None).isoformat(" ", "microseconds")
+    return value if dialect == "postgresql" else value.replace(tzinfo=None)
+
+
+def time_from_db(value: Any) -> Any:
+    """A ``UtcDateTime`` column's value as the driver returns it, as an aware UTC datetime.
+
+    Anything that is not a time (text typed by hand) is returned as it is, for the row
+    parser to report.
+    """
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
             return value
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if not isinstance(value, datetime):
+        return value
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 metadata = sa.MetaData()

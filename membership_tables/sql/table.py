@@ -33,11 +33,25 @@ from membership_tables.model import (
     validate_cluster_id,
 )
 from membership_tables.sql import dialects
+from membership_tables.sql.dbapi import Driver, Transaction
 from membership_tables.sql.engine import SqlOptions, create_engine, parse_url
-from membership_tables.sql.rows import entry_to_values, key_of, parse_votes, row_to_entry
-from membership_tables.sql.schema import UtcDateTime, membership_table, version_table
+from membership_tables.sql.rows import RowParser, entry_to_values, key_of, parse_votes
+from membership_tables.sql.schema import membership_table, version_table
+from membership_tables.sql.statements import (
+    BUMP_VERSION,
+    SELECT_ROW,
+    SELECT_ROWS,
+    SELECT_VERSION,
+    UPDATE_I_AM_ALIVE,
+    UPDATE_ROW,
+    bump_params,
+    cluster_params,
+    key_params,
+    update_row_params,
+)
 
 T = TypeVar("T")
+C = TypeVar("C")
 
 _ATTEMPTS = 3
 """Tries of one transaction that keeps hitting deadlocks or lock timeouts."""
@@ -62,6 +76,8 @@ class SqlMembershipTable(MembershipTable):
         self._engine = engine
         self._dialect = engine.dialect.name
         self._where = engine.url.render_as_string(hide_password=True)
+        self._driver = Driver(engine)
+        self._rows = RowParser(self.cluster_id)
 
     @classmethod
     def from_uri(cls, uri: str, cluster_id: str, **options: Any) -> SqlMembershipTable:
@@ -72,6 +88,7 @@ class SqlMembershipTable(MembershipTable):
         return f"SqlMembershipTable({self._where!r}, cluster_id={self.cluster_id!r})"
 
     def close(self) -> None:
+        self._driver.close()
         self._engine.dispose()
 
     # -- transactions ------------------------------------------------------------------
@@ -79,18 +96,36 @@ class SqlMembershipTable(MembershipTable):
     def _transaction(self, work: Callable[[sa.Connection], T], *, write: bool, if_no_schema: T) -> T:
         """Run ``work`` in one transaction, retrying deadlocks; map driver errors."""
         options = dialects.write_options(self._dialect) if write else dialects.read_options(self._dialect)
+
+        def run() -> T:
+            with self._engine.connect() as connection:
+                connection.execution_options(**options)
+                with connection.begin():
+                    return work(connection)
+
+        return self._retrying(run, write=write, if_no_schema=if_no_schema)
+
+    def _fast_transaction(self, work: Callable[[Transaction], T], *, write: bool, if_no_schema: T) -> T:
+        """``_transaction`` on the pooled DB-API connection, for the hot paths (see ``dbapi``)."""
+
+        def run() -> T:
+            with self._driver.transaction(write=write) as transaction:
+                return work(transaction)
+
+        return self._retrying(run, write=write, if_no_schema=if_no_schema)
+
+    def _retrying(self, run: Callable[[], T], *, write: bool, if_no_schema: T) -> T:
+        """Retry deadlocks (and reads on a connection found dead); map driver errors."""
         attempt = 0
         while True:
             attempt += 1
             try:
-                with self._engine.connect() as connection:
-                    connection.execution_options(**options)
-                    with connection.begin():
-                        return work(connection)
+                return run()
             except sa.exc.DBAPIError as exc:
                 if dialects.is_missing_table(self._dialect, exc):
                     return if_no_schema
-                if dialects.is_transient(self._dialect, exc) and attempt < _ATTEMPTS:
+                retry = dialects.is_transient(self._dialect, exc) or (exc.connection_invalidated and not write)
+                if retry and attempt < _ATTEMPTS:
                     time.sleep(random.uniform(0.005, 0.05) * attempt)
                     continue
                 raise self._unavailable(exc) from exc
@@ -106,15 +141,25 @@ class SqlMembershipTable(MembershipTable):
 
     def _write(self, work: Callable[[sa.Connection], None]) -> bool:
         """A conditional write: ``False`` (rolled back) if ``work`` raised ``_LostRaceError``."""
+        return self._conditionally(self._transaction, work)
 
-        def run(connection: sa.Connection) -> bool:
+    def _fast_write(self, work: Callable[[Transaction], None]) -> bool:
+        """``_write`` on the pooled DB-API connection."""
+        return self._conditionally(self._fast_transaction, work)
+
+    @staticmethod
+    def _conditionally(transaction: Callable[..., bool], work: Callable[[C], None]) -> bool:
+        def run(connection: C) -> bool:
             work(connection)
             return True
 
         try:
-            return self._transaction(run, write=True, if_no_schema=False)
+            return transaction(run, write=True, if_no_schema=False)
         except _LostRaceError:
             return False
+
+    def _key_params(self, silo_address: SiloAddress) -> dict[str, Any]:
+        return key_params(self.cluster_id, silo_address)
 
     def _key(self, silo_address: SiloAddress) -> sa.ColumnElement[bool]:
         return sa.and_(
@@ -125,18 +170,17 @@ class SqlMembershipTable(MembershipTable):
     # -- reads -------------------------------------------------------------------------
 
     def _read(self, silo_address: SiloAddress | None) -> MembershipTableData:
-        def work(connection: sa.Connection) -> MembershipTableData:
-            version_row = connection.execute(
-                sa.select(_versions.version, _versions.etag).where(_versions.cluster_id == self.cluster_id)
-            ).first()
-            query = sa.select(membership_table).where(
-                _members.cluster_id == self.cluster_id if silo_address is None else self._key(silo_address)
-            )
-            rows = connection.execute(query).mappings().all()
-            version = UNINITIALIZED_VERSION if version_row is None else TableVersion(*version_row)
-            return MembershipTableData(tuple((row_to_entry(row), row["etag"]) for row in rows), version)
+        cluster = cluster_params(self.cluster_id)
+        query, params = (SELECT_ROWS, cluster) if silo_address is None else (SELECT_ROW, self._key_params(silo_address))
 
-        return self._transaction(work, write=False, if_no_schema=MembershipTableData((), UNINITIALIZED_VERSION))
+        def work(transaction: Transaction) -> tuple[Any, list[Any]]:
+            version_row = transaction.execute(SELECT_VERSION, cluster).fetchone()
+            return version_row, transaction.execute(query, params).fetchall()
+
+        nothing: tuple[Any, list[Any]] = (None, [])
+        version_row, rows = self._fast_transaction(work, write=False, if_no_schema=nothing)
+        version = UNINITIALIZED_VERSION if version_row is None else TableVersion(*version_row)
+        return self._rows.table_data(version, rows, full=silo_address is None)
 
     def read_all(self) -> MembershipTableData:
         return self._read(None)
@@ -155,13 +199,9 @@ class SqlMembershipTable(MembershipTable):
 
     # -- canonical writes --------------------------------------------------------------
 
-    def _bump_version(self, connection: sa.Connection, version: TableVersion) -> None:
+    def _bump_version(self, connection: sa.Connection | Transaction, version: TableVersion) -> None:
         """Lock the version row if it still carries ``version.etag`` and set ``version``."""
-        result = connection.execute(
-            sa.update(version_table)
-            .where(_versions.cluster_id == self.cluster_id, _versions.etag == version.etag)
-            .values(version=version.version, etag=new_etag(), updated_at=datetime.now(UTC))
-        )
+        result = connection.execute(BUMP_VERSION, bump_params(self.cluster_id, version, new_etag(), datetime.now(UTC)))
         if result.rowcount != 1:
             raise _LostRaceError
 
@@ -190,38 +230,27 @@ class SqlMembershipTable(MembershipTable):
         return self._replace_rows(checked_updates(updates, self.max_rows_per_update), version)
 
     def _replace_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
-        """Bump the version, then replace each row at its etag; any miss rolls everything back."""
-        statements = [self._replace_statement(entry, etag) for entry, etag in updates]
+        """Bump the version, then replace each row at its etag (keeping a later IAmAlive time:
+        ``UPDATE_ROW``); any miss rolls everything back."""
+        rows = []
+        for entry, etag in updates:
+            params = self._key_params(entry.silo_address)
+            params.update(update_row_params(entry_to_values(entry), etag, new_etag()))
+            rows.append(params)
 
-        def work(connection: sa.Connection) -> None:
-            self._bump_version(connection, version)
-            for statement in statements:
-                if connection.execute(statement).rowcount != 1:
+        def work(transaction: Transaction) -> None:
+            self._bump_version(transaction, version)
+            for params in rows:
+                if transaction.execute(UPDATE_ROW, params).rowcount != 1:
                     raise _LostRaceError
 
-        return self._write(work)
-
-    def _replace_statement(self, entry: MembershipEntry, etag: str) -> sa.Update:
-        """The row of ``entry`` replaced if it carries ``etag``, keeping the later IAmAlive time."""
-        values = entry_to_values(entry)
-        alive = sa.literal(values.pop("i_am_alive_time"), UtcDateTime())
-        newest_alive = sa.case((_members.i_am_alive_time > alive, _members.i_am_alive_time), else_=alive)
-        return (
-            sa.update(membership_table)
-            .where(self._key(entry.silo_address), _members.etag == etag)
-            .values(**values, etag=new_etag(), i_am_alive_time=newest_alive)
-        )
+        return self._fast_write(work)
 
     # -- other writes ------------------------------------------------------------------
 
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
-        when = ensure_utc(when, "IAmAlive time")
-        statement = (
-            sa.update(membership_table)
-            .where(self._key(silo_address), _members.i_am_alive_time < when)
-            .values(i_am_alive_time=when)
-        )
-        self._transaction(lambda connection: connection.execute(statement), write=True, if_no_schema=None)
+        params = {**self._key_params(silo_address), "alive": ensure_utc(when, "IAmAlive time")}
+        self._fast_transaction(lambda t: t.execute(UPDATE_I_AM_ALIVE, params), write=True, if_no_schema=None)
 
     def cleanup_defunct_entries(self, before: datetime) -> int:
         before = ensure_utc(before, "cleanup cutoff")

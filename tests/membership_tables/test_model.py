@@ -142,3 +142,15 @@ def test_rows_and_snapshots_survive_pickle_and_deepcopy() -> None:
         assert copy == data
         with pytest.raises(TypeError):
             copy.entries[0].properties["endpoint"] = "x"  # type: ignore[index]
+
+
+def test_a_new_heartbeat_copy_validates_the_time_and_keeps_the_rest() -> None:
+    entry = make_entry(start_time=T, suspect_times=[(SiloAddress("10.0.0.9", 1, 2), T)], properties={"k": "v"})
+    later = entry.with_i_am_alive_time(T.astimezone(timezone(timedelta(hours=2))) + timedelta(seconds=5))
+    assert later == entry.replace(i_am_alive_time=T + timedelta(seconds=5))
+    assert later.i_am_alive_time.tzinfo is UTC
+    assert entry.i_am_alive_time == T  # the original is untouched
+    with pytest.raises(InvalidEntryError, match="i_am_alive_time is a naive datetime"):
+        entry.with_i_am_alive_time(datetime(2026, 1, 1))
+    with pytest.raises(InvalidEntryError, match="i_am_alive_time must be a datetime, got str 'yesterday'"):
+        entry.with_i_am_alive_time("yesterday")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 import subprocess
 import sys
@@ -28,8 +29,10 @@ from membership_tables import (
     SiloAddress,
     SiloStatus,
     TableUnavailableError,
+    TableVersion,
     open_table,
 )
+from membership_tables.sql.rows import RowParser
 from membership_tables.testing import make_entry
 from membership_tables.testing.checks import T0
 from tests.services.process import free_port, wait_until
@@ -127,11 +130,97 @@ def test_a_malformed_row_is_reported_and_left_alone(
     assert rows(admin, "SELECT * FROM silo_membership") == stored
 
 
-def test_a_time_sqlite_cannot_parse_is_a_malformed_row(tmp_path: Path) -> None:
+def test_reads_parse_again_every_row_whose_stored_values_changed(table: MembershipTable, admin: sa.Engine) -> None:
+    """Reads reuse the entries they parsed before, but never for a row that changed, even by hand."""
+    entry = make_entry(4242)
+    insert(table, entry, make_entry(4343))
+    assert table.read_all().get(entry.silo_address) == table.read_all().get(entry.silo_address)
+    with admin.begin() as connection:  # an admin's edit leaves the etag alone
+        connection.execute(
+            sa.text("UPDATE silo_membership SET silo_name = 'renamed', properties = :p WHERE port = 4242"),
+            {"p": '{"k": "v"}'},
+        )
+    edited = entry.replace(silo_name="renamed", properties={"k": "v"})
+    assert table.read_all().get(entry.silo_address) == (edited, table.read_all().rows[0][1])
+    table.update_i_am_alive(entry.silo_address, T0 + timedelta(minutes=1))
+    later = table.read_all()
+    assert later.entries[0] == edited.replace(i_am_alive_time=T0 + timedelta(minutes=1))
+    assert table.read_row(entry.silo_address).entries == (later.entries[0],)
+    with admin.begin() as connection:
+        connection.execute(sa.text("UPDATE silo_membership SET suspect_times = 'not json' WHERE port = 4242"))
+    for _ in range(2):  # a malformed row is reported on every read
+        with pytest.raises(MalformedRowError, match=r"port=4242.*suspect_times is not valid JSON"):
+            table.read_all()
+    assert [e.silo_address.port for e in table.read_row(make_entry(4343).silo_address).entries] == [4343]
+
+
+def test_reads_that_reuse_parsed_rows_match_a_fresh_handle(url: str, table: MembershipTable, admin: sa.Engine) -> None:
+    """A few random changes at a time (joins anywhere in the address order, heartbeats,
+    updates, hand edits, deletes, a silo replaced by another), made through another handle;
+    then the long-lived handle, which reuses what it parsed, must read what a new one does."""
+    chance = random.Random(11)
+    ports = list(range(1000, 1060))
+    chance.shuffle(ports)
+    unused = iter(ports[10:])
+    with open_table(url, "cluster-a") as writer:
+        insert(writer, *(make_entry(port) for port in ports[:10]))
+        for step in range(30):
+            for _ in range(chance.randint(1, 3)):
+                data = writer.read_all()
+                entry, etag = chance.choice(data.rows)
+                action = chance.choice(["join", "heartbeat", "update", "edit", "delete", "replace"])
+                if action in ("join", "replace"):
+                    insert(writer, make_entry(next(unused)))
+                if action == "heartbeat":
+                    writer.update_i_am_alive(entry.silo_address, T0 + timedelta(seconds=step))
+                elif action == "update":
+                    version = writer.read_all().version.next()
+                    assert writer.update_row(entry.replace(role_name=f"r{step}"), etag, version)
+                elif action == "edit":
+                    with admin.begin() as connection:
+                        connection.execute(
+                            sa.text("UPDATE silo_membership SET host_name = :name WHERE port = :port"),
+                            {"name": f"h{step}", "port": entry.silo_address.port},
+                        )
+                elif action in ("delete", "replace"):
+                    with admin.begin() as connection:
+                        connection.execute(
+                            sa.text("DELETE FROM silo_membership WHERE port = :port"), {"port": entry.silo_address.port}
+                        )
+            with open_table(url, "cluster-a") as fresh:
+                assert table.read_all() == fresh.read_all(), f"step {step}"
+                silo = chance.choice(fresh.read_all().entries).silo_address
+                assert table.read_row(silo) == fresh.read_row(silo), f"step {step}"
+
+
+def test_the_row_parser_sorts_rows_fetched_in_any_order() -> None:
+    """Stores may return rows in any order (PostgreSQL: heap order); the address order of the
+    last read is reused only while every position holds the same silo."""
+    parser = RowParser("cluster-a")
+
+    def row(port: int, alive: str = "2026-01-01 00:00:00.000000") -> tuple[object, ...]:
+        start = "2026-01-01 00:00:00.000000"
+        return ("10.0.0.1", port, 1, "s", "h", "ACTIVE", 0, "", 0, 0, start, "[]", "{}", f"etag-{port}", alive)
+
+    def ports(rows: list[tuple[object, ...]], version: int) -> list[int]:
+        data = parser.table_data(TableVersion(version, f"v{version}"), rows, full=True)
+        assert data == RowParser("cluster-a").table_data(data.version, rows, full=True)  # parsed from scratch
+        return [entry.silo_address.port for entry in data.entries]
+
+    assert ports([row(4), row(2), row(3)], 1) == [2, 3, 4]
+    assert ports([row(4), row(2, alive="2026-01-01 00:00:05.000000"), row(3)], 2) == [2, 3, 4]
+    assert ports([row(1), row(2), row(3)], 3) == [1, 2, 3]  # same count, another silo at position 0
+    assert ports([row(3), row(1)], 4) == [1, 3]
+
+
+@pytest.mark.parametrize("parsed_before", [False, True], ids=["new row", "heartbeat of a known row"])
+def test_a_time_sqlite_cannot_parse_is_a_malformed_row(tmp_path: Path, parsed_before: bool) -> None:
     url = f"sqlite:///{tmp_path / 'membership.db'}"
     with open_table(url, "cluster-a") as table:
         table.initialize()
         insert(table, make_entry(4242))
+        if parsed_before:  # the next read sees a known row whose heartbeat alone changed
+            table.read_all()
         engine = sa.create_engine(url)
         with engine.begin() as connection:
             connection.execute(sa.text("UPDATE silo_membership SET i_am_alive_time = 'yesterday'"))

@@ -1,0 +1,102 @@
+"""The statements a silo runs often, built once with bind parameters.
+
+Building a Core statement per call and deriving its cache key cost more than the database
+round trip on SQLite and a large part of it elsewhere, so these are module constants,
+executed with a dict of parameters: either by SQLAlchemy (``connection.execute``) or, on
+the hot paths, by ``membership_tables.sql.dbapi`` as SQL compiled once per engine.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from membership_tables.model import SiloAddress, TableVersion
+from membership_tables.sql.schema import UtcDateTime, membership_table, version_table
+
+_members = membership_table.c
+_versions = version_table.c
+
+KEY_COLUMNS = ("cluster_id", "address", "port", "generation")
+"""The primary key of a ``silo_membership`` row."""
+
+_KEY_PARAMS = ("cluster", "silo_host", "silo_port", "silo_generation")
+"""The parameters naming a row (an UPDATE cannot name a parameter after a column of its table)."""
+
+ROW_COLUMNS = (*KEY_COLUMNS[1:], *(
+    column.name for column in membership_table.columns
+    if column.name not in (*KEY_COLUMNS, "etag", "i_am_alive_time")
+), "etag", "i_am_alive_time")  # fmt: skip
+"""The columns a read selects, in this order: not the cluster id (the reader knows it), and
+the heartbeat last, right after the etag."""
+
+_KEY = sa.and_(*(_members[column] == sa.bindparam(name) for column, name in zip(KEY_COLUMNS, _KEY_PARAMS, strict=True)))
+_OF_CLUSTER = _members.cluster_id == sa.bindparam("cluster")
+
+SELECT_VERSION = sa.select(_versions.version, _versions.etag).where(_versions.cluster_id == sa.bindparam("cluster"))
+SELECT_ROWS = sa.select(*(_members[name] for name in ROW_COLUMNS)).where(_OF_CLUSTER)
+SELECT_ROW = sa.select(*(_members[name] for name in ROW_COLUMNS)).where(_KEY)
+
+BUMP_VERSION = (
+    sa.update(version_table)
+    .where(_versions.cluster_id == sa.bindparam("cluster"), _versions.etag == sa.bindparam("based_on"))
+    .values(version=sa.bindparam("new_version"), etag=sa.bindparam("new_etag"), updated_at=sa.bindparam("now"))
+)
+"""Lock the version row if it still carries the etag the caller read, and set the next version."""
+
+_CANONICAL = tuple(name for name in ROW_COLUMNS if name not in (*KEY_COLUMNS, "etag", "i_am_alive_time"))
+_alive = sa.bindparam("alive", type_=UtcDateTime())
+
+UPDATE_ROW = (
+    sa.update(membership_table)
+    .where(_KEY, _members.etag == sa.bindparam("based_on"))
+    .values(
+        {
+            **{name: sa.bindparam(f"new_{name}") for name in _CANONICAL},
+            "etag": sa.bindparam("new_etag"),
+            # a heartbeat written since the caller read the row is kept, never moved back
+            "i_am_alive_time": sa.case((_members.i_am_alive_time > _alive, _members.i_am_alive_time), else_=_alive),
+        }
+    )
+)
+"""Rewrite a row if it still carries the etag the caller read."""
+
+UPDATE_I_AM_ALIVE = (
+    sa.update(membership_table).where(_KEY, _members.i_am_alive_time < _alive).values(i_am_alive_time=_alive)
+)
+"""The blind heartbeat write: only ever moves the heartbeat forward."""
+
+
+def cluster_params(cluster_id: str) -> dict[str, Any]:
+    """The parameters of ``SELECT_VERSION`` and ``SELECT_ROWS``."""
+    return {"cluster": cluster_id}
+
+
+def key_params(cluster_id: str, silo_address: SiloAddress) -> dict[str, Any]:
+    """The parameters of ``_KEY``: the primary key of ``silo_address``'s row."""
+    return {
+        "cluster": cluster_id,
+        "silo_host": silo_address.host,
+        "silo_port": silo_address.port,
+        "silo_generation": silo_address.generation,
+    }
+
+
+def bump_params(cluster_id: str, version: TableVersion, new_etag: str, now: datetime) -> dict[str, Any]:
+    """The parameters of ``BUMP_VERSION`` for a write that sets ``version`` (read etag, new number)."""
+    return {
+        "cluster": cluster_id,
+        "based_on": version.etag,
+        "new_version": version.version,
+        "new_etag": new_etag,
+        "now": now,
+    }
+
+
+def update_row_params(values: dict[str, Any], based_on: str, new_etag: str) -> dict[str, Any]:
+    """The parameters of ``UPDATE_ROW`` besides the key; ``values`` is ``rows.entry_to_values``."""
+    params = {f"new_{name}": values[name] for name in _CANONICAL}
+    params.update(based_on=based_on, new_etag=new_etag, alive=values["i_am_alive_time"])
+    return params
