@@ -60,6 +60,8 @@ def execute(
     """Run ``handler`` on ``items``, or on the columnar batch ``arrow_batch`` when it is not empty."""
     started = clock()
     try:
+        if items and arrow_batch:
+            raise ValueError("the request has both items and an arrow_batch; send one of them")
         batch = columns.read_batch(arrow_batch) if arrow_batch else None
         if batch is not None and batch.num_columns < 1:
             raise ValueError("the batch has no columns; column 0 must hold the routing keys")
