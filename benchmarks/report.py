@@ -305,21 +305,37 @@ def scale(document: dict[str, Any]) -> list[str]:
 
 def spark_routing(document: dict[str, Any]) -> list[str]:
     r = document["results"]
+    config = document["config"]
     killed = r["with_a_silo_killed"]
     base, routed = r["baseline_seconds"], r["routed_seconds"]
+    cost = r["cost_of_median_run"]
+    match = r["results_match_baseline"]
     return [
-        f"{r['records']:,} records, {document['config']['silos']} silos, Spark local[{document['config']['cores']}], "
-        f"batches of {document['config']['batch_size']}, {document['config']['runs']} runs each.",
+        f"{r['records']:,} records in {config['partitions']} partitions, {config['silos']} silos, Spark "
+        f"local[{config['cores']}], Arrow batches of {config['batch_size']:,} rows, {config['in_flight']} calls in "
+        f"flight per task, {config['runs']} runs each.",
         "",
         *header("job", "median s", "p99 s", "records/s", "time vs mapPartitions", "records lost", "duplicates",
                 "rerouted", "results = baseline"),
         row("mapPartitions, no silos", base["median"], base["p99"], r["baseline_records_per_s"], 1.0, 0, 0, 0, "-"),
         row("route_to_silos", routed["median"], routed["p99"], r["routed_records_per_s"], r["overhead_ratio_median"],
-            max(run["records_lost"] for run in r["routed_runs"]), max(run["duplicates"] for run in r["routed_runs"]),
-            0, r["results_match_baseline"]),
+            0 if match else "?", 0 if match else "?", 0, match),
         row(f"route_to_silos, a silo SIGKILLed at {killed['killed_after_s']:.1f} s", killed["seconds"], "-",
             r["records"] / killed["seconds"], ratio(killed["seconds"], base["median"]), killed["records_lost"],
             killed["duplicates"], killed["rerouted"], killed["results_match_baseline"]),
+        "",
+        "Where the routed time went (median run; seconds summed over tasks and calls, which overlap):",
+        "",
+        *header("executor: rest of task (input, hashing, grouping, output)", "executor: writing Arrow IPC",
+                "executor: waiting", "silos: handler", "silos: (de)serialization", "network, gRPC, queueing",
+                "tasks, wall"),
+        row(cost["executor_routing_seconds"], cost["encode_seconds"], cost["waiting_seconds"],
+            cost["silo_handler_seconds"], cost["silo_serialization_seconds"], cost["network_and_queue_seconds"],
+            cost["task_seconds"]),
+        "",
+        f"Records that stayed on their host (sent to the executor's sidecar, silo 0): "
+        f"{r['stayed_on_host_fraction']:.1%}; {cost['calls']:.0f} calls, "
+        f"{cost['request_bytes'] / max(1.0, cost['records']):.1f} request bytes per record.",
     ]  # fmt: skip
 
 

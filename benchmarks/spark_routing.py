@@ -1,25 +1,37 @@
-"""Spark routing: records through ``silo.spark.jobs.route_to_silos`` to 4 silos vs a plain ``mapPartitions``.
+"""Spark routing: records through ``silo.spark.route_to_silos`` to 4 silos vs a plain ``mapPartitions``.
 
 Spark in local mode (``local[2]``, ``silo.spark.jobs.local_session``) and 4 ``silo run`` processes on
 SQLite. The job: 1M records ``(k<i>, i)``; the handler is the built-in ``example.checksum``.
-Routed, each record goes to the silo that owns its key (batches over gRPC ``Work.Process``);
-the baseline applies the very same function (``silo.work.handlers.checksum`` of the same payload)
-in a ``mapPartitions`` without silos. Both jobs end in the same action (count and an
-order-independent checksum total of the results), which must agree. Routed and baseline runs
-alternate. Then one more routed run with a silo SIGKILLed half-way through (by the time of the
-routed runs): records lost (keys missing from the output) must be 0; duplicates and records
-moved to another silo are counted too.
+Routed, each record goes to the silo that owns its key: rows leave Spark as Arrow record batches
+(``mapInArrow``), travel to the silos as Arrow IPC in batches of ``batch_size`` with ``in_flight``
+calls per task, and the results come back as Arrow. The baseline applies the very same function
+(``silo.work.handlers.checksum`` of the same JSON payload) in a ``mapPartitions`` without silos.
+Both jobs end in one action computing the count and an order-independent checksum total of the
+results, which must agree (the routed one reads its output with ``silo.spark.routing_summary``,
+one ``mapInArrow`` pass as a columnar consumer does; the baseline's output is an RDD of bytes).
+Routed and baseline runs alternate. Then one more routed run with a silo SIGKILLed half-way
+through (by the time of the routed runs), persisted so its keys can be counted: records lost
+(keys missing from the output) and duplicates must be 0; records moved elsewhere are counted too.
 
-    python -m benchmarks.spark_routing [--quick]
+The executors name silo 0 as their sidecar (``SILO_SIDECAR_ADDRESS``), so the share of records
+that stayed on their host through the sidecar is reported (in local mode every silo is on the
+same host; the sidecar share is what a cluster with one silo per worker keeps local). The cost
+breakdown comes from ``silo.spark.stats_accumulator``: executor time hashing and grouping,
+encoding Arrow IPC, waiting; silo time in the handler and in (de)serialization; and the rest of
+each call's latency (network, gRPC and queueing in the silos).
+
+    python -m benchmarks.spark_routing [--quick] [--records N]
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +45,22 @@ from benchmarks.common import (
     summarize,
     workdir,
 )
-from silo.spark import encode_payload, local_session, route_to_silos
+from silo.spark import (
+    SIDECAR_ENV,
+    encode_payload,
+    local_session,
+    route_to_silos,
+    routing_summary,
+    stats_accumulator,
+)
+from silo.work.columnar_routing import DEFAULT_COLUMNAR_BATCH_SIZE, DEFAULT_IN_FLIGHT
 from silo.work.handlers import CHECKSUM_HANDLER, checksum, checksum_total
 from tests.silo.cluster_harness import Cluster
 
 NAME = "spark_routing"
 CLUSTER = "spark-bench"
+RECORDS_PER_PARTITION = 62_500
+"""With ``--records N``, partitions grow to keep at most this many records each (16 at least)."""
 
 
 @dataclass(frozen=True)
@@ -47,8 +69,13 @@ class Config:
     partitions: int = 16
     silos: int = 4
     runs: int = 3
-    batch_size: int = 500
+    batch_size: int = DEFAULT_COLUMNAR_BATCH_SIZE
+    in_flight: int = DEFAULT_IN_FLIGHT
     cores: int = 2
+
+    @classmethod
+    def sized(cls, records: int) -> Config:
+        return cls(records=records, partitions=max(cls.partitions, -(-records // RECORDS_PER_PARTITION)))
 
     @classmethod
     def quick(cls) -> Config:
@@ -90,38 +117,71 @@ def baseline(spark: Any, config: Config) -> tuple[float, Totals]:
 def routed(
     spark: Any, config: Config, table: str, kill_after: float | None = None, victim: Any = None
 ) -> dict[str, Any]:
-    timer = threading.Timer(kill_after, victim.kill) if kill_after is not None and victim is not None else None
+    killing = kill_after is not None and victim is not None
+    timer = threading.Timer(kill_after or 0.0, victim.kill) if killing else None
+    stats = stats_accumulator(spark)
     started = time.perf_counter()
     if timer is not None:
         timer.start()
     out = route_to_silos(
-        records(spark, config), "key", CHECKSUM_HANDLER, table=table, cluster=CLUSTER, batch_size=config.batch_size
-    ).persist()
+        records(spark, config),
+        "key",
+        CHECKSUM_HANDLER,
+        table=table,
+        cluster=CLUSTER,
+        batch_size=config.batch_size,
+        in_flight=config.in_flight,
+        stats=stats,
+    )
+    if killing:
+        out = out.persist()  # the killed run's keys are counted below: route them once
     try:
-        totals: Totals = out.rdd.map(lambda row: row["result"]).mapPartitions(partition_totals).reduce(merge)
+        summary = routing_summary(out, checksum=True)
         elapsed = time.perf_counter() - started
-        distinct = out.select("key").distinct().count()
-        moved = out.filter("rerouted").count()
+        distinct = out.select("key").distinct().count() if killing else None
     finally:
-        out.unpersist()
         if timer is not None:
+            out.unpersist()
             timer.cancel()
     return {
         "seconds": elapsed,
-        "records_out": totals[0],
-        "checksum_total": totals[1],
-        "records_lost": config.records - distinct,
-        "duplicates": totals[0] - distinct,
-        "rerouted": moved,
+        "records_out": summary.records,
+        "checksum_total": summary.checksum,
+        "records_lost": None if distinct is None else config.records - distinct,
+        "duplicates": None if distinct is None else summary.records - distinct,
+        "rerouted": summary.rerouted,
+        "via_sidecar": summary.via_sidecar,
+        "stayed_on_host_fraction": summary.stayed_on_host_fraction,
+        "per_silo": dict(summary.per_silo),
+        "cost": stats.value.as_dict(),
     }
+
+
+@contextlib.contextmanager
+def sidecar_for_executors(endpoint: str) -> Iterator[None]:
+    """Local-mode executors inherit the driver's environment: name ``endpoint`` their sidecar."""
+    saved = os.environ.get(SIDECAR_ENV)
+    os.environ[SIDECAR_ENV] = endpoint
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(SIDECAR_ENV, None)
+        else:
+            os.environ[SIDECAR_ENV] = saved
 
 
 def measure(config: Config, root: Path) -> dict[str, Any]:
     cluster = Cluster(root, f"sqlite:///{root / 'membership.db'}", CLUSTER)
     try:
         silos = cluster.start_active(config.silos)
-        with local_session("silo-spark-routing-bench", cores=config.cores) as spark:
+        assert silos[0].address is not None
+        with (
+            sidecar_for_executors(silos[0].address.endpoint),
+            local_session("silo-spark-routing-bench", cores=config.cores) as spark,
+        ):
             baseline(spark, config)  # warm-up: JVM, Python workers
+            routed(spark, replace(config, records=min(config.records, 100_000)), cluster.table_uri)
             base_times, routed_runs = [], []
             expected: Totals | None = None
             for _ in range(config.runs):
@@ -137,6 +197,7 @@ def measure(config: Config, root: Path) -> dict[str, Any]:
         cluster.close()
     assert expected is not None
     base, route = summarize(base_times), summarize(routed_times)
+    median_run = sorted(routed_runs, key=lambda run: run["seconds"])[len(routed_runs) // 2]
     return {
         "baseline_seconds": base,
         "routed_seconds": route,
@@ -144,6 +205,8 @@ def measure(config: Config, root: Path) -> dict[str, Any]:
         "routed_records_per_s": config.records / route["median"],
         "overhead_ratio_median": ratio(route["median"], base["median"]),
         "results_match_baseline": all((run["records_out"], run["checksum_total"]) == expected for run in routed_runs),
+        "stayed_on_host_fraction": median_run["stayed_on_host_fraction"],
+        "cost_of_median_run": median_run["cost"],
         "routed_runs": routed_runs,
         "baseline_runs_s": base_times,
         "with_a_silo_killed": {
@@ -155,6 +218,7 @@ def measure(config: Config, root: Path) -> dict[str, Any]:
 
 def report(results: dict[str, Any]) -> None:
     killed = results["with_a_silo_killed"]
+    matches = results["results_match_baseline"]
     print_table(
         "Spark: routed to silos vs plain mapPartitions (same handler)",
         ["job", "median s", "p99 s", "records/s", "vs baseline", "lost", "duplicates", "rerouted", "results match"],
@@ -163,13 +227,33 @@ def report(results: dict[str, Any]) -> None:
              results["baseline_records_per_s"], 1.0, 0, 0, 0, True],
             ["route_to_silos", results["routed_seconds"]["median"], results["routed_seconds"]["p99"],
              results["routed_records_per_s"], results["overhead_ratio_median"],
-             max(run["records_lost"] for run in results["routed_runs"]),
-             max(run["duplicates"] for run in results["routed_runs"]), 0, results["results_match_baseline"]],
+             0 if matches else "?", 0 if matches else "?", 0, matches],
             ["route_to_silos, 1 killed", killed["seconds"], killed["seconds"], results["records"] / killed["seconds"],
              ratio(killed["seconds"], results["baseline_seconds"]["median"]), killed["records_lost"],
              killed["duplicates"], killed["rerouted"], killed["results_match_baseline"]],
         ],
     )  # fmt: skip
+    cost = results["cost_of_median_run"]
+    print_table(
+        "Where the routed time went (median run; seconds summed over tasks and calls, calls overlap)",
+        ["part", "seconds"],
+        [
+            ["executor: hashing keys, grouping rows, building output", cost["executor_routing_seconds"]],
+            ["executor: writing Arrow IPC (serialization)", cost["encode_seconds"]],
+            ["executor: waiting for results", cost["waiting_seconds"]],
+            ["silos: handler", cost["silo_handler_seconds"]],
+            ["silos: reading batches, items for the handler, writing results (serialization)",
+             cost["silo_serialization_seconds"]],
+            ["calls: network, gRPC and queueing in silos", cost["network_and_queue_seconds"]],
+            ["tasks: wall time, summed", cost["task_seconds"]],
+        ],
+    )  # fmt: skip
+    print(
+        f"calls: {cost['calls']:.0f} ({cost['failed_calls']:.0f} failed), "
+        f"{cost['request_bytes'] / max(1.0, cost['records']):.1f} request bytes per record; "
+        f"records that stayed on their host (sent to the executor's sidecar): "
+        f"{results['stayed_on_host_fraction']:.1%}"
+    )
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
@@ -191,12 +275,32 @@ def plot(results: dict[str, Any], path: Path) -> None:
     save_figure(figure, path)
 
 
+class _Sized:
+    """``Config`` with ``--records N`` (``benchmark_main`` calls ``config_type()`` or ``.quick()``)."""
+
+    def __init__(self, records: int) -> None:
+        self.records = records
+
+    def __call__(self) -> Config:
+        return Config.sized(self.records)
+
+    def quick(self) -> Config:
+        return Config.quick()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    config_type: Any = Config
+    if "--records" in arguments:
+        at = arguments.index("--records")
+        config_type = _Sized(int(arguments[at + 1]))
+        del arguments[at : at + 2]
+
     def run(config: Config) -> dict[str, Any]:
         with workdir(NAME) as root:
             return {"records": config.records, **measure(config, root)}
 
-    return benchmark_main(NAME, __doc__, argv, Config, run, report, plot)
+    return benchmark_main(NAME, __doc__, arguments, config_type, run, report, plot)
 
 
 if __name__ == "__main__":

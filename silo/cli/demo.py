@@ -3,7 +3,9 @@
 1. Start 4 silos (``silo run --preset local``) on a SQLite table in a temporary directory
    (or ``--table``), and a local Spark session (``local[2]``).
 2. Route ``--records`` keyed records (default 200,000) with ``silo.spark.route_to_silos``
-   through the built-in ``example.checksum`` handler, each to the silo that owns its key.
+   through the built-in ``example.checksum`` handler, each to the silo that owns its key: rows
+   travel as Arrow record batches, several calls in flight per task (the columnar path), and
+   ``silo.spark.routing_summary`` adds up the output in one columnar pass.
 3. Half-way through the job, SIGKILL one silo. The survivors declare it Dead; the executors
    move its keys to their next owners and carry on.
 4. Print the cluster before and after, the death (when, by whom), records per silo, how many
@@ -24,13 +26,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from membership_tables import MembershipTable, MembershipTableData, SiloAddress, SiloStatus, open_table
 from silo.cli.arguments import redact
@@ -62,7 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--cluster", metavar="ID", default="demo", help="cluster id (default demo)")
     parser.add_argument("--partitions", type=_positive, default=16, help="Spark partitions (default 16)")
-    parser.add_argument("--batch-size", type=_positive, default=1000, help="records per gRPC call (default 1000)")
+    parser.add_argument(
+        "--batch-size", type=_positive, default=2000, help="records per gRPC call, an Arrow batch (default 2000)"
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     parser.set_defaults(log_level="WARNING")  # progress is printed, not logged
 
@@ -208,10 +211,9 @@ class _Job:
         frame: DataFrame = spark.range(args.records, numPartitions=args.partitions).selectExpr(
             f"concat('key-', cast(id % {_keys(args)} as string)) as key", "id as value"
         )
-        routed = route_to_silos(
+        self._routed = route_to_silos(
             frame, "key", CHECKSUM_HANDLER, table=table_uri, cluster=args.cluster, batch_size=args.batch_size
         )
-        self._rows = routed.rdd.mapPartitions(_summarize)
         self.partitions = args.partitions
         self.totals = JobTotals()
         self.error: BaseException | None = None
@@ -235,23 +237,17 @@ class _Job:
         self._spark.sparkContext.cancelAllJobs()
 
     def _collect(self) -> None:
+        from silo.spark import routing_summary
+
         try:
-            self.totals = JobTotals.merge(self._rows.collect())
+            summary = routing_summary(self._routed, checksum=True)
         except BaseException as exc:  # handed to the main thread, which raises it
             self.error = exc
-
-
-def _summarize(rows: Iterable[Any]) -> Iterator[JobTotals]:
-    """One partition's output rows as a ``JobTotals`` (runs on executors)."""
-    per_silo: Counter[str] = Counter()
-    results: list[bytes] = []
-    rerouted = via_sidecar = 0
-    for row in rows:
-        results.append(bytes(row["result"]))
-        per_silo[row["silo"]] += 1
-        rerouted += row["rerouted"]
-        via_sidecar += row["via_sidecar"]
-    yield JobTotals(len(results), checksum_total(results), dict(per_silo), rerouted, via_sidecar)
+        else:
+            assert summary.checksum is not None
+            self.totals = JobTotals(
+                summary.records, summary.checksum, summary.per_silo, summary.rerouted, summary.via_sidecar
+            )
 
 
 def _run_and_kill(

@@ -8,42 +8,26 @@ processed); the other keys add detail (see ``DemoSummary.document``).
 from __future__ import annotations
 
 import json
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus
 from silo.cli.status import format_duration, render_text, status_document
-from silo.work.handlers import combine_totals
 
 __all__ = ["Death", "DemoSummary", "JobTotals"]
 
 
 @dataclass(frozen=True)
 class JobTotals:
-    """What came back from the silos: merged from one partial per Spark partition."""
+    """What came back from the silos (``silo.spark.routing_summary`` of the job's output)."""
 
     records: int = 0
     checksum: int = 0
     per_silo: Mapping[str, int] = field(default_factory=dict)
     rerouted: int = 0
     via_sidecar: int = 0
-
-    @classmethod
-    def merge(cls, parts: Iterable[JobTotals]) -> JobTotals:
-        parts = list(parts)
-        per_silo: Counter[str] = Counter()
-        for part in parts:
-            per_silo.update(part.per_silo)
-        return cls(
-            records=sum(part.records for part in parts),
-            checksum=combine_totals(part.checksum for part in parts),
-            per_silo=dict(sorted(per_silo.items())),
-            rerouted=sum(part.rerouted for part in parts),
-            via_sidecar=sum(part.via_sidecar for part in parts),
-        )
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,11 @@
     # out: user_id, result (binary), silo (string), rerouted (bool), via_sidecar (bool)
 
 The driver reads the live view once (``read_view``: the Active silos of the membership table)
-and broadcasts it with the job settings. Each task hashes its records' keys onto the same
-consistent-hash ring, sends them to their owners in batches over gRPC (``Work.Process``) and
-yields one output row per input record. When a silo dies mid-job the task re-reads the view
+and broadcasts it with the job settings. Each task receives its rows as Arrow record batches
+(``mapInArrow``), hashes their keys onto the same consistent-hash ring, sends them to their
+owners as Arrow IPC batches over gRPC (``Work.Process`` with ``arrow_batch``), several calls
+in flight (``silo.work.columnar_routing``), and yields one output row per input record, as
+Arrow again. When a silo dies mid-job the task re-reads the view
 from the table (a newer version only) and moves that silo's keys to their next owners; see
 ``silo.work.routing`` for the failover rules. Delivery is at least once: handlers must be
 idempotent. The output is lazy like any DataFrame: every action on it routes the records
@@ -25,7 +27,6 @@ without leaving the host, and their rows say ``via_sidecar``.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -38,17 +39,20 @@ from typing import TYPE_CHECKING, Any
 from membership_tables import open_table
 from silo.client.topology import ClusterView
 from silo.work.client import SyncWorkClient
-from silo.work.hashring import DEFAULT_VIRTUAL_NODES
-from silo.work.routing import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_MAX_ATTEMPTS,
-    NoLiveSiloError,
-    Record,
-    Router,
-    check_positive_int,
+from silo.work.columnar_routing import (
+    DEFAULT_COLUMNAR_BATCH_SIZE,
+    DEFAULT_IN_FLIGHT,
+    ColumnarShard,
+    RoutingStats,
+    route_columnar,
 )
+from silo.work.columns import routing_keys
+from silo.work.hashring import DEFAULT_VIRTUAL_NODES
+from silo.work.routing import DEFAULT_MAX_ATTEMPTS, NoLiveSiloError, Router, check_positive_int
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.accumulators import Accumulator
     from pyspark.broadcast import Broadcast
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
@@ -97,25 +101,6 @@ class ViewSource:
             return client.view()
 
 
-def routing_key(value: object, column: str = "key") -> str:
-    """The string a key is hashed and sent as: strings as they are, anything else as ``str(value)``."""
-    if value is None:
-        raise ValueError(
-            f"key column {column!r} is null in a record; every record needs a key to be routed: "
-            "filter nulls out or fill them (df.na.fill) first"
-        )
-    return value if isinstance(value, str) else str(value)
-
-
-def encode_payload(values: Sequence[Any]) -> bytes:
-    """The payload sent for one record: its value columns as a compact JSON array (UTF-8).
-
-    Values JSON cannot hold (dates, decimals, ...) are sent as their ``str()``. A single
-    binary value column is sent as its raw bytes instead (see ``route_to_silos``).
-    """
-    return json.dumps(list(values), separators=(",", ":"), ensure_ascii=False, default=str).encode()
-
-
 @dataclass(frozen=True)
 class RoutingJob:
     """Everything a task needs, broadcast once by the driver."""
@@ -124,36 +109,58 @@ class RoutingJob:
     source: ViewSource
     handler: str
     key_column: str
-    raw_payload: bool
-    """True when the payload is one binary column, sent as is."""
-    batch_size: int = DEFAULT_BATCH_SIZE
+    batch_size: int = DEFAULT_COLUMNAR_BATCH_SIZE
     timeout: float = DEFAULT_TIMEOUT
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     virtual_nodes: int = DEFAULT_VIRTUAL_NODES
+    in_flight: int = DEFAULT_IN_FLIGHT
 
-    def records(self, rows: Iterable[Sequence[Any]]) -> Iterator[Record[Any]]:
-        """``(key, value...)`` rows as routing records."""
-        for row in rows:
-            key, *values = row
-            payload = bytes(values[0] or b"") if self.raw_payload else encode_payload(values)
-            yield Record(key, routing_key(key, self.key_column), payload)
+    def shard(self, batch: pa.RecordBatch) -> ColumnarShard:
+        """An input batch (the key column, then the value columns) as rows to route."""
+        import pyarrow as pa
 
-    def route_partition(
-        self, rows: Iterable[Sequence[Any]], sidecar: str | None
-    ) -> Iterator[tuple[Any, bytes, str, bool, bool]]:
-        """One task: route ``rows`` and yield output rows (key, result, silo, rerouted, via_sidecar)."""
+        keys = routing_keys(batch.column(0), self.key_column)
+        wire = pa.RecordBatch.from_arrays([keys, *batch.columns[1:]], names=batch.schema.names)
+        return ColumnarShard(wire, batch.select([0]))
+
+    def route_batches(
+        self, batches: Iterable[pa.RecordBatch], sidecar: str | None, stats: RoutingStats | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """One task: route the rows of ``batches``; yield output batches (key, result, silo, rerouted, via_sidecar)."""
+        import pyarrow as pa
+
         with SyncWorkClient(self.view.cluster_id) as client:
             router: Router[Any] = Router(
                 self.view,
                 self.handler,
-                partial(client.process, timeout=self.timeout),
+                None,
                 self.source.read,
                 sidecar=sidecar,
                 virtual_nodes=self.virtual_nodes,
                 max_attempts=self.max_attempts,
             )
-            for routed in router.route(self.records(rows), self.batch_size):
-                yield routed.key, routed.result, str(routed.silo), routed.rerouted, routed.via_sidecar
+            shards = (self.shard(batch) for batch in batches)
+            for delivery in route_columnar(
+                router,
+                client,
+                self.handler,
+                shards,
+                batch_size=self.batch_size,
+                in_flight=self.in_flight,
+                timeout=self.timeout,
+                stats=stats,
+            ):
+                size = len(delivery.shard)
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        delivery.shard.carried.column(0),
+                        delivery.results,
+                        pa.repeat(pa.scalar(str(delivery.silo), pa.string()), size),
+                        pa.array(delivery.rerouted, pa.bool_()),
+                        pa.repeat(pa.scalar(delivery.via_sidecar, pa.bool_()), size),
+                    ],
+                    names=[self.key_column, "result", *OUTPUT_COLUMNS],
+                )
 
 
 def route_to_silos(
@@ -167,55 +174,107 @@ def route_to_silos(
     view: ClusterView | None = None,
     value_columns: Sequence[str] | None = None,
     result_column: str = "result",
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_size: int = DEFAULT_COLUMNAR_BATCH_SIZE,
     timeout: float = DEFAULT_TIMEOUT,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     virtual_nodes: int = DEFAULT_VIRTUAL_NODES,
+    in_flight: int = DEFAULT_IN_FLIGHT,
+    stats: Accumulator[RoutingStats] | None = None,
 ) -> DataFrame:
     """Run silo handler ``handler`` over every record of ``df``, each on the silo that owns its key.
 
+    Rows move as Arrow record batches (``mapInArrow``) from Spark to the silos and back.
+
     - ``key_column``: routing key; strings are hashed as they are, other types as ``str(value)``;
       a null key fails the task.
-    - ``value_columns``: what is sent as each record's payload (default: every other column),
-      as a JSON array (``encode_payload``); one binary column is sent as its raw bytes.
+    - ``value_columns``: the columns sent with each record (default: every other column). A
+      columnar handler gets them as they are; an item handler gets them as a JSON array
+      payload (``encode_payload``), or the raw bytes of a single binary column.
     - ``cluster`` and either ``table`` (a membership table URI) or ``gateways`` (silos'
       ``host:port`` gateway endpoints): where the view is read, on the driver now and on
       executors after a failure. ``view`` overrides the driver's first read (e.g. the latest
       view of a ``MembershipClient`` the driver already watches).
-    - ``batch_size`` records per call, ``timeout`` seconds per call, ``max_attempts`` failed
-      calls per batch before the task fails with ``NoLiveSiloError``.
+    - ``batch_size`` rows per call, ``in_flight`` calls one task keeps going at once,
+      ``timeout`` seconds per call, ``max_attempts`` failed calls per batch before the task
+      fails with ``NoLiveSiloError``.
+    - ``stats``: an accumulator from ``stats_accumulator(spark)`` that adds up where the time
+      went (``RoutingStats``), readable after an action.
 
     Returns a DataFrame with one row per input record: ``key_column`` (as given),
     ``result_column`` (binary, the handler's result), ``silo`` (``host:port@generation`` that
     processed it), ``rerouted`` (not the key's owner in the starting view: its owner died or a
     silo joined) and ``via_sidecar``. Raises ``NoLiveSiloError`` at once if no silo is Active.
     """
-    values = [column for column in df.columns if column != key_column] if value_columns is None else [*value_columns]
-    _check_columns(df, key_column, values, result_column)
-    for name, number in (("batch_size", batch_size), ("max_attempts", max_attempts), ("virtual_nodes", virtual_nodes)):
-        check_positive_int(name, number)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    parts = gateways.split(",") if isinstance(gateways, str) else gateways
-    endpoints = tuple(part.strip() for part in parts if part.strip())
-    source = ViewSource(cluster, table, endpoints)
+    values = check_arguments(
+        df,
+        key_column,
+        value_columns,
+        result_column,
+        batch_size=batch_size,
+        max_attempts=max_attempts,
+        virtual_nodes=virtual_nodes,
+        in_flight=in_flight,
+        timeout=timeout,
+    )
+    source = view_source(cluster, table, gateways)
     start = view if view is not None else source.read()
     if not len(start):
         raise NoLiveSiloError(
             f"no silo of cluster {cluster!r} is Active in the membership table (version {start.version}); "
             "start silos (silo run) before routing work to them"
         )
-    raw = len(values) == 1 and df.schema[values[0]].dataType.typeName() == "binary"
-    job = RoutingJob(start, source, handler, key_column, raw, batch_size, timeout, max_attempts, virtual_nodes)
-    session = df.sparkSession
-    broadcast = session.sparkContext.broadcast(job)
-    rows = df.select(key_column, *values).rdd.mapPartitions(partial(_route_partition, broadcast))
-    return session.createDataFrame(rows, _output_schema(df, key_column, result_column))
+    job = RoutingJob(start, source, handler, key_column, batch_size, timeout, max_attempts, virtual_nodes, in_flight)
+    broadcast = df.sparkSession.sparkContext.broadcast(job)
+    schema = _output_schema(df, key_column, result_column)
+    return df.select(key_column, *values).mapInArrow(partial(_route_partition, broadcast, stats), schema)
 
 
-def _route_partition(job: Broadcast[RoutingJob], rows: Iterable[Sequence[Any]]) -> Iterator[tuple[Any, ...]]:
+def _route_partition(
+    job: Broadcast[RoutingJob], stats: Accumulator[RoutingStats] | None, batches: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     routing: RoutingJob = job.value
-    return routing.route_partition(rows, os.environ.get(SIDECAR_ENV) or None)
+    figures = RoutingStats()
+    try:
+        yield from routing.route_batches(batches, os.environ.get(SIDECAR_ENV) or None, figures)
+    finally:
+        if stats is not None:
+            stats.add(figures)
+
+
+def stats_accumulator(session: SparkSession) -> Accumulator[RoutingStats]:
+    """An accumulator for ``route_to_silos(..., stats=...)``: its ``value`` adds up every task's ``RoutingStats``.
+
+    Tasks that Spark re-runs count again, so read it as a breakdown, not as record counts.
+    """
+    from silo.spark.stats import RoutingStatsParam
+
+    accumulator: Accumulator[RoutingStats] = session.sparkContext.accumulator(RoutingStats(), RoutingStatsParam())
+    return accumulator
+
+
+def check_arguments(
+    df: DataFrame,
+    key_column: str,
+    value_columns: Sequence[str] | None,
+    result_column: str,
+    *,
+    timeout: float,
+    **counts: int,
+) -> list[str]:
+    """The value columns to send; ``ValueError`` naming a missing column, a clash or a bad number."""
+    values = [column for column in df.columns if column != key_column] if value_columns is None else [*value_columns]
+    _check_columns(df, key_column, values, result_column)
+    for name, number in counts.items():
+        check_positive_int(name, number)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return values
+
+
+def view_source(cluster: str, table: str | None, gateways: Sequence[str] | str) -> ViewSource:
+    """Where to read the view: ``table``, or ``gateways`` as a list or a comma-separated string."""
+    parts = gateways.split(",") if isinstance(gateways, str) else gateways
+    return ViewSource(cluster, table, tuple(part.strip() for part in parts if part.strip()))
 
 
 def _check_columns(df: DataFrame, key_column: str, values: Sequence[str], result_column: str) -> None:

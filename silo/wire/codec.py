@@ -61,6 +61,16 @@ class Method(Generic[Request, Response]):
         )
         return rpc
 
+    def bind_future(self, channel: Any) -> Callable[..., Any]:
+        """Start this RPC on a blocking ``grpc`` channel without waiting: ``rpc(request, timeout=...)`` returns
+        a ``grpc.Future`` (also the call), whose ``result()`` waits for the response."""
+        future: Callable[..., Any] = channel.unary_unary(
+            self.path,
+            request_serializer=self.request.SerializeToString,
+            response_deserializer=self.response.FromString,
+        ).future
+        return future
+
     def bind_sync(self, channel: Any) -> Callable[..., Response]:
         """The callable for this RPC on a blocking ``grpc`` channel: ``rpc(request, timeout=...)``."""
         rpc: Callable[..., Response] = channel.unary_unary(

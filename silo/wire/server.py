@@ -10,16 +10,18 @@ service (``grpc.health.v1.Health``) reports ``NOT_SERVING`` until ``set_serving(
 ``WatchMembership`` streams the silo's snapshots (``Silo.snapshots()``): the current one,
 then every newer version; when the silo stops the stream ends with ``UNAVAILABLE`` so a
 client moves to another gateway. ``Work.Process`` runs a handler from the
-``HandlerRegistry`` in a thread pool (never on the event loop), only while the silo is Active.
+``HandlerRegistry`` in a thread pool (never on the event loop), only while the silo is Active,
+on items or on a columnar (Arrow) batch (``silo.work.execution``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, NoReturn, Protocol
 
 import grpc
@@ -31,6 +33,7 @@ from silo.membership.probing import MembershipRpcHandler
 from silo.membership.snapshot import MembershipSnapshot
 from silo.wire import codec
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
+from silo.work import execution
 from silo.work.registry import HandlerRegistry
 
 log = logging.getLogger(__name__)
@@ -228,18 +231,25 @@ class MembershipServer:
                 f"(it has: {', '.join(self.handlers.names)}); start the silo with --handler NAME=module:function",
             )
         items = [(item.key, item.payload) for item in request.items]
+        count = len(items) or "a columnar batch of"
+        run = partial(execution.execute, work, items=items, arrow_batch=request.arrow_batch)
         try:
-            results = await asyncio.get_running_loop().run_in_executor(self._work_pool, work, items)
-        except Exception as exc:
-            log.exception("handler %r failed on a batch of %d items from %s", request.handler, len(items), sender)
-            await _abort(
-                context, grpc.StatusCode.INTERNAL, f"handler {request.handler!r} raised {type(exc).__name__}: {exc}"
-            )
-        problem = _check_results(results, len(items))
-        if problem:
-            log.error("handler %r: %s", request.handler, problem)
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"handler {request.handler!r} {problem}")
-        return pb.ProcessResponse(silo=str(silo.silo_address), results=list(results))
+            outcome = await asyncio.get_running_loop().run_in_executor(self._work_pool, run)
+        except execution.BadRequestError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"handler {request.handler!r}: {exc}")
+        except execution.HandlerFailedError as exc:
+            log.error("handler %r failed on %s items from %s", request.handler, count, sender, exc_info=exc.__cause__)
+            await _abort(context, grpc.StatusCode.INTERNAL, f"handler {request.handler!r} raised {exc}")
+        except execution.BadResultsError as exc:
+            log.error("handler %r: %s", request.handler, exc)
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"handler {request.handler!r} {exc}")
+        return pb.ProcessResponse(
+            silo=str(silo.silo_address),
+            results=outcome.results,
+            arrow_results=outcome.arrow_results,
+            handler_seconds=outcome.handler_seconds,
+            serialization_seconds=outcome.serialization_seconds,
+        )
 
 
 def _unary(method: codec.Method[codec.Request, codec.Response], behaviour: Callable[..., Awaitable[Any]]) -> Any:
@@ -253,18 +263,6 @@ def _unary(method: codec.Method[codec.Request, codec.Response], behaviour: Calla
 async def _abort(context: Any, code: grpc.StatusCode, details: str) -> NoReturn:
     await context.abort(code, details)
     raise AssertionError("unreachable: abort raises")
-
-
-def _check_results(results: object, expected: int) -> str:
-    """What is wrong with a handler's results ("" if nothing): one ``bytes`` per item, in order."""
-    if not isinstance(results, Sequence) or isinstance(results, (bytes, str)):
-        return f"returned {type(results).__name__}, not a sequence of bytes (one result per item)"
-    if len(results) != expected:
-        return f"returned {len(results)} results for {expected} items; it must return one per item"
-    wrong = next((result for result in results if not isinstance(result, bytes)), None)
-    if wrong is not None:
-        return f"returned a {type(wrong).__name__} result; every result must be bytes"
-    return ""
 
 
 def _describe_sender(request_header: pb.RequestHeader) -> str:

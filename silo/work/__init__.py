@@ -1,11 +1,14 @@
 """Keyed work: handlers a silo serves, the client that calls them, routing with failover.
 
 ``registry`` (``HandlerRegistry``, ``--handler NAME=module:function``), ``handlers`` (the
-built-in ones), ``client`` (``WorkClient``/``SyncWorkClient`` over gRPC), ``hashring`` (the
-consistent-hash ring over live silos) and ``routing`` (``Router``: batches, failover to the
-next owner when a silo dies).
+built-in ones, item and ``@columnar`` signatures), ``columns`` (Arrow batches on the wire and
+their items), ``execution`` (a handler run on one request, either form), ``client``
+(``WorkClient``/``SyncWorkClient`` over gRPC, columnar calls in flight), ``hashring`` (the
+consistent-hash ring over live silos), ``routing`` (``Router``: batches, failover to the next
+owner when a silo dies) and ``columnar_routing`` (the router with Arrow batches, pipelined).
 
-May import: ``membership_tables``, ``silo.client`` (views), ``silo.wire``, ``silo.errors``.
+May import: ``membership_tables``, ``silo.client`` (views), ``silo.wire``, ``silo.errors``;
+numpy, and pyarrow only lazily (the ``spark`` extra), so a silo without it serves item batches.
 Never ``silo.membership``, ``silo.runtime`` or ``silo.cli``.
 """
 

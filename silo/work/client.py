@@ -1,9 +1,10 @@
 """Calling a silo's ``Work.Process``: ``WorkClient`` (asyncio) and ``SyncWorkClient`` (blocking).
 
 Both send one batch of ``(key, payload)`` items to one silo's handler and return one result
-per item, in order. Channels are cached per silo endpoint and reused until ``close()``.
-``SyncWorkClient`` uses gRPC's blocking API, so a Spark executor (no event loop) needs no
-thread of its own.
+per item, in order. ``SyncWorkClient`` also sends columnar batches (Arrow record batches, as
+IPC bytes; ``silo.work.columns``), several in flight at once (``submit_columnar``). Channels
+are cached per silo endpoint and reused until ``close()``. ``SyncWorkClient`` uses gRPC's
+blocking API, so a Spark executor (no event loop) needs no thread of its own.
 
 Errors say what the caller should do next::
 
@@ -26,7 +27,7 @@ import math
 import os
 import socket
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 import grpc
 
@@ -36,8 +37,12 @@ from silo.errors import SiloError
 from silo.wire import codec
 from silo.wire.channels import CHANNEL_OPTIONS
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
+from silo.work import columns
 
-__all__ = ["SyncWorkClient", "WorkClient", "WorkError", "WorkUnavailableError"]
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["PendingColumnarCall", "SyncWorkClient", "WorkClient", "WorkError", "WorkUnavailableError"]
 
 FAIL_OVER_CODES = frozenset(
     {
@@ -76,21 +81,31 @@ def default_sender() -> str:
 
 
 class _Batch:
-    """One call: builds the request and interprets the answer, for both flavours."""
+    """One call: builds the request and interprets the answer, for both flavours and both forms."""
 
     def __init__(
-        self, cluster_id: str, sender: str, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]]
+        self,
+        cluster_id: str,
+        sender: str,
+        silo: SiloAddress,
+        handler: str,
+        items: Sequence[tuple[str, bytes]] = (),
+        *,
+        arrow_batch: bytes = b"",
+        count: int | None = None,
     ) -> None:
         self.silo = silo
         self.handler = handler
+        self.count = len(items) if count is None else count
         self.request = pb.ProcessRequest(
             cluster_id=cluster_id,
             sender=sender,
             handler=handler,
             items=[pb.WorkItem(key=key, payload=payload) for key, payload in items],
+            arrow_batch=arrow_batch,
         )
 
-    def results(self, response: pb.ProcessResponse) -> list[bytes]:
+    def _check(self, response: pb.ProcessResponse, count: int) -> None:
         if response.silo != str(self.silo):
             raise WorkUnavailableError(
                 f"{self.silo.endpoint} is now {response.silo or 'another silo'}, not {self.silo}: "
@@ -98,14 +113,30 @@ class _Batch:
                 silo=self.silo,
                 handler=self.handler,
             )
-        if len(response.results) != len(self.request.items):
+        if count != self.count:
             raise WorkError(
-                f"silo {self.silo} returned {len(response.results)} results for {len(self.request.items)} items",
+                f"silo {self.silo} returned {count} results for {self.count} items",
                 silo=self.silo,
                 handler=self.handler,
                 code=grpc.StatusCode.INVALID_ARGUMENT.name,
             )
+
+    def results(self, response: pb.ProcessResponse) -> list[bytes]:
+        self._check(response, len(response.results))
         return list(response.results)
+
+    def columnar_results(self, response: pb.ProcessResponse) -> pa.Array:
+        try:
+            array = columns.read_batch(response.arrow_results).column(0)
+        except (ValueError, IndexError) as exc:
+            raise WorkError(
+                f"silo {self.silo} answered a columnar batch without readable results ({exc})",
+                silo=self.silo,
+                handler=self.handler,
+                code=grpc.StatusCode.INTERNAL.name,
+            ) from exc
+        self._check(response, len(array))
+        return array
 
     def error(self, exc: grpc.RpcError) -> WorkError | WorkUnavailableError:
         call = isinstance(exc, (grpc.Call, grpc.aio.AioRpcError))
@@ -137,11 +168,23 @@ class _ChannelCache(Generic[Channel]):
     def _prepare(
         self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], timeout: float
     ) -> tuple[_Batch, Channel]:
+        return _Batch(self._cluster_id, self._sender, silo, handler, items), self._channel(silo, timeout)
+
+    def _prepare_columnar(
+        self, silo: SiloAddress, handler: str, batch: pa.RecordBatch, timeout: float
+    ) -> tuple[_Batch, Channel]:
+        if batch.num_columns < 1:
+            raise ValueError("a columnar batch needs its routing keys in column 0; this batch has no columns")
+        data = columns.write_batch(batch)
+        call = _Batch(self._cluster_id, self._sender, silo, handler, arrow_batch=data, count=batch.num_rows)
+        return call, self._channel(silo, timeout)
+
+    def _channel(self, silo: SiloAddress, timeout: float) -> Channel:
         _check_timeout(timeout)
         channel = self._channels.get(silo.endpoint)
         if channel is None:
             channel = self._channels[silo.endpoint] = self._open_channel(silo.endpoint, options=CHANNEL_OPTIONS)
-        return _Batch(self._cluster_id, self._sender, silo, handler, items), channel
+        return channel
 
     def _take_channels(self) -> list[Channel]:
         channels, self._channels = self._channels, {}
@@ -178,6 +221,39 @@ class WorkClient(_ChannelCache[Any]):
         await self.close()
 
 
+class PendingColumnarCall:
+    """A columnar call in flight (``SyncWorkClient.submit_columnar``)."""
+
+    def __init__(self, call: _Batch, future: Any) -> None:
+        self._call = call
+        self._future = future
+        self.handler_seconds = 0.0
+        """After ``result()``: seconds the silo spent in the handler."""
+        self.serialization_seconds = 0.0
+        """After ``result()``: seconds the silo spent decoding the batch and encoding the results."""
+
+    @property
+    def request_bytes(self) -> int:
+        return len(self._call.request.arrow_batch)
+
+    def result(self) -> pa.Array:
+        """The binary result array; raises ``WorkUnavailableError`` or ``WorkError``."""
+        try:
+            response = self._future.result()
+        except grpc.RpcError as exc:
+            raise self._call.error(exc) from exc
+        self.handler_seconds = response.handler_seconds
+        self.serialization_seconds = response.serialization_seconds
+        return self._call.columnar_results(response)
+
+    def add_done_callback(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` (from gRPC's thread) once the answer or the error has arrived."""
+        self._future.add_done_callback(lambda _future: callback())
+
+    def cancel(self) -> bool:
+        return bool(self._future.cancel())
+
+
 class SyncWorkClient(_ChannelCache[grpc.Channel]):
     """``WorkClient`` with blocking calls, for code without an event loop (Spark executors)."""
 
@@ -194,6 +270,22 @@ class SyncWorkClient(_ChannelCache[grpc.Channel]):
         except grpc.RpcError as exc:
             raise batch.error(exc) from exc
         return batch.results(response)
+
+    def submit_columnar(
+        self, silo: SiloAddress, handler: str, batch: pa.RecordBatch, timeout: float
+    ) -> PendingColumnarCall:
+        """Start sending a columnar batch (column 0 the routing keys, then the values) and return at once.
+
+        Several calls may be in flight on one channel (HTTP/2 multiplexes them); ``result()``
+        on the returned call waits for its binary result array.
+        """
+        call, channel = self._prepare_columnar(silo, handler, batch, timeout)
+        future = codec.PROCESS.bind_future(channel)(call.request, timeout=timeout)
+        return PendingColumnarCall(call, future)
+
+    def process_columnar(self, silo: SiloAddress, handler: str, batch: pa.RecordBatch, timeout: float) -> pa.Array:
+        """``submit_columnar`` and wait: one binary result per row, in order."""
+        return self.submit_columnar(silo, handler, batch, timeout).result()
 
     def close(self) -> None:
         """Close every cached channel."""

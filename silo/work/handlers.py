@@ -14,6 +14,13 @@ Built-ins (``BUILTIN_HANDLERS``), registered on every silo under these names:
 
 ``example.echo``
     Each item's payload, unchanged: shows where records went without computing anything.
+
+**Two signatures.** An *item handler* takes ``Sequence[tuple[str, bytes]]``. A *columnar
+handler*, marked with ``@columnar``, takes one ``pyarrow.RecordBatch`` (column 0 the routing
+keys as strings, the other columns the records' values as the caller sent them) and returns
+one ``bytes`` per row, as a list or a binary Arrow array. The silo adapts either way: a
+columnar batch reaches an item handler as items (``silo.work.columns.batch_items``), and items
+reach a columnar handler as a batch of ``key`` and ``payload`` columns.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
+from typing import Any, TypeVar
 
 __all__ = [
     "BUILTIN_HANDLERS",
@@ -30,12 +38,38 @@ __all__ = [
     "checksum",
     "checksum_handler",
     "checksum_total",
+    "columnar",
     "combine_totals",
     "echo_handler",
+    "is_columnar",
 ]
 
 Handler = Callable[[Sequence[tuple[str, bytes]]], Sequence[bytes]]
 """``handler(items) -> results``: one result per ``(key, payload)`` item, same order."""
+ColumnarHandler = Callable[[Any], Any]
+"""``handler(batch: pyarrow.RecordBatch) -> Sequence[bytes] | pyarrow.Array``, marked ``@columnar``."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+_COLUMNAR_MARK = "__silo_columnar__"
+
+
+def columnar(function: F) -> F:
+    """Mark ``function`` as a columnar handler: it takes a ``pyarrow.RecordBatch`` instead of items.
+
+    ::
+
+        @columnar
+        def lengths(batch: pyarrow.RecordBatch) -> list[bytes]:
+            return [len(key).to_bytes(4, "big") for key in batch.column(0).to_pylist()]
+    """
+    setattr(function, _COLUMNAR_MARK, True)
+    return function
+
+
+def is_columnar(handler: Callable[..., Any]) -> bool:
+    """True for a handler marked ``@columnar``."""
+    return getattr(handler, _COLUMNAR_MARK, False) is True
+
 
 CHECKSUM_HANDLER = "example.checksum"
 ECHO_HANDLER = "example.echo"

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import numpy.typing as npt
 
 from membership_tables import SiloAddress
 from silo.errors import SiloError
@@ -54,6 +57,9 @@ class HashRing:
         )
         self._positions = [position for position, _ in nodes]
         self._owners = [address for _, address in nodes]
+        index = {address: number for number, address in enumerate(self._addresses)}
+        self._position_array = np.array(self._positions, dtype=np.uint64)
+        self._owner_array = np.array([index[address] for address in self._owners], dtype=np.int64)
 
     @property
     def addresses(self) -> tuple[SiloAddress, ...]:
@@ -85,6 +91,25 @@ class HashRing:
     def owner(self, key: str | bytes) -> SiloAddress:
         """The silo that owns ``key``; raises ``EmptyRingError`` if the ring has no silos."""
         return self.owners(key, 1)[0]
+
+    def owner_indices(self, keys: Sequence[str] | Sequence[bytes]) -> npt.NDArray[np.int64]:
+        """``owner`` of many keys at once, as indices into ``addresses`` (-1 for every key if the ring is empty).
+
+        The same owners as ``owner``, computed with one blake2b per key and a vectorised search,
+        for the columnar path where a batch holds thousands of keys. Keys are all ``str`` or all
+        ``bytes`` (UTF-8, as an Arrow string column's buffers hold them, which saves encoding).
+        """
+        if not self._addresses:
+            return np.full(len(keys), -1, dtype=np.int64)
+        blake2b = hashlib.blake2b
+        if keys and isinstance(keys[0], str):
+            keys = [key.encode() for key in keys]  # type: ignore[union-attr]  # all str: checked on the first
+        digests = b"".join([blake2b(key, digest_size=8).digest() for key in keys])  # type: ignore[arg-type]
+        positions = np.frombuffer(digests, dtype=">u8").astype(np.uint64)
+        slots = np.searchsorted(self._position_array, positions, side="left")
+        slots[slots == len(self._position_array)] = 0  # past the last node: wrap to the first
+        owners: npt.NDArray[np.int64] = self._owner_array[slots]
+        return owners
 
     def owners(self, key: str | bytes, n: int) -> tuple[SiloAddress, ...]:
         """The first ``n`` distinct silos clockwise from ``key``: its owner, then the failover order.

@@ -6,7 +6,8 @@ fill a ``HandlerRegistry``; the ``Work`` gRPC service looks handlers up in it. E
 starts with ``silo.work.handlers.BUILTIN_HANDLERS`` (e.g. ``example.checksum``).
 
 A handler is ``handler(items: Sequence[tuple[str, bytes]]) -> Sequence[bytes]``: one result
-per item, same order. It runs in a worker thread, never on the event loop, so it may block.
+per item, same order; or a columnar handler (``@silo.work.handlers.columnar``) taking a
+``pyarrow.RecordBatch``. It runs in a worker thread, never on the event loop, so it may block.
 Delivery is at-least-once: handlers must be idempotent.
 """
 

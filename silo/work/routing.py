@@ -28,11 +28,17 @@ handler before its reply was lost, so handlers must be idempotent.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass
-from typing import Generic, NamedTuple, TypeVar
+from functools import partial
+from typing import Generic, NamedTuple, Protocol, Self, TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 from membership_tables import MembershipTableError, SiloAddress
 from silo.client.errors import MembershipClientError
@@ -44,11 +50,15 @@ from silo.work.hashring import DEFAULT_VIRTUAL_NODES, HashRing
 __all__ = [
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_MAX_ATTEMPTS",
+    "Delivery",
     "NoLiveSiloError",
+    "PendingCall",
     "Record",
     "Routed",
     "Router",
     "Send",
+    "Shard",
+    "Submit",
     "check_positive_int",
     "exponential_backoff",
 ]
@@ -105,10 +115,117 @@ class Routed(NamedTuple, Generic[K]):
     """True if ``silo`` is this worker's local sidecar."""
 
 
+class Shard(Protocol):
+    """Records that travel together (a list of ``Record``, or an Arrow batch): keys and a way to cut them."""
+
+    @property
+    def keys(self) -> Sequence[str] | Sequence[bytes]:
+        """The routing key of each record, in order (all ``str``, or all UTF-8 ``bytes``)."""
+        ...
+
+    def __len__(self) -> int: ...
+
+    def take(self, indices: npt.NDArray[np.int64]) -> Self:
+        """The records at ``indices``, in that order."""
+        ...
+
+    def extend(self, others: Sequence[Self]) -> Self:
+        """These records followed by those of ``others``."""
+        ...
+
+
+S = TypeVar("S", bound=Shard)
+R = TypeVar("R", bound=Sized)
+R_co = TypeVar("R_co", bound=Sized, covariant=True)
+
+
+class PendingCall(Protocol[R_co]):
+    """A call in flight: ``result()`` waits for the results (one per record) or raises
+    ``WorkUnavailableError``/``WorkError``; ``cancel()`` abandons it."""
+
+    def result(self) -> R_co: ...
+
+    def cancel(self) -> object: ...
+
+
+Submit = Callable[[SiloAddress, S], PendingCall[R]]
+"""``submit(silo, shard)``: start sending ``shard`` to ``silo``; returns the call in flight."""
+
+
+class Delivery(NamedTuple, Generic[S, R]):
+    """A shard's results from the silo that processed it."""
+
+    shard: S
+    results: R
+    silo: SiloAddress
+    rerouted: npt.NDArray[np.bool_]
+    """Per record: ``silo`` is not the key's owner in the view the router started with."""
+    via_sidecar: bool
+    """``silo`` is this worker's local sidecar."""
+
+
 @dataclass
-class _Pending(Generic[K]):
-    record: Record[K]
-    first_owner: SiloAddress | None
+class _Part(Generic[S]):
+    """A shard with each record's first owner (index into the first ring) and its batch's failed tries."""
+
+    shard: S
+    first: npt.NDArray[np.int64]
+    failures: list[str]
+
+    def __len__(self) -> int:
+        return len(self.shard)
+
+    def take(self, indices: npt.NDArray[np.int64]) -> _Part[S]:
+        return _Part(self.shard.take(indices), self.first[indices], self.failures)
+
+    def extend(self, others: Sequence[_Part[S]]) -> _Part[S]:
+        firsts = [self.first, *(other.first for other in others)]
+        return _Part(self.shard.extend([other.shard for other in others]), np.concatenate(firsts), self.failures)
+
+
+@dataclass
+class _Buffer(Generic[S]):
+    ring: HashRing
+    """The ring the parts were grouped on: if it changed, they are regrouped before sending."""
+    parts: list[_Part[S]]
+    size: int = 0
+
+
+@dataclass
+class _Call(Generic[S, R]):
+    silo: SiloAddress
+    part: _Part[S]
+    pending: PendingCall[R]
+
+
+class _Items(Generic[K]):
+    """A list of ``Record`` as a ``Shard``."""
+
+    def __init__(self, records: list[Record[K]]) -> None:
+        self.records = records
+        self.keys = [record.key for record in records]
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def take(self, indices: npt.NDArray[np.int64]) -> _Items[K]:
+        return _Items([self.records[index] for index in indices.tolist()])
+
+    def extend(self, others: Sequence[_Items[K]]) -> _Items[K]:
+        return _Items([record for shard in (self, *others) for record in shard.records])
+
+
+class _Deferred(Generic[R]):
+    """A blocking send as a ``PendingCall``: it runs when its result is asked for."""
+
+    def __init__(self, call: Callable[[], R]) -> None:
+        self._call = call
+
+    def result(self) -> R:
+        return self._call()
+
+    def cancel(self) -> bool:
+        return True
 
 
 class Router(Generic[K]):
@@ -118,13 +235,16 @@ class Router(Generic[K]):
     typically from ``SILO_SIDECAR_ADDRESS``: the Active silo of the view at that endpoint is
     the local sidecar, and records it owns are reported ``via_sidecar``. ``sleep`` and
     ``backoff`` are injectable so tests never wait.
+
+    ``route`` sends ``Record`` items through ``send``, one call at a time; ``dispatch`` is the
+    engine under it, for any ``Shard`` (e.g. Arrow batches) and several calls in flight.
     """
 
     def __init__(
         self,
         view: ClusterView,
         handler: str,
-        send: Send,
+        send: Send | None,
         refresh: Callable[[], ClusterView],
         *,
         sidecar: str | None = None,
@@ -133,6 +253,7 @@ class Router(Generic[K]):
         backoff: Callable[[int], float] = exponential_backoff,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        """``send`` is needed by ``route`` only (``dispatch`` takes its own ``submit``)."""
         check_positive_int("max_attempts", max_attempts)
         self._handler = handler
         self._send = send
@@ -146,6 +267,7 @@ class Router(Generic[K]):
         self._tracker.offer(view)
         self._view = view
         self._first_ring = HashRing(view.addresses, virtual_nodes)
+        self._first_index = {address: index for index, address in enumerate(self._first_ring.addresses)}
         self._excluded: set[SiloAddress] = set()
         self._ring = self._first_ring
         self._sidecar = self._find_sidecar()
@@ -176,58 +298,140 @@ class Router(Generic[K]):
         so results come back grouped by silo, not in input order.
         """
         check_positive_int("batch_size", batch_size)
-        buffers: dict[SiloAddress | None, list[_Pending[K]]] = {}
-        for record in records:
-            first = self._first_ring.owner(record.key) if len(self._first_ring) else None
-            owner = first if self._ring is self._first_ring else self.owner(record.key)
-            buffer = buffers.setdefault(owner, [])
-            buffer.append(_Pending(record, first))
-            if len(buffer) >= batch_size:
-                yield from self._deliver(buffers.pop(owner))
-        for buffer in buffers.values():
-            yield from self._deliver(buffer)
+        send = self._send
+        if send is None:
+            raise TypeError("Router.route needs the send function given to Router(...); dispatch takes submit")
 
-    def _deliver(self, batch: list[_Pending[K]]) -> Iterator[Routed[K]]:
-        """Send one batch (regrouped by current owner), failing over until each record has a result."""
-        failures: list[str] = []
-        queue = self._group(batch, failures)
-        while queue:
-            silo, items = queue.pop()
-            try:
-                results = self._send(silo, self._handler, [(item.record.key, item.record.payload) for item in items])
-            except WorkUnavailableError as exc:
-                log.info("silo %s unavailable (%s); moving %d records to their next owners", silo, exc, len(items))
-                failures.append(f"{silo}: {exc}")
-                self._excluded.add(silo)
-                self._check_attempts(failures)
-                self._adopt_newer_view()
-                queue.extend(self._group(items, failures))
-                continue
-            if len(results) != len(items):
-                raise WorkError(
-                    f"silo {silo} returned {len(results)} results for {len(items)} items of handler "
-                    f"{self._handler!r}; a handler must return exactly one result per item",
-                    silo=silo,
-                    handler=self._handler,
-                    code="INVALID_ARGUMENT",
-                )
-            sidecar = silo == self._sidecar
-            for item, result in zip(items, results, strict=True):
-                yield Routed(item.record.value, result, silo, silo != item.first_owner, sidecar)
+        def submit(silo: SiloAddress, shard: _Items[K]) -> _Deferred[Sequence[bytes]]:
+            items = [(record.key, record.payload) for record in shard.records]
+            return _Deferred(partial(send, silo, self._handler, items))
 
-    def _group(self, items: list[_Pending[K]], failures: list[str]) -> list[tuple[SiloAddress, list[_Pending[K]]]]:
-        """``items`` grouped by their current owner, waiting (bounded) until some silo is live."""
+        shards = (_Items(list(chunk)) for chunk in _chunks(records, batch_size))
+        for delivery in self.dispatch(shards, submit, batch_size):
+            for record, result, moved in zip(
+                delivery.shard.records, delivery.results, delivery.rerouted.tolist(), strict=True
+            ):
+                yield Routed(record.value, result, delivery.silo, moved, delivery.via_sidecar)
+
+    def dispatch(
+        self, shards: Iterable[S], submit: Submit[S, R], batch_size: int = DEFAULT_BATCH_SIZE, in_flight: int = 1
+    ) -> Iterator[Delivery[S, R]]:
+        """Send every record of ``shards`` to its owner, up to ``batch_size`` per call and ``in_flight``
+        calls at once; yield each shard piece's results once, as calls complete.
+
+        Records are grouped by owner and buffered per silo; a buffer is sent once it holds
+        ``batch_size`` records, the rest at the end. A failed call's records are regrouped on
+        the ring without its silo and sent again at once.
+        """
+        check_positive_int("batch_size", batch_size)
+        check_positive_int("in_flight", in_flight)
+        buffers: dict[SiloAddress, _Buffer[S]] = {}
+        calls: deque[_Call[S, R]] = deque()
+        try:
+            for shard in shards:
+                if not len(shard):
+                    continue
+                part = _Part(shard, self._first_ring.owner_indices(shard.keys), [])
+                for silo, piece in self._group(part):
+                    buffer = buffers.get(silo)
+                    if buffer is None or buffer.ring is not self._ring:
+                        if buffer is not None:
+                            self._flush(silo, buffer, batch_size, calls, submit, everything=True)
+                        buffer = buffers[silo] = _Buffer(self._ring, [])
+                    buffer.parts.append(piece)
+                    buffer.size += len(piece)
+                    if buffer.size >= batch_size:
+                        self._flush(silo, buffer, batch_size, calls, submit, everything=False)
+                    while len(calls) >= in_flight:
+                        yield from self._complete(calls.popleft(), calls, submit)
+            for silo, buffer in buffers.items():
+                self._flush(silo, buffer, batch_size, calls, submit, everything=True)
+                while len(calls) >= in_flight:
+                    yield from self._complete(calls.popleft(), calls, submit)
+            buffers.clear()
+            while calls:
+                yield from self._complete(calls.popleft(), calls, submit)
+        finally:
+            for call in calls:
+                call.pending.cancel()
+
+    def _flush(
+        self,
+        silo: SiloAddress,
+        buffer: _Buffer[S],
+        batch_size: int,
+        calls: deque[_Call[S, R]],
+        submit: Submit[S, R],
+        *,
+        everything: bool,
+    ) -> None:
+        """Send the buffer's full batches (and with ``everything`` its remainder); keep the rest in it.
+
+        The buffer's records are ``silo``'s on ``buffer.ring``; if the ring changed since (a silo
+        failed, a newer view came), they are regrouped by their owners now.
+        """
+        if not buffer.parts:
+            return
+        first, *others = buffer.parts
+        joined = first.extend(others) if others else first
+        size = len(joined.shard)
+        cut = size if everything else size - size % batch_size
+        for start in range(0, cut, batch_size):
+            piece = joined.take(np.arange(start, min(start + batch_size, cut), dtype=np.int64))
+            same_ring = buffer.ring is self._ring
+            for owner, part in [(silo, piece)] if same_ring else self._group(piece):
+                calls.append(_Call(owner, part, submit(owner, part.shard)))
+        buffer.parts = [joined.take(np.arange(cut, size, dtype=np.int64))] if cut < size else []
+        buffer.size = size - cut
+
+    def _complete(self, call: _Call[S, R], calls: deque[_Call[S, R]], submit: Submit[S, R]) -> Iterator[Delivery[S, R]]:
+        """Wait for ``call``: yield its delivery, or fail over and queue its records again."""
+        try:
+            results = call.pending.result()
+        except WorkUnavailableError as exc:
+            size = len(call.part.shard)
+            log.info("silo %s unavailable (%s); moving %d records to their next owners", call.silo, exc, size)
+            call.part.failures.append(f"{call.silo}: {exc}")
+            self._excluded.add(call.silo)
+            self._check_attempts(call.part.failures)
+            self._adopt_newer_view()
+            for silo, piece in self._group(call.part):
+                calls.append(_Call(silo, piece, submit(silo, piece.shard)))
+            return
+        if len(results) != len(call.part.shard):
+            raise WorkError(
+                f"silo {call.silo} returned {len(results)} results for {len(call.part.shard)} items of handler "
+                f"{self._handler!r}; a handler must return exactly one result per item",
+                silo=call.silo,
+                handler=self._handler,
+                code="INVALID_ARGUMENT",
+            )
+        rerouted = call.part.first != self._first_index.get(call.silo, -2)
+        yield Delivery(call.part.shard, results, call.silo, rerouted, call.silo == self._sidecar)
+
+    def _owner_indices(self, part: _Part[S]) -> npt.NDArray[np.int64]:
+        """Each record's owner now, as indices into the current ring's addresses."""
+        return part.first if self._ring is self._first_ring else self._ring.owner_indices(part.shard.keys)
+
+    def _group(self, part: _Part[S]) -> list[tuple[SiloAddress, _Part[S]]]:
+        """``part`` split by current owner, waiting (bounded) until some silo is live."""
         while not len(self._ring):
-            failures.append(f"no live silo in view version {self._view.version}")
-            self._check_attempts(failures)
-            self._sleep(self._backoff(len(failures)))
+            part.failures.append(f"no live silo in view version {self._view.version}")
+            self._check_attempts(part.failures)
+            self._sleep(self._backoff(len(part.failures)))
             # Every silo of the view failed us once: give them another chance, they may be back.
             self._excluded.clear()
             self._adopt_newer_view()
-        groups: dict[SiloAddress, list[_Pending[K]]] = {}
-        for item in items:
-            groups.setdefault(self._ring.owner(item.record.key), []).append(item)
-        return list(groups.items())
+        owners = self._owner_indices(part)
+        order = np.argsort(owners, kind="stable")
+        counts = np.bincount(owners, minlength=len(self._ring))
+        groups: list[tuple[SiloAddress, _Part[S]]] = []
+        start = 0
+        for index, count in enumerate(counts.tolist()):
+            if count:
+                groups.append((self._ring.addresses[index], part.take(order[start : start + count])))
+                start += count
+        return groups
 
     def _check_attempts(self, failures: list[str]) -> None:
         if len(failures) < self._max_attempts:
@@ -265,3 +469,9 @@ class Router(Generic[K]):
             return None
         matches = [address for address in self._view.addresses if name in (str(address), address.endpoint)]
         return max(matches, key=lambda address: address.generation, default=None)
+
+
+def _chunks(records: Iterable[Record[K]], size: int) -> Iterator[tuple[Record[K], ...]]:
+    iterator = iter(records)
+    while chunk := tuple(itertools.islice(iterator, size)):
+        yield chunk

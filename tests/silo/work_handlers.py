@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
 from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from silo.work.handlers import checksum_handler, columnar
 
 NOT_A_FUNCTION = 42
 
@@ -14,3 +24,40 @@ def reverse(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
 
 def crash(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
     raise RuntimeError("crash handler always fails")
+
+
+@columnar
+def key_lengths(batch: pa.RecordBatch) -> pa.Array:
+    """A columnar handler: each routing key's length (4 bytes, big-endian), as a binary Arrow array."""
+    lengths = pc.utf8_length(batch.column(0)).to_pylist()
+    return pa.array([length.to_bytes(4, "big") for length in lengths], pa.binary())
+
+
+@columnar
+def columns_seen(batch: pa.RecordBatch) -> list[bytes]:
+    """A columnar handler: each row's column names and values as JSON, to show what it received."""
+    return [json.dumps(row, default=bytes.decode).encode() for row in batch.to_pylist()]
+
+
+def short(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    """Returns one result too few."""
+    return [payload for _, payload in items][1:]
+
+
+KILL_ORDER_ENV = "SILO_TEST_KILL_ORDER"
+"""A file the test writes ``KEY PID`` into: ``checksum_or_kill`` SIGKILLs process group PID when it meets KEY."""
+
+
+def checksum_or_kill(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    """``example.checksum``, and once the key named in the kill order arrives, SIGKILL that process group.
+
+    Lets a test kill a silo in the middle of a job from inside the job, whatever the machine's speed.
+    """
+    order = Path(os.environ.get(KILL_ORDER_ENV, "/nonexistent"))
+    with contextlib.suppress(FileNotFoundError):
+        key, pid = order.read_text().split()
+        if any(item_key == key for item_key, _ in items):
+            order.unlink()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(pid), signal.SIGKILL)
+    return checksum_handler(items)

@@ -197,8 +197,3 @@ def test_a_lost_record_or_a_wrong_checksum_is_reported(records_out: int, checksu
     assert summary.document()["correct"] is False
     assert "MISMATCH" in summary.render()
     assert "WRONG" in summary.render()
-
-
-def test_joining_partials_adds_counts_and_checksums() -> None:
-    merged = JobTotals.merge([JobTotals(2, 5, {"a": 2}, 1), JobTotals(3, 2**64 - 1, {"a": 1, "b": 2}, 0, 3)])
-    assert merged == JobTotals(5, 4, {"a": 3, "b": 2}, 1, 3)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from silo.spark import SIDECAR_ENV, read_view, route_to_silos
+from silo.spark import SIDECAR_ENV, read_view, route_to_silos, routing_summary
 from silo.work.handlers import ECHO_HANDLER
 from silo.work.hashring import HashRing
 from tests.services.spark import spark_session, start_spark_cluster
@@ -48,7 +48,9 @@ def test_each_executor_sends_the_keys_its_sidecar_owns_to_that_sidecar(tmp_path:
 
             rows = spark.sparkContext.parallelize(range(RECORDS), PARTITIONS).mapPartitions(tag)
             frame = spark.createDataFrame(rows, "key string, executor_sidecar string")
-            out = route_to_silos(frame, "key", ECHO_HANDLER, table=silos.table_uri, cluster=CLUSTER).collect()
+            routed = route_to_silos(frame, "key", ECHO_HANDLER, table=silos.table_uri, cluster=CLUSTER).persist()
+            out = routed.collect()
+            summary = routing_summary(routed)
         view = read_view(silos.table_uri, CLUSTER)
     finally:
         silos.close()
@@ -63,6 +65,9 @@ def test_each_executor_sends_the_keys_its_sidecar_owns_to_that_sidecar(tmp_path:
         local = owner.endpoint == executor_sidecar
         assert row["via_sidecar"] is local, row  # owned by the local sidecar <=> sent to it
         seen[executor_sidecar][local] += 1
+    local = sum(counts[True] for counts in seen.values())
+    assert (summary.records, summary.via_sidecar) == (RECORDS, local)
+    assert summary.stayed_on_host_fraction == local / RECORDS
     for endpoint, counts in seen.items():
         assert counts[True] > 0, f"the executor beside {endpoint} never used its sidecar: {seen}"
         assert counts[False] > 0, f"the executor beside {endpoint} never sent a key to the other silo: {seen}"

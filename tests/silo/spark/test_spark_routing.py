@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,16 @@ import pytest
 import silo.spark
 from membership_tables import SiloStatus
 from silo.client.topology import ClusterView
-from silo.spark import encode_payload, local_session, read_view, route_to_silos, routing_key
-from silo.work.handlers import CHECKSUM_HANDLER, ECHO_HANDLER, checksum
+from silo.spark import (
+    encode_payload,
+    local_session,
+    read_view,
+    route_to_silos,
+    routing_key,
+    routing_summary,
+    stats_accumulator,
+)
+from silo.work.handlers import CHECKSUM_HANDLER, ECHO_HANDLER, checksum, checksum_total
 from silo.work.hashring import HashRing
 from silo.work.routing import NoLiveSiloError
 from tests.services.process import free_port
@@ -38,12 +47,17 @@ def test_public_names() -> None:
         "OUTPUT_COLUMNS",
         "SIDECAR_ENV",
         "RoutingJob",
+        "RoutingStats",
+        "RoutingSummary",
         "ViewSource",
         "encode_payload",
         "local_session",
         "read_view",
+        "route_stream",
         "route_to_silos",
         "routing_key",
+        "routing_summary",
+        "stats_accumulator",
     }
     assert all(hasattr(silo.spark, name) for name in silo.spark.__all__)
 
@@ -197,3 +211,41 @@ def test_bad_columns_are_refused_before_any_work(spark: Any) -> None:
         route_to_silos(frame, "key", CHECKSUM_HANDLER, table="sqlite://", cluster=CLUSTER, batch_size=0)
     with pytest.raises(ValueError, match=r"timeout must be a positive number of seconds"):
         route_to_silos(frame, "key", CHECKSUM_HANDLER, table="sqlite://", cluster=CLUSTER, timeout=0)
+
+
+@pytest.mark.slow
+def test_a_columnar_handler_gets_the_value_columns_as_they_are(spark: Any, cluster: Cluster) -> None:
+    cluster.start_active(2, "--handler", "seen=tests.silo.work_handlers:columns_seen")
+    frame = spark.createDataFrame([(1, "x", 2.5), (2, None, None)], "id long, s string, f double")
+    out = route_to_silos(frame, "id", "seen", table=cluster.table_uri, cluster=CLUSTER).collect()
+    assert {row["id"]: json.loads(row["result"]) for row in out} == {
+        1: {"id": "1", "s": "x", "f": 2.5},
+        2: {"id": "2", "s": None, "f": None},
+    }
+
+
+@pytest.mark.slow
+def test_the_summary_and_the_stats_add_up_the_job(spark: Any, cluster: Cluster) -> None:
+    cluster.start_active(3)
+    view = read_view(cluster.table_uri, CLUSTER)
+    stats = stats_accumulator(spark)
+    routed = route_to_silos(
+        keyed_records(spark), "key", CHECKSUM_HANDLER, table=cluster.table_uri, cluster=CLUSTER, batch_size=300,
+        stats=stats,
+    ).persist()  # fmt: skip
+    summary = routing_summary(routed, checksum=True)
+    rows = routed.collect()
+    routed.unpersist()
+    assert summary.records == RECORDS
+    assert summary.checksum == checksum_total(expected_checksums().values())
+    assert summary.per_silo == dict(sorted(Counter(row["silo"] for row in rows).items()))
+    assert set(summary.per_silo) == {str(address) for address in view.addresses}
+    assert (summary.rerouted, summary.via_sidecar, summary.stayed_on_host_fraction) == (0, 0, 0.0)
+    figures = stats.value
+    assert figures.records == RECORDS
+    assert figures.calls >= len(view.addresses) * PARTITIONS // 2
+    assert figures.failed_calls == 0
+    assert figures.request_bytes > 0
+    assert figures.silo_handler_seconds > 0
+    with pytest.raises(ValueError, match="reads the output of route_to_silos"):
+        routing_summary(keyed_records(spark))

@@ -142,3 +142,12 @@ def test_bad_arguments_are_refused_with_what_to_pass(bad: object) -> None:
         HashRing(SILOS, virtual_nodes=bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="n must be a positive int"):
         HashRing(SILOS).owners("key", bad)  # type: ignore[arg-type]
+
+
+def test_owner_indices_agree_with_owner() -> None:
+    silos = [SiloAddress("10.0.0.1", 11111 + index, 7) for index in range(5)]
+    ring = HashRing(silos, 64)
+    keys = [f"key-{index}" for index in range(3000)] + ["", "é", "zzz"]
+    indices = ring.owner_indices(keys)
+    assert [ring.addresses[index] for index in indices.tolist()] == [ring.owner(key) for key in keys]
+    assert HashRing([], 8).owner_indices(["a", "b"]).tolist() == [-1, -1]

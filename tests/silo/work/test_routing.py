@@ -6,6 +6,7 @@ import pickle
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -206,3 +207,98 @@ def test_bad_sizes_are_refused() -> None:
 
 def test_backoff_doubles_up_to_five_seconds() -> None:
     assert [exponential_backoff(attempt) for attempt in range(1, 8)] == [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
+
+
+class Later:
+    """A call in flight to a fake silo: it fails only when its result is asked for, like a real one."""
+
+    def __init__(self, silos: FakeSilos, silo: SiloAddress, items: list[tuple[str, bytes]]) -> None:
+        self.silos, self.silo, self.items = silos, silo, items
+        self.cancelled = self.done = False
+
+    def result(self) -> list[bytes]:
+        self.done = True
+        return self.silos.send(self.silo, HANDLER, self.items)
+
+    def cancel(self) -> bool:
+        self.cancelled = True
+        return True
+
+
+class Shard:
+    """Records as a ``Shard`` of the dispatch engine."""
+
+    def __init__(self, records: list[Record[int]]) -> None:
+        self.records = records
+        self.keys = [record.key for record in records]
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def take(self, indices: Any) -> Shard:
+        return Shard([self.records[index] for index in indices.tolist()])
+
+    def extend(self, others: Sequence[Shard]) -> Shard:
+        return Shard([record for shard in (self, *others) for record in shard.records])
+
+
+def dispatch(
+    routing: Router[int], silos: FakeSilos, chunks: list[list[Record[int]]], in_flight: int
+) -> tuple[list[Routed[int]], int]:
+    """Dispatch ``chunks`` with up to ``in_flight`` calls; returns the results and the most calls seen in flight."""
+    calls: list[Later] = []
+    most = 0
+
+    def submit(silo: SiloAddress, shard: Shard) -> Later:
+        nonlocal most
+        calls.append(Later(silos, silo, [(record.key, record.payload) for record in shard.records]))
+        most = max(most, sum(not call.done for call in calls))
+        return calls[-1]
+
+    output: list[Routed[int]] = []
+    for delivery in routing.dispatch((Shard(chunk) for chunk in chunks), submit, 64, in_flight):
+        output.extend(
+            Routed(record.value, result, delivery.silo, moved, delivery.via_sidecar)
+            for record, result, moved in zip(delivery.shard.records, delivery.results, delivery.rerouted, strict=True)
+        )
+    return output, most
+
+
+@pytest.mark.parametrize("in_flight", [1, 3, 8])
+def test_calls_in_flight_fail_over_like_single_calls(in_flight: int) -> None:
+    start = view(5, A, B, C, D)
+    silos = FakeSilos(down=[C])
+    routing, waits = router(start, silos)
+    chunks = [records(3000)[index : index + 100] for index in range(0, 3000, 100)]
+    output, most = dispatch(routing, silos, chunks, in_flight)
+    check_complete(output, 3000)
+    ring = HashRing(start.addresses)
+    for routed in output:
+        owners = ring.owners(f"key-{routed.key}", 2)
+        assert (routed.silo, routed.rerouted) == ((owners[1], True) if owners[0] == C else (owners[0], False))
+    assert all(size <= 64 for _, size in silos.calls)
+    # A retry sends its pieces at once, one call per new owner, on top of those in flight.
+    assert min(in_flight, 2) <= most <= in_flight + len(start.addresses)
+    calls_to_c = sum(1 for silo, _ in silos.calls if silo == C)
+    assert 1 <= calls_to_c <= in_flight, "calls already in flight to C fail too, later ones go elsewhere"
+    assert waits == []
+
+
+def test_a_handler_error_cancels_the_calls_in_flight() -> None:
+    pending: list[Later] = []
+
+    class Broken(FakeSilos):
+        def send(self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+            raise WorkError("handler raised", silo=silo, handler=handler, code="INTERNAL")
+
+    silos = Broken()
+
+    def submit(silo: SiloAddress, shard: Shard) -> Later:
+        pending.append(Later(silos, silo, [(record.key, record.payload) for record in shard.records]))
+        return pending[-1]
+
+    routing, _ = router(view(1, A, B, C), silos)
+    chunks = [Shard(records(1000)[index : index + 100]) for index in range(0, 1000, 100)]
+    with pytest.raises(WorkError, match="handler raised"):
+        list(routing.dispatch(iter(chunks), submit, 64, 4))
+    assert any(call.cancelled for call in pending)

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from membership_tables import SiloAddress, SiloStatus
@@ -106,3 +107,48 @@ def test_the_timeout_must_be_positive(timeout: float) -> None:
 def test_the_cluster_id_is_validated() -> None:
     with pytest.raises(ValueError, match="invalid cluster id"):
         WorkClient("no spaces allowed")
+
+
+BATCH = pa.RecordBatch.from_arrays([pa.array(["k1", "k22"]), pa.array([1, 2])], names=["key", "value"])
+
+
+async def columnar_against_server(handler: str, calls: int = 1, **fake: Any) -> list[list[bytes]]:
+    """Serve a fake silo and send ``calls`` columnar batches to ``handler`` at once, all in flight together."""
+    registry = HandlerRegistry(
+        {"crash": work_handlers.crash, "lengths": work_handlers.key_lengths, "short": work_handlers.short}
+    )
+    server = MembershipServer("127.0.0.1", 0, handlers=registry)
+    me = SiloAddress("127.0.0.1", server.port, 1)
+    await server.start(FakeHandler(me, **fake))
+
+    def send() -> list[list[bytes]]:
+        with SyncWorkClient(CLUSTER, sender="test") as client:
+            pending = [client.submit_columnar(me, handler, BATCH, 5.0) for _ in range(calls)]
+            return [call.result().to_pylist() for call in pending]
+
+    try:
+        return await asyncio.to_thread(send)
+    finally:
+        await server.stop(None)
+
+
+def test_columnar_batches_reach_either_handler_signature_several_in_flight() -> None:
+    expected = [checksum("k1", b"[1]"), checksum("k22", b"[2]")]
+    assert run(columnar_against_server(CHECKSUM_HANDLER, calls=5)) == [expected] * 5
+    assert run(columnar_against_server("lengths")) == [[b"\0\0\0\2", b"\0\0\0\3"]]
+
+
+@pytest.mark.parametrize(
+    ("handler", "fake", "error", "match"),
+    [
+        ("nosuch", {}, WorkError, "NOT_FOUND"),
+        ("crash", {}, WorkError, "INTERNAL"),
+        ("short", {}, WorkError, "returned 1 results for 2 items"),
+        ("lengths", {"status": SiloStatus.SHUTTING_DOWN}, WorkUnavailableError, "not ACTIVE"),
+    ],
+)
+def test_columnar_errors_are_the_same_as_for_items(
+    handler: str, fake: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        run(columnar_against_server(handler, **fake))
