@@ -42,7 +42,7 @@ from silo.work import columns
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["PendingColumnarCall", "SyncWorkClient", "WorkClient", "WorkError", "WorkUnavailableError"]
+__all__ = ["SyncWorkClient", "WorkClient", "WorkError", "WorkUnavailableError"]
 
 FAIL_OVER_CODES = frozenset(
     {
