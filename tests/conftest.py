@@ -4,7 +4,12 @@ import os
 from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, settings
-from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.database import (
+    DirectoryBasedExampleDatabase,
+    ExampleDatabase,
+    MultiplexedDatabase,
+    ReadOnlyDatabase,
+)
 
 pytest_plugins: list[str] = [
     "tests.services.zookeeper",
@@ -20,7 +25,18 @@ pytest_plugins: list[str] = [
 # blob; rerun it with HYPOTHESIS_PROFILE=dev to shrink it); "dev" shrinks, "thorough" searches
 # longer. Failing examples are stored in tests/.hypothesis-examples/ (committed): every run
 # replays them first, so a failure found anywhere is reproduced everywhere until it is fixed.
-EXAMPLES = DirectoryBasedExampleDatabase(Path(__file__).parent / ".hypothesis-examples")
+# Runs read that directory only (hypothesis would delete the examples that pass now, and every
+# test run would change the repository); new failures go to .hypothesis/examples (git-ignored).
+# HYPOTHESIS_STORE_EXAMPLES=1 writes to the committed directory, to keep a new failure for all.
+COMMITTED_EXAMPLES = DirectoryBasedExampleDatabase(Path(__file__).parent / ".hypothesis-examples")
+EXAMPLES: ExampleDatabase = (
+    COMMITTED_EXAMPLES
+    if os.environ.get("HYPOTHESIS_STORE_EXAMPLES") == "1"
+    else MultiplexedDatabase(
+        ReadOnlyDatabase(COMMITTED_EXAMPLES),
+        DirectoryBasedExampleDatabase(Path(__file__).parents[1] / ".hypothesis" / "examples"),
+    )
+)
 _COMMON = {
     "deadline": None,
     "derandomize": False,

