@@ -7,12 +7,13 @@ so a failing test never leaves silos behind.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from membership_tables import (
@@ -231,3 +232,13 @@ class Cluster:
     def close(self) -> None:
         for silo in self.silos:
             silo.close()
+
+
+@contextlib.contextmanager
+def sqlite_cluster(workdir: Path, cluster_id: str) -> Iterator[Cluster]:
+    """A ``Cluster`` on a SQLite table in ``workdir``, every silo stopped afterwards, pass or fail."""
+    cluster = Cluster(workdir, f"sqlite:///{workdir / 'membership.db'}", cluster_id)
+    try:
+        yield cluster
+    finally:
+        cluster.close()

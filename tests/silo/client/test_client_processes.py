@@ -16,18 +16,15 @@ import pytest
 from membership_tables import SiloAddress, SiloStatus
 from silo.client import MembershipClient, ViewUpdate
 from tests.services.process import free_port
-from tests.silo.cluster_harness import Cluster, SiloProcess, death_bound
+from tests.silo.cluster_harness import Cluster, SiloProcess, death_bound, sqlite_cluster
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    made = Cluster(tmp_path, f"sqlite:///{tmp_path / 'membership.db'}", "clients")
-    try:
+    with sqlite_cluster(tmp_path, "clients") as made:
         yield made
-    finally:
-        made.close()
 
 
 def start_gateways(cluster: Cluster, count: int) -> dict[SiloAddress, tuple[SiloProcess, str]]:

@@ -20,7 +20,7 @@ import pytest
 
 from membership_tables import SiloStatus
 from tests.services.process import ServerProcess, wait_until
-from tests.silo.cluster_harness import ROOT, Cluster, death_bound
+from tests.silo.cluster_harness import ROOT, Cluster, death_bound, sqlite_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -41,11 +41,8 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    made = Cluster(tmp_path, f"sqlite:///{tmp_path / 'membership.db'}", "dashboard")
-    try:
+    with sqlite_cluster(tmp_path, "dashboard") as made:
         yield made
-    finally:
-        made.close()
 
 
 @pytest.fixture

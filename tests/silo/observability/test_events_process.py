@@ -20,18 +20,15 @@ from membership_tables import SiloStatus
 from silo.client import MembershipClient, ViewUpdate
 from silo.events import EventKind, MembershipEvent
 from tests.services.process import free_port, wait_until
-from tests.silo.cluster_harness import Cluster, SiloProcess, death_bound
+from tests.silo.cluster_harness import Cluster, SiloProcess, death_bound, sqlite_cluster
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    made = Cluster(tmp_path, f"sqlite:///{tmp_path / 'membership.db'}", "events")
-    try:
+    with sqlite_cluster(tmp_path, "events") as made:
         yield made
-    finally:
-        made.close()
 
 
 def json_events(silo: SiloProcess) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ import pytest
 from membership_tables import SiloStatus
 from silo.exit_codes import ExitCode
 from silo.observability.catalogue import METRICS, MetricKind
-from tests.silo.cluster_harness import ROOT, Cluster, death_bound
+from tests.silo.cluster_harness import ROOT, Cluster, death_bound, sqlite_cluster
 from tests.silo.observability.scrape import Scrape
 
 pytestmark = pytest.mark.slow
@@ -26,11 +26,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path, f"sqlite:///{tmp_path / 'membership.db'}", "metrics")
-    try:
-        yield cluster
-    finally:
-        cluster.close()
+    with sqlite_cluster(tmp_path, "metrics") as made:
+        yield made
 
 
 def test_counters_move_as_probes_fail_and_a_silo_is_declared_dead(cluster: Cluster) -> None:
