@@ -337,7 +337,9 @@ class MembershipTableManager:
         decision = decide_vote(row[0], self._address, now, self._options, quorum_base, dead)
         held: VoteOutcome | None = None
         if decision.kind is VoteKind.DECLARE_DEAD:
-            held = self._hold_death(decision.entry, read, now, others_unheard=others_unheard, settled=settled)
+            held = self._hold_death(
+                decision.entry, read, now, quorum_base, others_unheard=others_unheard, settled=settled
+            )
             if held is not None:
                 decision = decide_vote(row[0], self._address, now, self._options, quorum_base, dead, may_declare=False)
         written = data.version.next()
@@ -359,14 +361,22 @@ class MembershipTableManager:
         return VoteOutcome.VOTED
 
     def _hold_death(
-        self, dead_row: MembershipEntry, read: MembershipSnapshot, now: datetime, *, others_unheard: bool, settled: bool
+        self,
+        dead_row: MembershipEntry,
+        read: MembershipSnapshot,
+        now: datetime,
+        fresh_active: int,
+        *,
+        others_unheard: bool,
+        settled: bool,
     ) -> VoteOutcome | None:
         """Why a death our vote would complete must wait (``SETTLING``) or not happen (``WITHHELD``).
 
-        None: go ahead. Only with ring sampling; with every silo monitoring all others the
-        majority rule alone keeps the majority side safe (docs/protocol.md, "The model").
+        None: go ahead. Only with ring sampling (``fresh_active``, the quorum base of the read,
+        above ``num_probed_silos + 1``); with every silo monitoring all others the majority
+        rule alone keeps the majority side safe (docs/protocol.md, "The model").
         """
-        if len(self.liveness.fresh(read)) <= self._options.num_probed_silos + 1:
+        if fresh_active <= self._options.num_probed_silos + 1:
             return None
         target = dead_row.silo_address
         edges = accusations(read.entries, now, self._options.death_vote_expiration)
