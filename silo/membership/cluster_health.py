@@ -12,26 +12,41 @@ the monitored silos that are fresh. On the minority side of a partition a silo h
 few of the silos that (still heartbeating into the table) are evidently alive elsewhere,
 so it never votes against the majority; it re-reads the table every ``probe_timeout``
 instead, to find its verdict without waiting for the periodic refresh.
+
+With ring sampling (more fresh Active silos than the ones we monitor) our sample can, by
+chance, sit mostly on our side of a cut, so before a vote ``reaches_majority`` applies the
+same rule to **every** fresh Active silo: it pings the fresh silos we do not monitor (in a
+random order, a bounded number at a time, stopping as soon as the answer is known) and
+counts the monitored ones we hear. A silo on the minority side of a symmetric partition
+that still reaches the table sees the majority's heartbeats, so it counts them as fresh,
+cannot reach them, and never votes: whatever its sample says.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random as random_module
 from collections.abc import Callable
 from datetime import datetime
 
 from membership_tables import SiloAddress, SiloStatus
 from silo.membership.clock import Clock, Periodic
 from silo.membership.liveness import LivenessTracker
-from silo.membership.local_health import LocalHealth
+from silo.membership.local_health import LocalHealth, effective_timeout
 from silo.membership.options import SiloOptions
+from silo.membership.probing import ProbeOutcome, Prober
 from silo.membership.ring import probe_targets
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot, SnapshotPublisher
 from silo.membership.votes import fresh_votes, may_vote
 
 logger = logging.getLogger(__name__)
+
+MAJORITY_PINGS_IN_FLIGHT = 32
+"""Pings of ``reaches_majority`` in flight at once: enough to settle a majority of hundreds of
+silos within one probe timeout, few enough not to flood a large cluster when a cut makes
+many silos check at once."""
 
 
 def select_targets(
@@ -57,6 +72,10 @@ def select_targets(
     return ring + suspects
 
 
+def _answered(ping: asyncio.Task[ProbeOutcome]) -> bool:
+    return not ping.cancelled() and ping.exception() is None and ping.result() is ProbeOutcome.ANSWERED
+
+
 CreateMonitor = Callable[[SiloAddress, "ClusterHealthMonitor"], SiloHealthMonitor]
 
 
@@ -73,7 +92,9 @@ class ClusterHealthMonitor:
         liveness: LivenessTracker,
         create_monitor: CreateMonitor,
         local_health: LocalHealth,
+        prober: Prober,
         on_minority: Callable[[], None] = lambda: None,
+        random: random_module.Random | None = None,
     ) -> None:
         self._local = local
         self._options = options
@@ -83,6 +104,12 @@ class ClusterHealthMonitor:
         self._create_monitor = create_monitor
         self._health = local_health
         self._on_minority = on_minority
+        self._prober = prober
+        self._random = random or random_module.Random()
+        self._majority_check: asyncio.Task[bool] | None = None
+        self._majority_confirmed_at: float | None = None
+        self.majority_pings = 0
+        """Pings sent by ``reaches_majority`` so far (its cost, for tests and metrics)."""
         self.monitors: dict[SiloAddress, SiloHealthMonitor] = {}
         self._task: asyncio.Task[None] | None = None
         self._side_watch: Periodic | None = None
@@ -114,6 +141,62 @@ class ClusterHealthMonitor:
         """The majority rule over the monitored silos that are fresh (``votes.may_vote``)."""
         fresh = self._fresh_monitors()
         return may_vote(sum(1 for monitor in fresh if monitor.heard_recently()), len(fresh))
+
+    async def reaches_majority(self) -> bool:
+        """The majority rule over every fresh Active silo, for a vote (see the module docstring).
+
+        Without ring sampling every fresh silo is monitored and this is ``may_vote``. Concurrent
+        callers share one check; a confirmed majority holds for one probe interval.
+        """
+        if not self.may_vote():
+            return False
+        now = self._clock.monotonic()
+        confirmed = self._majority_confirmed_at
+        if confirmed is not None and now - confirmed < self._options.effective_probe_interval:
+            return True
+        if self._majority_check is None or self._majority_check.done():
+            self._majority_check = asyncio.ensure_future(self._check_majority())
+        return await asyncio.shield(self._majority_check)
+
+    async def _check_majority(self) -> bool:
+        snapshot = self._publisher.current
+        if snapshot is None:
+            return False
+        fresh = [silo for silo in self._liveness.fresh(snapshot) if silo != self._local]
+        unmonitored = [silo for silo in fresh if silo not in self.monitors]
+        reached = sum(1 for silo in fresh if silo in self.monitors and self.monitors[silo].heard_recently())
+        self._random.shuffle(unmonitored)
+        pending = iter(unmonitored)
+        timeout = effective_timeout(self._options.probe_timeout, self._health.score())
+        in_flight: set[asyncio.Task[ProbeOutcome]] = set()
+
+        def refill() -> None:
+            while len(in_flight) < MAJORITY_PINGS_IN_FLIGHT and not may_vote(reached + len(in_flight), len(fresh)):
+                silo = next(pending, None)
+                if silo is None:
+                    return
+                self.majority_pings += 1
+                in_flight.add(asyncio.ensure_future(self._prober.ping(silo, timeout)))
+
+        try:
+            refill()
+            while not may_vote(reached, len(fresh)) and in_flight:
+                done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    in_flight.discard(task)
+                    reached += _answered(task)
+                refill()
+        finally:
+            for task in in_flight:
+                task.cancel()
+        if may_vote(reached, len(fresh)):
+            self._majority_confirmed_at = self._clock.monotonic()
+            return True
+        logger.info(
+            "silo %s reaches %d of the %d other fresh Active silos, not a majority: it does not vote (minority side?)",
+            self._local, reached, len(fresh),
+        )  # fmt: skip
+        return False
 
     def others_unheard(self, target: SiloAddress) -> bool:
         """Some fresh silo we monitor besides ``target`` has not answered within half the suspicion.
@@ -149,6 +232,9 @@ class ClusterHealthMonitor:
         ]
 
     async def stop(self) -> None:
+        if self._majority_check is not None:
+            self._majority_check.cancel()
+            await asyncio.gather(self._majority_check, return_exceptions=True)
         if self._side_watch is not None:
             await self._side_watch.stop()
         if self._task is not None:

@@ -18,6 +18,7 @@ Lifecycle a caller may rely on::
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random as random_module
 from collections.abc import AsyncIterator, Mapping
@@ -44,7 +45,7 @@ from silo.membership.probing import GossipSender, IndirectProbeResult, ProbeOutc
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import BlockingRunner, run_in_thread
-from silo.membership.table_manager import MembershipTableManager
+from silo.membership.table_manager import MembershipTableManager, VoteOutcome
 from silo.observability.event_log import log_membership_events
 
 logger = logging.getLogger(__name__)
@@ -116,7 +117,9 @@ class Silo:
             liveness=self._manager.liveness,
             create_monitor=self._create_monitor,
             local_health=self._health,
+            prober=prober,
             on_minority=self._manager.request_refresh,
+            random=self._random,
         )
         self._agent = MembershipAgent(
             manager=self._manager, address=address, options=options, clock=self._clock, prober=prober
@@ -279,10 +282,16 @@ class Silo:
             local_health=self._health,
             intermediaries=cluster.intermediaries,
             may_vote=cluster.may_vote,
-            vote=lambda silo: self._manager.try_vote(silo, others_unheard=cluster.others_unheard(silo)),
+            vote=functools.partial(self._vote_against, cluster),
             random=self._random,
             observer=self._observer,
         )
+
+    async def _vote_against(self, cluster: ClusterHealthMonitor, target: SiloAddress) -> VoteOutcome:
+        """Vote only while we reach a majority of every fresh Active silo, not just our sample."""
+        if not await cluster.reaches_majority():
+            return VoteOutcome.NOT_ALLOWED
+        return await self._manager.try_vote(target, others_unheard=cluster.others_unheard(target))
 
     async def _watch_termination(self) -> None:
         await self._manager.terminated.wait()

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from membership_tables import SiloAddress, SiloStatus
@@ -71,6 +72,7 @@ class Rig:
     rereads: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.prober = FunctionProber(reachable=lambda silo: self.reachable(silo))
         self.liveness = LivenessTracker(self.options, self.clock.monotonic)
         self.health = LocalHealth(
             address=ME, options=self.options, clock=self.clock, snapshot=lambda: self.publisher.current or view()
@@ -83,7 +85,9 @@ class Rig:
             liveness=self.liveness,
             create_monitor=self._create,
             local_health=self.health,
+            prober=self.prober,
             on_minority=lambda: self.rereads.append(self.clock.monotonic()),
+            random=random.Random(0),
         )
 
     def _create(self, target: SiloAddress, owner: ClusterHealthMonitor) -> SiloHealthMonitor:
@@ -95,7 +99,7 @@ class Rig:
             local=ME,
             options=self.options,
             clock=self.clock,
-            prober=FunctionProber(reachable=lambda silo: self.reachable(silo)),
+            prober=self.prober,
             local_health=self.health,
             intermediaries=owner.intermediaries,
             may_vote=owner.may_vote,
@@ -145,3 +149,60 @@ async def test_the_majority_rule_counts_the_fresh_targets_we_hear_and_asks_a_min
     await clock.advance(options.probe_timeout * 4)
     assert len(rereads) == count  # the majority does not re-read
     await cluster.stop()
+
+
+RING_OF_TWO = replace(SiloOptions.local(), num_probed_silos=2, num_votes_for_death_declaration=2)
+TWELVE = [address(port) for port in range(2, 13)]  # ME and 11 others: ring sampling with 2 targets
+
+
+async def ring_sampling_rig(our_side: set[SiloAddress]) -> Rig:
+    """ME among 12 fresh Active silos, monitoring 2, hearing only ``our_side`` (a symmetric cut)."""
+    rig = Rig(reachable=lambda silo: silo in our_side, options=RING_OF_TWO)
+    snapshot = view(row(ME), *(row(peer) for peer in TWELVE), version=1)
+    rig.liveness.observe(snapshot)
+    rig.cluster.start()
+    await rig.publisher.publish(snapshot)
+    await rig.clock.advance(rig.options.probe_interval)
+    return rig
+
+
+@async_test
+async def test_with_ring_sampling_a_minority_silo_that_hears_its_sample_still_does_not_vote() -> None:
+    sample = probe_targets(ME, [ME, *TWELVE], RING_OF_TWO.num_probed_silos)
+    minority = {*sample, *[peer for peer in TWELVE if peer not in sample][:3]}  # 6 of 12 with us: not a strict majority
+    rig = await ring_sampling_rig(minority)
+    assert set(rig.cluster.monitors) == set(sample)
+    assert rig.cluster.may_vote()  # our sample alone would let us vote against the other side
+    assert not await rig.cluster.reaches_majority()
+    assert rig.cluster.majority_pings == len(TWELVE) - len(sample)  # asked everyone before giving up
+    await rig.cluster.stop()
+
+
+@async_test
+async def test_with_ring_sampling_the_majority_side_votes_after_pinging_only_enough_silos() -> None:
+    sample = probe_targets(ME, [ME, *TWELVE], RING_OF_TWO.num_probed_silos)
+    majority = {*sample, *[peer for peer in TWELVE if peer not in sample][:5]}  # 8 of 12 with us
+    rig = await ring_sampling_rig(majority)
+    checks = await asyncio.gather(rig.cluster.reaches_majority(), rig.cluster.reaches_majority())
+    assert checks == [True, True]
+    pings = rig.cluster.majority_pings
+    assert 4 <= pings < len(TWELVE) - len(sample)  # 2 heard + 4 pinged = 7 of 12: it stops there
+    assert await rig.cluster.reaches_majority()
+    assert rig.cluster.majority_pings == pings  # concurrent callers shared one check; it holds a probe interval
+    await rig.clock.advance(rig.options.probe_interval)
+    assert await rig.cluster.reaches_majority()
+    assert rig.cluster.majority_pings > pings  # then it is checked again
+    await rig.cluster.stop()
+
+
+@async_test
+async def test_with_every_silo_monitored_the_majority_check_sends_no_extra_pings() -> None:
+    rig = Rig(options=SiloOptions.local())
+    snapshot = view(row(ME), *(row(peer) for peer in PEERS[:4]), version=1)
+    rig.liveness.observe(snapshot)
+    rig.cluster.start()
+    await rig.publisher.publish(snapshot)
+    await rig.clock.advance(rig.options.probe_interval)
+    assert await rig.cluster.reaches_majority()
+    assert rig.cluster.majority_pings == 0
+    await rig.cluster.stop()

@@ -869,6 +869,7 @@ class MonitorMachine(ClusterMachine):
             liveness=manager.liveness,
             create_monitor=create_monitor,
             local_health=health,
+            prober=prober,
             on_minority=manager.request_refresh,
         )
         agent = MembershipAgent(
