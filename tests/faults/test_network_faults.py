@@ -206,11 +206,11 @@ minority silo can hear a majority of its own sample by chance and pass the major
 def test_with_ring_sampling_the_table_arbitrates_a_partition(tmp_path: Path) -> None:
     """4|3 of 7 silos that each monitor 2: the minority side's votes must not kill the majority.
 
-    Each silo checks the majority rule over its own sample, and with two targets a minority silo
-    often hears one of two (a strict majority of itself plus two). What protects the majority side
-    then is the table: a death is written only when the accusations in the table (every side's
-    fresh votes) put the target on the smaller side of the cut (``votes.arbitrate_cut``), and a
-    death amid correlated suspicions waits a settle time for the other side's votes to land.
+    With two targets a minority silo often hears one of two (a strict majority of itself plus
+    two), so before a vote every silo pings the fresh silos outside its sample
+    (``ClusterHealthMonitor.reaches_majority``): a minority silo reaches 3 of 7 and never votes.
+    Behind that, the table arbitrates: a death is written only when the accusations in the table
+    put the target on the smaller side of the cut (``votes.arbitrate_cut``).
     """
     with NetCluster(tmp_path, extra_args=["--set", f"num_probed_silos={RING_PROBED_SILOS}"]) as cluster:
         cluster.start(7)
