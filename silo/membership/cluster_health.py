@@ -16,7 +16,7 @@ instead, to find its verdict without waiting for the periodic refresh.
 With ring sampling (more fresh Active silos than the ones we monitor) our sample can, by
 chance, sit mostly on our side of a cut, so before a vote ``reaches_majority`` applies the
 same rule to **every** fresh Active silo: it pings the fresh silos we do not monitor (in a
-random order, a bounded number at a time, stopping as soon as the answer is known) and
+random order, a bounded number at a time, stopping as soon as a majority answered) and
 counts the monitored ones we hear. A silo on the minority side of a symmetric partition
 that still reaches the table sees the majority's heartbeats, so it counts them as fresh,
 cannot reach them, and never votes: whatever its sample says.
@@ -109,7 +109,7 @@ class ClusterHealthMonitor:
         self._majority_check: asyncio.Task[bool] | None = None
         self._majority_confirmed_at: float | None = None
         self.majority_pings = 0
-        """Pings sent by ``reaches_majority`` so far (its cost, for tests and metrics)."""
+        """Pings sent by ``reaches_majority`` so far (its cost; the tests read it)."""
         self.monitors: dict[SiloAddress, SiloHealthMonitor] = {}
         self._task: asyncio.Task[None] | None = None
         self._side_watch: Periodic | None = None
