@@ -32,6 +32,7 @@ from silo.events import membership_events
 from silo.membership.probing import MembershipRpcHandler
 from silo.membership.snapshot import MembershipSnapshot
 from silo.wire import codec
+from silo.wire.channels import MESSAGE_SIZE_OPTIONS
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.work import execution
 from silo.work.registry import HandlerRegistry
@@ -48,6 +49,7 @@ _SERVER_OPTIONS = [
     # silo.gateway); accept them instead of answering GOAWAY "too_many_pings".
     ("grpc.http2.min_ping_interval_without_data_ms", 5000),
     ("grpc.keepalive_permit_without_calls", 1),
+    *MESSAGE_SIZE_OPTIONS,
 ]
 
 
