@@ -2,7 +2,8 @@
 
 ``silo run`` runs one silo until it is signalled (SIGTERM/SIGINT: graceful stop, exit 0)
 or declared dead (exit 3); ``silo status`` prints a cluster's membership table;
-``silo dashboard`` serves a read-only web page of the cluster. Bad
+``silo dashboard`` serves a read-only web page of the cluster; ``silo certs`` makes a
+development CA and certificates for mutual TLS (``--tls-cert/--tls-key/--tls-ca``). Bad
 arguments, options or table URIs print one ``silo: error: ...`` line and exit 2. See
 ``docs/cli.md``.
 """
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from membership_tables import MembershipTable, MembershipTableData, MembershipTableError, open_table
+from silo.cli import certs, tls_options
 from silo.cli.arguments import duration, handler_spec, key_value, port_number, redact, repeatable
 from silo.cli.dashboard import add_arguments as add_dashboard_arguments
 from silo.cli.dashboard import run as run_dashboard
@@ -31,6 +33,7 @@ from silo.cli.status_watch import CLEAR_SCREEN, watch
 from silo.errors import OptionsError
 from silo.exit_codes import ExitCode
 from silo.membership.options import PRESETS, SiloOptions
+from silo.wire.peer_identity import Role
 from silo.work.registry import HandlerRegistry
 
 log = logging.getLogger("silo")
@@ -43,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    configure_logging(args.log_level, getattr(args, "log_format", "text"))
+    configure_logging(getattr(args, "log_level", "INFO"), getattr(args, "log_format", "text"))
     try:
         if args.command == "run":
             return _run(args)
@@ -51,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(args)
         if args.command == "dashboard":
             return run_dashboard(args, build_options)
+        if args.command == "certs":
+            return certs.run(args)
         return _status(args)
     except (OptionsError, MembershipTableError) as exc:
         # Configuration and URI errors; the table being down is handled per command.
@@ -120,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     repeatable(
         run, "--handler", "handlers", handler_spec, "NAME=MODULE:FUNCTION", "serve a Work handler, e.g. wc=myjobs:count"
     )
+    tls_options.add_arguments(run)
 
     status = commands.add_parser("status", parents=[common], help="print the membership table of a cluster")
     status.add_argument("--json", action="store_true", help="print JSON (see docs/cli.md for the shape)")
@@ -140,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="4 silos, a PySpark job, one silo killed mid-job (see docs/spark.md)")
     add_demo_arguments(demo)
+
+    certs_parser = commands.add_parser("certs", help="a development CA for mutual TLS (see docs/security.md)")
+    certs.add_arguments(certs_parser)
     return parser
 
 
@@ -163,6 +172,9 @@ def _run(args: argparse.Namespace) -> int:
     properties = build_properties(args.properties)
     handlers = HandlerRegistry.from_specs(args.handlers)
     table = open_table(args.table, args.cluster)
+    tls = tls_options.settings_from_args(args)
+    if tls is not None:
+        tls_options.check_own_certificate(tls, args.cluster, Role.SILO)
     # gRPC's C core logs connection chatter (e.g. GOAWAY from a peer that stopped) at INFO to
     # stderr; keep the silo's log to its own lines unless the user asks otherwise.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
@@ -180,6 +192,7 @@ def _run(args: argparse.Namespace) -> int:
         history_file=args.history_file,
         metrics_port=args.metrics_port,
         table_uri=args.table,
+        tls=tls,
     )
     return int(run_process(table, config))
 

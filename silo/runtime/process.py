@@ -23,7 +23,7 @@ from typing import Any
 
 from membership_tables import MembershipTable, MembershipTableError, SiloAddress, SiloStatus
 from membership_tables.history import JsonLinesSink, RecordingTable
-from silo.errors import SiloError
+from silo.errors import OptionsError, SiloError
 from silo.exit_codes import ExitCode
 from silo.membership.generation import next_generation
 from silo.membership.observer import NULL_OBSERVER
@@ -31,8 +31,10 @@ from silo.membership.options import SiloOptions
 from silo.membership.probing import Prober
 from silo.runtime.metrics import MetricsExport, MetricsUnavailableError, on_loop
 from silo.runtime.silo import Silo
+from silo.wire.admission import TRANSPORT_PROPERTY, AdmissionRefusedError, check_admission, transport_of
 from silo.wire.prober import GrpcProber
 from silo.wire.server import BindError, MembershipServer
+from silo.wire.tls import TlsSettings
 from silo.work.registry import HandlerRegistry
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,9 @@ class SiloProcessConfig:
     metrics at all (nothing is measured, ``prometheus_client`` is not even imported)."""
     table_uri: str | None = None
     """The table's URI, for the ``backend`` label of the table metrics (else the table's class)."""
+    tls: TlsSettings | None = None
+    """Serve and call over mutual TLS with these files (``--tls-cert/--tls-key/--tls-ca``);
+    ``None`` = plaintext. The row advertises which (property ``transport``)."""
 
 
 def run_process(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
@@ -77,10 +82,27 @@ class SiloStack:
     """The extra gateway port (``0`` = none); the silo port serves the same services."""
     metrics: MetricsExport | None = None
     """The Prometheus metrics and their HTTP server, when ``metrics_port`` was set."""
+    table: MembershipTable | None = None
+    """The table the silo joins, read by ``admit`` before the join writes."""
+    tls: bool = False
+
+    async def admit(self) -> None:
+        """Raise ``AdmissionRefusedError`` if the cluster would refuse this silo (``silo.wire.admission``);
+        the table is not written. A table that cannot be read yet skips the check (the join retries it)."""
+        if self.table is None:
+            return
+        try:
+            entries = (await asyncio.to_thread(self.table.read_all)).entries
+        except MembershipTableError as exc:
+            log.info("cannot read the table to check admission (%s); joining without the check", exc)
+            return
+        timeout = self.silo.options.probe_timeout
+        await check_admission(self.prober, entries, tls=self.tls, timeout=timeout)
 
     async def start(self) -> None:
-        """Serve, join, and report SERVING once Active (raises a ``SiloError`` if the join fails)."""
+        """Serve, check admission, join, and report SERVING once Active (raises a ``SiloError`` on failure)."""
         await self.server.start(self.silo)
+        await self.admit()
         await self.silo.start()
         await self.server.set_serving(self.silo.status == SiloStatus.ACTIVE)
 
@@ -102,9 +124,13 @@ def assemble(
     ``wrap_prober`` (benchmarks only, e.g. injected probe loss) wraps the prober the silo probes
     with; gossip and ``SiloStack.prober`` stay the plain ``GrpcProber``.
     """
+    if TRANSPORT_PROPERTY in config.properties:
+        raise OptionsError(
+            f"property {TRANSPORT_PROPERTY!r} is set by the silo itself (tls or plaintext); drop that --property"
+        )
     metrics = MetricsExport.open(table, config) if config.metrics_port is not None else None
     try:
-        server = MembershipServer(config.host, config.port, handlers=config.handlers)
+        server = MembershipServer(config.host, config.port, handlers=config.handlers, tls=config.tls)
         gateway_port = server.add_port(config.gateway_port) if config.gateway_port else 0
     except BaseException:
         if metrics is not None:
@@ -112,7 +138,8 @@ def assemble(
         raise
     generation = next_generation(time.time_ns() // 1_000_000, config.host, server.port, _known_silos(table))
     address = SiloAddress(config.host, server.port, generation=generation)
-    prober = GrpcProber(config.cluster_id, address, gossip_timeout=config.options.probe_timeout)
+    prober = GrpcProber(config.cluster_id, address, gossip_timeout=config.options.probe_timeout, tls=config.tls)
+    joined_table = table
     if metrics is not None:
         table = metrics.table
     if config.history_file:
@@ -126,13 +153,13 @@ def assemble(
         silo_name=config.name or f"silo-{server.port}",
         host_name=socket.gethostname(),
         proxy_port=gateway_port,
-        properties=config.properties,
+        properties={**config.properties, TRANSPORT_PROPERTY: transport_of(config.tls is not None)},
         observer=metrics.metrics if metrics else NULL_OBSERVER,
     )
     if metrics is not None:
         metrics.metrics.watch(lambda: silo.snapshot, on_loop(asyncio.get_running_loop(), silo.health_score))
         log.info("silo %s serves metrics at %s", address, metrics.server.url)
-    return SiloStack(silo, server, prober, gateway_port, metrics)
+    return SiloStack(silo, server, prober, gateway_port, metrics, joined_table, config.tls is not None)
 
 
 def _known_silos(table: MembershipTable) -> list[SiloAddress]:
@@ -148,7 +175,7 @@ def _known_silos(table: MembershipTable) -> list[SiloAddress]:
 async def _serve(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
     try:
         stack = assemble(table, config)
-    except (BindError, MetricsUnavailableError) as exc:
+    except (BindError, MetricsUnavailableError, OptionsError) as exc:
         log.error("%s", exc)
         return ExitCode.BAD_CONFIGURATION
     silo, server = stack.silo, stack.server
@@ -157,8 +184,13 @@ async def _serve(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop_requested.set)
     await server.start(silo)
-    log.info("silo %s listening", silo.silo_address)
+    log.info("silo %s listening (%s)", silo.silo_address, transport_of(stack.tls))
     try:
+        try:
+            await stack.admit()
+        except AdmissionRefusedError as exc:
+            log.error("silo %s will not join: %s", silo.silo_address, exc)
+            return ExitCode.BAD_CONFIGURATION
         return await _lifetime(silo, server, stop_requested)
     finally:
         await stack.close()

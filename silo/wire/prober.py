@@ -10,7 +10,6 @@ too: the silo we probe is gone even if its host:port answers.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import grpc
 
@@ -20,6 +19,7 @@ from silo.membership.probing import IndirectProbeResult, ProbeOutcome
 from silo.wire import codec
 from silo.wire.channels import CHANNEL_OPTIONS
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
+from silo.wire.tls import ChannelPool, TlsSettings
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,22 @@ call ``INDIRECT_DEADLINE_FACTOR * timeout`` (the intermediary's own round trip o
 
 REFUSAL_MARKERS = ("connection refused", "econnrefused")
 """How gRPC reports a closed port in an UNAVAILABLE error's details (C core, all platforms)."""
+
+HANDSHAKE_FAILURE_MARKER = "handshake failed"
+"""How gRPC reports a TLS handshake the peer or this side rejected (UNAVAILABLE details)."""
+
+
+def is_security_refusal(error: grpc.aio.AioRpcError) -> bool:
+    """True if the peer answered but would not accept us (or we it): certificate, CA or role.
+
+    Never a refusal in the probing sense: a silo refused for its own certificate must not
+    count its peers as gone (it counts them as missed probes, and a silo that hears nobody
+    is in no majority and casts no vote).
+    """
+    code = error.code()
+    if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+        return True
+    return code == grpc.StatusCode.UNAVAILABLE and HANDSHAKE_FAILURE_MARKER in (error.details() or "").lower()
 
 
 def is_refusal(error: grpc.aio.AioRpcError) -> bool:
@@ -50,21 +66,28 @@ class IntermediaryUnreachableError(SiloError, ConnectionError):
 
 
 class GrpcProber:
-    """Probes and gossip from ``sender`` (this silo) to peers of ``cluster_id``."""
+    """Probes and gossip from ``sender`` (this silo) to peers of ``cluster_id`` (over mutual TLS if ``tls``)."""
 
-    def __init__(self, cluster_id: str, sender: SiloAddress | None, gossip_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        cluster_id: str,
+        sender: SiloAddress | None,
+        gossip_timeout: float = 5.0,
+        *,
+        tls: TlsSettings | None = None,
+    ) -> None:
         self._cluster_id = cluster_id
         self._sender = sender
         self._gossip_timeout = gossip_timeout
-        self._channels: dict[str, Any] = {}
+        self._channels = ChannelPool(cluster_id, tls, CHANNEL_OPTIONS, aio=True)
 
     async def ping(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
-        request = pb.PingRequest(header=self._header())
         try:
-            response = await self._call(target, codec.PING, request, timeout)
+            response = await self.ping_call(target, timeout)
             responder = codec.address_from_proto(response.responder)
         except grpc.aio.AioRpcError as exc:
-            log.debug("ping %s failed: %s %s", target, exc.code().name, exc.details())
+            level = logging.WARNING if is_security_refusal(exc) else logging.DEBUG
+            log.log(level, "ping %s failed: %s %s", target, exc.code().name, exc.details())
             return ProbeOutcome.REFUSED if is_refusal(exc) else ProbeOutcome.TIMED_OUT
         except InvalidEntryError as exc:
             log.warning("ping %s: the answer names an invalid address: %s", target, exc)
@@ -73,6 +96,10 @@ class GrpcProber:
             log.info("ping %s was answered by %s, another incarnation: the probed one is gone", target, responder)
             return ProbeOutcome.REFUSED
         return ProbeOutcome.ANSWERED
+
+    async def ping_call(self, target: SiloAddress, timeout: float) -> pb.PingResponse:
+        """One raw Ping (raises ``grpc.aio.AioRpcError``), for callers that need the failure itself."""
+        return await self._call(target, codec.PING, pb.PingRequest(header=self._header()), timeout)
 
     async def probe_indirectly(
         self, intermediary: SiloAddress, target: SiloAddress, timeout: float
@@ -120,8 +147,7 @@ class GrpcProber:
 
     async def close(self) -> None:
         """Close every cached channel."""
-        channels, self._channels = self._channels, {}
-        for channel in channels.values():
+        for channel in self._channels.drain():
             await channel.close()
 
     def _header(self) -> pb.RequestHeader:
@@ -134,8 +160,4 @@ class GrpcProber:
         request: codec.Request,
         timeout: float,
     ) -> codec.Response:
-        channel = self._channels.get(target.endpoint)
-        if channel is None:
-            channel = grpc.aio.insecure_channel(target.endpoint, options=CHANNEL_OPTIONS)
-            self._channels[target.endpoint] = channel
-        return await method.bind(channel)(request, timeout=timeout)
+        return await method.bind(self._channels.get(target.endpoint))(request, timeout=timeout)

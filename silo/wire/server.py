@@ -33,7 +33,9 @@ from silo.membership.probing import MembershipRpcHandler
 from silo.membership.snapshot import MembershipSnapshot
 from silo.wire import codec
 from silo.wire.channels import MESSAGE_SIZE_OPTIONS
+from silo.wire.peer_identity import PeerIdentity, authorize, identity_from_sans
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
+from silo.wire.tls import TlsSettings, server_credentials
 from silo.work import execution
 from silo.work.registry import HandlerRegistry
 
@@ -81,11 +83,14 @@ class MembershipServer:
         handlers: HandlerRegistry | None = None,
         work_threads: int | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        tls: TlsSettings | None = None,
     ) -> None:
         """``handlers``: the Work handlers (default: the built-ins); ``work_threads``: the size of the
         pool they run in (default: Python's ``ThreadPoolExecutor`` default); ``now``: the wall clock
-        that stamps the membership events of watch streams."""
+        that stamps the membership events of watch streams; ``tls``: serve mutual TLS only (every
+        caller needs a certificate of this cluster, see ``silo.wire.peer_identity``), else plaintext."""
         self._host = host
+        self._credentials = server_credentials(tls) if tls is not None else None
         self._now = now
         self._handler: SiloRpcHandler | None = None
         self._server = grpc.aio.server(options=_SERVER_OPTIONS)
@@ -102,7 +107,10 @@ class MembershipServer:
         """Also listen on ``port`` (0 = any free port) with the same services; returns the port."""
         address = f"[{self._host}]:{port}" if ":" in self._host else f"{self._host}:{port}"
         try:
-            bound = int(self._server.add_insecure_port(address))
+            if self._credentials is None:
+                bound = int(self._server.add_insecure_port(address))
+            else:
+                bound = int(self._server.add_secure_port(address, self._credentials))
         except RuntimeError as exc:
             raise BindError(f"cannot listen on {address}: {exc}; pick another --port or free this one") from exc
         if bound == 0:  # older grpcio signals failure this way
@@ -153,6 +161,12 @@ class MembershipServer:
         handler = self._handler
         if handler is None:
             await _abort(context, grpc.StatusCode.UNAVAILABLE, "the silo is still starting; retry shortly")
+        if self._credentials is not None:
+            # before anything else: an unauthorized caller learns nothing, not even the cluster id
+            refusal = authorize(method, _peer_identity(context), handler.cluster_id)
+            if refusal is not None:
+                log.warning("refused %s from %s at %s: %s", method, sender, context.peer(), refusal.reason)
+                await _abort(context, refusal.code, refusal.reason)
         if cluster_id != handler.cluster_id:
             log.warning(
                 "refused %s from %s: it is for cluster %r but this silo belongs to cluster %r",
@@ -265,6 +279,15 @@ def _unary(method: codec.Method[codec.Request, codec.Response], behaviour: Calla
 async def _abort(context: Any, code: grpc.StatusCode, details: str) -> NoReturn:
     await context.abort(code, details)
     raise AssertionError("unreachable: abort raises")
+
+
+def _peer_identity(context: Any) -> PeerIdentity | None:
+    """The verified certificate's identity; None if the call came without one."""
+    auth = context.auth_context()
+    if not auth.get("x509_pem_cert"):
+        return None
+    names = auth.get("x509_subject_alternative_name", [])
+    return identity_from_sans(name.decode(errors="replace") for name in names)
 
 
 def _describe_sender(request_header: pb.RequestHeader) -> str:

@@ -95,6 +95,7 @@ def test_a_taken_metrics_port_is_a_configuration_error(cluster: Cluster) -> None
         taken.listen()
         port = taken.getsockname()[1]
         argv = [sys.executable, "-m", "silo", "run", "--table", cluster.table_uri, "--cluster", cluster.cluster_id]
+        argv.append("--insecure")  # the production preset, in plaintext
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         finished = subprocess.run(
             [*argv, "--metrics-port", str(port)], capture_output=True, text=True, timeout=60, env=env, check=False
