@@ -17,6 +17,7 @@ from silo.client.errors import (
 )
 from silo.client.membership_client import AsyncMembershipClient, MembershipClient
 from silo.client.topology import ClusterView, SiloInfo, ViewDiff, ViewUpdate
+from silo.wire.tls import TlsSettings
 
 __all__ = [
     "AsyncMembershipClient",
@@ -27,6 +28,7 @@ __all__ = [
     "MembershipClientError",
     "MembershipUnavailableError",
     "SiloInfo",
+    "TlsSettings",
     "ViewDiff",
     "ViewUpdate",
     "WrongClusterError",

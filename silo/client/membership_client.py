@@ -39,6 +39,7 @@ from silo.client.errors import (
 )
 from silo.client.topology import ClusterView, ViewTracker, ViewUpdate
 from silo.client.view_sources import GatewaySource, TableSource, ViewSource, parse_endpoint
+from silo.wire.tls import TlsConfigError, TlsSettings
 
 T = TypeVar("T")
 
@@ -71,6 +72,7 @@ class AsyncMembershipClient:
         timeout: float = DEFAULT_TIMEOUT,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         retry_timeout: float = DEFAULT_RETRY_TIMEOUT,
+        tls: TlsSettings | None = None,
     ) -> None:
         """Read ``cluster_id`` through ``gateways`` or from the ``table`` URI (exactly one of them).
 
@@ -78,7 +80,9 @@ class AsyncMembershipClient:
         ``table``: any URI ``open_table`` accepts; it is polled every ``poll_interval`` seconds.
         ``timeout``: seconds for one gateway to answer ``view()``. ``retry_timeout``: how long
         ``watch()`` keeps trying when nothing can be reached before it raises
-        ``MembershipUnavailableError``. Raises ``ClientConfigError`` for bad arguments.
+        ``MembershipUnavailableError``. ``tls``: reach the gateways over mutual TLS with these
+        files (a certificate of this cluster with the client role, ``silo certs issue``). Raises
+        ``ClientConfigError`` for bad arguments.
         """
         try:
             self._cluster_id = validate_cluster_id(cluster_id)
@@ -91,8 +95,15 @@ class AsyncMembershipClient:
         if endpoints and table is not None:
             raise ClientConfigError("give gateways or a table, not both")
         self._source: ViewSource
+        if tls is not None and not isinstance(tls, TlsSettings):
+            raise ClientConfigError(f"tls must be a TlsSettings(cert, key, ca) or None, got {tls!r}")
         if endpoints:
-            self._source = GatewaySource(self._cluster_id, endpoints, timeout=timeout, retry_timeout=retry_timeout)
+            try:
+                self._source = GatewaySource(
+                    self._cluster_id, endpoints, timeout=timeout, retry_timeout=retry_timeout, tls=tls
+                )
+            except TlsConfigError as exc:
+                raise ClientConfigError(str(exc)) from exc
         elif table is not None:
             try:
                 opened = open_table(table, self._cluster_id)
@@ -215,6 +226,7 @@ class MembershipClient:
         timeout: float = DEFAULT_TIMEOUT,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         retry_timeout: float = DEFAULT_RETRY_TIMEOUT,
+        tls: TlsSettings | None = None,
     ) -> None:
         self._client = AsyncMembershipClient(
             cluster_id,
@@ -223,6 +235,7 @@ class MembershipClient:
             timeout=timeout,
             poll_interval=poll_interval,
             retry_timeout=retry_timeout,
+            tls=tls,
         )
         self._loop = _LoopThread()
 

@@ -37,6 +37,7 @@ from silo.events import membership_events
 from silo.wire import codec
 from silo.wire.channels import CHANNEL_OPTIONS
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
+from silo.wire.tls import ChannelPool, TlsSettings
 
 log = logging.getLogger("silo.client")
 
@@ -110,14 +111,23 @@ class _GiveUp:
 class GatewaySource:
     """Views from silo gateways over gRPC, failing over between them."""
 
-    def __init__(self, cluster_id: str, endpoints: Sequence[str], *, timeout: float, retry_timeout: float) -> None:
+    def __init__(
+        self,
+        cluster_id: str,
+        endpoints: Sequence[str],
+        *,
+        timeout: float,
+        retry_timeout: float,
+        tls: TlsSettings | None = None,
+    ) -> None:
+        """``tls``: call the gateways over mutual TLS with these files (a client or silo certificate)."""
         self._cluster_id = cluster_id
         self._configured = list(dict.fromkeys(endpoints))
         self._advertised: list[str] = []
         self._current: str | None = None
         self._timeout = timeout
         self._retry_timeout = retry_timeout
-        self._channels: dict[str, Any] = {}
+        self._channels = ChannelPool(cluster_id, tls, GATEWAY_CHANNEL_OPTIONS, aio=True)
         self._closed = False
 
     def candidates(self) -> list[str]:
@@ -181,6 +191,11 @@ class GatewaySource:
         return view
 
     def _refuse_wrong_cluster(self, endpoint: str, exc: grpc.aio.AioRpcError) -> None:
+        if exc.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+            raise ClientConfigError(
+                f"gateway {endpoint} refused this client's certificate: {exc.details()}; "
+                f"use a certificate issued for cluster {self._cluster_id!r} (silo certs issue ... --role client)"
+            ) from exc
         if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
             raise WrongClusterError(
                 f"gateway {endpoint} refused cluster {self._cluster_id!r}: {exc.details()}; "
@@ -188,16 +203,12 @@ class GatewaySource:
             ) from exc
 
     def _channel(self, endpoint: str) -> Any:
-        channel = self._channels.get(endpoint)
-        if channel is None:
-            channel = self._channels[endpoint] = grpc.aio.insecure_channel(endpoint, options=GATEWAY_CHANNEL_OPTIONS)
-        return channel
+        return self._channels.get(endpoint)
 
     async def close(self) -> None:
         """End every watch and close every channel."""
         self._closed = True
-        channels, self._channels = self._channels, {}
-        for channel in channels.values():
+        for channel in self._channels.drain():
             await channel.close()
 
 

@@ -31,7 +31,13 @@ from silo.membership.options import SiloOptions
 from silo.membership.probing import Prober
 from silo.runtime.metrics import MetricsExport, MetricsUnavailableError, on_loop
 from silo.runtime.silo import Silo
-from silo.wire.admission import TRANSPORT_PROPERTY, AdmissionRefusedError, check_admission, transport_of
+from silo.wire.admission import (
+    TRANSPORT_PROPERTY,
+    AdmissionRefusedError,
+    advertised_properties,
+    check_admission,
+    transport_of,
+)
 from silo.wire.prober import GrpcProber
 from silo.wire.server import BindError, MembershipServer
 from silo.wire.tls import TlsSettings
@@ -63,7 +69,7 @@ class SiloProcessConfig:
     """The table's URI, for the ``backend`` label of the table metrics (else the table's class)."""
     tls: TlsSettings | None = None
     """Serve and call over mutual TLS with these files (``--tls-cert/--tls-key/--tls-ca``);
-    ``None`` = plaintext. The row advertises which (property ``transport``)."""
+    ``None`` = plaintext. A TLS silo's row says so (property ``transport=tls``)."""
 
 
 def run_process(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
@@ -153,7 +159,7 @@ def assemble(
         silo_name=config.name or f"silo-{server.port}",
         host_name=socket.gethostname(),
         proxy_port=gateway_port,
-        properties={**config.properties, TRANSPORT_PROPERTY: transport_of(config.tls is not None)},
+        properties=advertised_properties(config.properties, tls=config.tls is not None),
         observer=metrics.metrics if metrics else NULL_OBSERVER,
     )
     if metrics is not None:

@@ -3,7 +3,7 @@
 ``route_stream`` does the same for every micro-batch of a Structured Streaming query;
 ``routing_summary`` adds up a routed DataFrame (records per silo, rerouted, locality).
 
-May import: ``membership_tables``, ``silo.client``, ``silo.work``, ``silo.errors``.
+May import: ``membership_tables``, ``silo.client``, ``silo.work``, ``silo.wire.tls`` (``TlsSettings``), ``silo.errors``.
 Never ``silo.membership``, ``silo.runtime`` or ``silo.cli``. PySpark itself loads lazily.
 """
 

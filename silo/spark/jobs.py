@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from membership_tables import open_table
 from silo.client.topology import ClusterView
+from silo.wire.tls import TlsSettings
 from silo.work.client import SyncWorkClient
 from silo.work.columnar_routing import (
     DEFAULT_COLUMNAR_BATCH_SIZE,
@@ -84,6 +85,8 @@ class ViewSource:
     cluster: str
     table: str | None = None
     gateways: tuple[str, ...] = ()
+    tls: TlsSettings | None = None
+    """Mutual TLS for the gateways and the Work calls (the files must exist on every executor)."""
 
     def __post_init__(self) -> None:
         if (self.table is None) == (not self.gateways):
@@ -97,7 +100,7 @@ class ViewSource:
             return read_view(self.table, self.cluster)
         from silo.client.membership_client import MembershipClient
 
-        with MembershipClient(self.cluster, self.gateways) as client:
+        with MembershipClient(self.cluster, self.gateways, tls=self.tls) as client:
             return client.view()
 
 
@@ -129,7 +132,7 @@ class RoutingJob:
         """One task: route the rows of ``batches``; yield output batches (key, result, silo, rerouted, via_sidecar)."""
         import pyarrow as pa
 
-        with SyncWorkClient(self.view.cluster_id) as client:
+        with SyncWorkClient(self.view.cluster_id, tls=self.source.tls) as client:
             router: Router[Any] = Router(
                 self.view,
                 self.handler,
@@ -180,6 +183,7 @@ def route_to_silos(
     virtual_nodes: int = DEFAULT_VIRTUAL_NODES,
     in_flight: int = DEFAULT_IN_FLIGHT,
     stats: Accumulator[RoutingStats] | None = None,
+    tls: TlsSettings | None = None,
 ) -> DataFrame:
     """Run silo handler ``handler`` over every record of ``df``, each on the silo that owns its key.
 
@@ -199,6 +203,8 @@ def route_to_silos(
       fails with ``NoLiveSiloError``.
     - ``stats``: an accumulator from ``stats_accumulator(spark)`` that adds up where the time
       went (``RoutingStats``), readable after an action.
+    - ``tls``: call the gateways and silos over mutual TLS (``TlsSettings(cert, key, ca)``, a
+      client certificate of ``cluster``); the files must be at the same paths on every executor.
 
     Returns a DataFrame with one row per input record: ``key_column`` (as given),
     ``result_column`` (binary, the handler's result), ``silo`` (``host:port@generation`` that
@@ -216,7 +222,7 @@ def route_to_silos(
         in_flight=in_flight,
         timeout=timeout,
     )
-    source = view_source(cluster, table, gateways)
+    source = view_source(cluster, table, gateways, tls)
     start = view if view is not None else source.read()
     if not len(start):
         raise NoLiveSiloError(
@@ -271,10 +277,14 @@ def check_arguments(
     return values
 
 
-def view_source(cluster: str, table: str | None, gateways: Sequence[str] | str) -> ViewSource:
+def view_source(
+    cluster: str, table: str | None, gateways: Sequence[str] | str, tls: TlsSettings | None = None
+) -> ViewSource:
     """Where to read the view: ``table``, or ``gateways`` as a list or a comma-separated string."""
+    if tls is not None and not isinstance(tls, TlsSettings):
+        raise ValueError(f"tls must be a TlsSettings(cert, key, ca) or None, got {tls!r}")
     parts = gateways.split(",") if isinstance(gateways, str) else gateways
-    return ViewSource(cluster, table, tuple(part.strip() for part in parts if part.strip()))
+    return ViewSource(cluster, table, tuple(part.strip() for part in parts if part.strip()), tls)
 
 
 def _check_columns(df: DataFrame, key_column: str, values: Sequence[str], result_column: str) -> None:

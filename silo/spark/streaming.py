@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from silo.spark.jobs import DEFAULT_TIMEOUT, check_arguments, route_to_silos, view_source
+from silo.wire.tls import TlsSettings
 from silo.work.columnar_routing import DEFAULT_COLUMNAR_BATCH_SIZE, DEFAULT_IN_FLIGHT, RoutingStats
 from silo.work.hashring import DEFAULT_VIRTUAL_NODES
 from silo.work.routing import DEFAULT_MAX_ATTEMPTS
@@ -62,6 +63,7 @@ def route_stream(
     virtual_nodes: int = DEFAULT_VIRTUAL_NODES,
     in_flight: int = DEFAULT_IN_FLIGHT,
     stats: Accumulator[RoutingStats] | None = None,
+    tls: TlsSettings | None = None,
 ) -> DataStreamWriter:
     """A ``DataStreamWriter`` that routes each micro-batch of the streaming ``df`` and hands it to ``sink``.
 
@@ -85,7 +87,7 @@ def route_stream(
         "in_flight": in_flight,
     }
     check_arguments(df, key_column, value_columns, result_column, timeout=timeout, **counts)
-    view_source(cluster, table, gateways)  # refuses a missing or doubled view source now
+    view_source(cluster, table, gateways, tls)  # refuses a missing or doubled view source now
 
     def route_batch(batch: DataFrame, batch_id: int) -> None:
         routed = route_to_silos(
@@ -103,6 +105,7 @@ def route_stream(
             virtual_nodes=virtual_nodes,
             in_flight=in_flight,
             stats=stats,
+            tls=tls,
         ).persist()
         try:
             sink(routed, batch_id)

@@ -2,9 +2,10 @@
 
 Two checks, both before the join writes anything to the table:
 
-- **Transport**: every silo advertises ``transport=tls|plaintext`` in its row (property
-  ``TRANSPORT_PROPERTY``; a row without it is plaintext, as every silo was before TLS). A silo
-  whose transport differs from an Active silo's refuses to join: the two could never talk.
+- **Transport**: a TLS silo advertises ``transport=tls`` in its row (property
+  ``TRANSPORT_PROPERTY``); a row without it is plaintext (plaintext rows stay as they were before
+  TLS existed). A silo whose transport differs from an Active silo's refuses to join: the two
+  could never talk.
 - **Certificate** (TLS only): Ping every Active silo. If none answers and one refused us for
   security reasons (our certificate's cluster or role, its CA, its validity), joining would fail
   the same way: refuse now. If they are merely unreachable, join as usual (the join's own
@@ -14,7 +15,7 @@ Two checks, both before the join writes anything to the table:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import grpc
 
@@ -33,6 +34,11 @@ class AdmissionRefusedError(OptionsError):
 
 def transport_of(tls: bool) -> str:
     return TLS if tls else PLAINTEXT
+
+
+def advertised_properties(properties: Mapping[str, str], *, tls: bool) -> dict[str, str]:
+    """The properties a silo's row carries: the given ones, plus ``transport=tls`` under TLS."""
+    return {**properties, TRANSPORT_PROPERTY: TLS} if tls else dict(properties)
 
 
 def transport_mismatch(entries: Iterable[MembershipEntry], tls: bool) -> str | None:

@@ -14,7 +14,8 @@ Errors say what the caller should do next::
                            new owner (delivery is at-least-once: handlers are idempotent).
     WorkError              the silo refused or the handler failed: unknown handler
                            (NOT_FOUND), wrong result count (INVALID_ARGUMENT), the handler
-                           raised (INTERNAL), another cluster (FAILED_PRECONDITION). Sending
+                           raised (INTERNAL), another cluster (FAILED_PRECONDITION), a
+                           certificate refused (PERMISSION_DENIED, UNAUTHENTICATED). Sending
                            the batch elsewhere would fail the same way: do not fail over.
 
 Both derive from ``silo.errors.SiloError`` and are siblings, so ``except WorkError`` never
@@ -27,7 +28,7 @@ import math
 import os
 import socket
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self
 
 import grpc
 
@@ -37,6 +38,7 @@ from silo.errors import SiloError
 from silo.wire import codec
 from silo.wire.channels import CHANNEL_OPTIONS
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
+from silo.wire.tls import ChannelPool, TlsSettings
 from silo.work import columns
 
 if TYPE_CHECKING:
@@ -153,50 +155,45 @@ def _check_timeout(timeout: float) -> None:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
 
 
-Channel = TypeVar("Channel")
-
-
-class _ChannelCache(Generic[Channel]):
+class _ChannelCache:
     """What both flavours share: the cluster id, the sender, one channel per silo endpoint."""
 
-    def __init__(self, cluster_id: str, sender: str | None, open_channel: Callable[..., Channel]) -> None:
+    def __init__(self, cluster_id: str, sender: str | None, tls: TlsSettings | None, *, aio: bool) -> None:
         self._cluster_id = validate_cluster_id(cluster_id)
         self._sender = default_sender() if sender is None else sender
-        self._open_channel = open_channel
-        self._channels: dict[str, Channel] = {}
+        if tls is not None and not isinstance(tls, TlsSettings):
+            raise ValueError(f"tls must be a TlsSettings(cert, key, ca) or None, got {tls!r}")
+        self._channels = ChannelPool(self._cluster_id, tls, CHANNEL_OPTIONS, aio=aio)
 
     def _prepare(
         self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], timeout: float
-    ) -> tuple[_Batch, Channel]:
+    ) -> tuple[_Batch, Any]:
         return _Batch(self._cluster_id, self._sender, silo, handler, items), self._channel(silo, timeout)
 
     def _prepare_columnar(
         self, silo: SiloAddress, handler: str, batch: pa.RecordBatch, timeout: float
-    ) -> tuple[_Batch, Channel]:
+    ) -> tuple[_Batch, Any]:
         if batch.num_columns < 1:
             raise ValueError("a columnar batch needs its routing keys in column 0; this batch has no columns")
         data = columns.write_batch(batch)
         call = _Batch(self._cluster_id, self._sender, silo, handler, arrow_batch=data, count=batch.num_rows)
         return call, self._channel(silo, timeout)
 
-    def _channel(self, silo: SiloAddress, timeout: float) -> Channel:
+    def _channel(self, silo: SiloAddress, timeout: float) -> Any:
         _check_timeout(timeout)
-        channel = self._channels.get(silo.endpoint)
-        if channel is None:
-            channel = self._channels[silo.endpoint] = self._open_channel(silo.endpoint, options=CHANNEL_OPTIONS)
-        return channel
+        return self._channels.get(silo.endpoint)
 
-    def _take_channels(self) -> list[Channel]:
-        channels, self._channels = self._channels, {}
-        return list(channels.values())
+    def _take_channels(self) -> list[Any]:
+        return self._channels.drain()
 
 
-class WorkClient(_ChannelCache[Any]):
+class WorkClient(_ChannelCache):
     """Sends batches to silos' ``Work.Process`` from asyncio code (use it within one event loop)."""
 
-    def __init__(self, cluster_id: str, *, sender: str | None = None) -> None:
-        """``sender`` names this client in the silos' logs (default: ``host pid N``)."""
-        super().__init__(cluster_id, sender, grpc.aio.insecure_channel)
+    def __init__(self, cluster_id: str, *, sender: str | None = None, tls: TlsSettings | None = None) -> None:
+        """``sender`` names this client in the silos' logs (default: ``host pid N``); ``tls``: call
+        over mutual TLS with these files (a client or silo certificate of ``cluster_id``)."""
+        super().__init__(cluster_id, sender, tls, aio=True)
 
     async def process(
         self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], timeout: float
@@ -254,11 +251,11 @@ class PendingColumnarCall:
         return bool(self._future.cancel())
 
 
-class SyncWorkClient(_ChannelCache[grpc.Channel]):
+class SyncWorkClient(_ChannelCache):
     """``WorkClient`` with blocking calls, for code without an event loop (Spark executors)."""
 
-    def __init__(self, cluster_id: str, *, sender: str | None = None) -> None:
-        super().__init__(cluster_id, sender, grpc.insecure_channel)
+    def __init__(self, cluster_id: str, *, sender: str | None = None, tls: TlsSettings | None = None) -> None:
+        super().__init__(cluster_id, sender, tls, aio=False)
 
     def process(
         self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], timeout: float

@@ -13,6 +13,7 @@ from membership_tables import MembershipEntry, MembershipTableData, SiloAddress,
 from silo.membership.probing import IndirectProbeResult
 from silo.membership.snapshot import MembershipSnapshot
 from silo.wire.server import MembershipServer
+from silo.wire.tls import TlsSettings
 
 CLUSTER = "test-cluster"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -70,10 +71,10 @@ def entry(address: SiloAddress, status: SiloStatus = SiloStatus.ACTIVE, **change
 
 @contextlib.asynccontextmanager
 async def serving(
-    make_handler: Callable[[SiloAddress], FakeHandler], host: str = "127.0.0.1"
+    make_handler: Callable[[SiloAddress], FakeHandler], host: str = "127.0.0.1", tls: TlsSettings | None = None
 ) -> AsyncIterator[tuple[MembershipServer, FakeHandler]]:
-    """A started server on a free port, whose handler is built once the address is known."""
-    server = MembershipServer(host, 0)
+    """A started server on a free port (mutual TLS with ``tls``), whose handler is built once the address is known."""
+    server = MembershipServer(host, 0, tls=tls)
     handler = make_handler(SiloAddress(host, server.port, 1))
     await server.start(handler)
     try:

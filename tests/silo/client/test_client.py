@@ -290,6 +290,7 @@ def test_the_public_names_are_exactly_the_intended_ones() -> None:
         "MembershipClientError",
         "MembershipUnavailableError",
         "SiloInfo",
+        "TlsSettings",
         "ViewDiff",
         "ViewUpdate",
         "WrongClusterError",
