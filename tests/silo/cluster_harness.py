@@ -51,6 +51,7 @@ class SiloProcess:
 
     def __init__(self, argv: Sequence[str], log: Path) -> None:
         self.log = log
+        self.argv = list(argv)
         self._server = ServerProcess(argv, log, env={"PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"})
         self.address: SiloAddress | None = None
 
@@ -141,6 +142,10 @@ class Cluster:
         started = self.start(count, *extra_args)
         self.wait_statuses(started, SiloStatus.ACTIVE, timeout)
         return started
+
+    def launch(self, *extra_args: str) -> SiloProcess:
+        """Start one silo and return at once (for a silo expected to exit before it listens)."""
+        return self._spawn(extra_args)
 
     def _spawn(self, extra_args: Sequence[str]) -> SiloProcess:
         name = f"{self.cluster_id}-{len(self.silos)}"
