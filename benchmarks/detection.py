@@ -30,13 +30,19 @@ Everything is measured against the **floor**, ``num_missed_probes_limit x probe_
   actually sends and receives before a partition's cut. ZooKeeper's pings are **counted**
   (the server's ``srvr`` packet counter).
 
+* **TLS beside plaintext** (``--transport plaintext,tls``): the silos' crash and hang trials
+  run once per transport, one after the other at each N, the TLS clusters with mutual TLS
+  (development CA certificates, ``silo.cli.dev_ca``); the report gives both and the ratio of
+  the TLS medians to the plaintext ones (target: within 10%).
+
     python -m benchmarks.detection [--quick] [--systems silos,zookeeper,serf-lan,serf-local,partitions]
-        [--sizes 5,10,20] [--trials 30]
+        [--sizes 5,10,20] [--trials 30] [--transport plaintext,tls]
 
 A full run takes about 45 minutes on two cores; ``--quick`` (N = 5, 3 + 3 trials, one
 partition of each kind, no Serf) about a minute. ``--systems`` picks what runs (default:
 all; ``partitions`` is the silos' partition scenario), ``--sizes`` the cluster sizes,
-``--trials`` the crash and the hang trials per size; they override either preset.
+``--trials`` the crash and the hang trials per size, ``--transport`` the silos' transports
+(default plaintext); they override either preset.
 """
 
 from __future__ import annotations
@@ -80,7 +86,10 @@ from benchmarks.silo_cluster import (
     pings_per_second,
 )
 from benchmarks.zk_group import ZkGroup
+from silo.cli.dev_ca import init_ca, issue
 from silo.membership.options import SiloOptions
+from silo.wire.peer_identity import Role
+from silo.wire.tls import TlsSettings
 from tests.services.zookeeper import ZooKeeperServer, four_letter_word
 
 NAME = "detection"
@@ -93,6 +102,10 @@ SYSTEMS = ("silos", "zookeeper", *(f"serf-{profile}" for profile in PROFILES), "
 """What ``--systems`` can choose: each failure detector, and the silos' partition scenario."""
 QUICK_SYSTEMS = ("silos", "zookeeper", "partitions")
 """``--quick`` leaves Serf out (its profiles take 5-20 s per trial); ``--systems`` puts it back."""
+TRANSPORTS = ("plaintext", "tls")
+"""What ``--transport`` can choose for the silos' trials."""
+TLS_TARGET = 1.10
+"""TLS detection medians within 10% of plaintext's."""
 SERF_BOUND = 60.0
 """Seconds to wait for every Serf survivor to log the failure (lan's longest suspicion at N = 20 is 31 s)."""
 
@@ -118,6 +131,8 @@ class Config:
     seed: int = 20261122
     preset: str = "local"
     systems: tuple[str, ...] = SYSTEMS
+    transports: tuple[str, ...] = ("plaintext",)
+    """The silos' transports; with ``tls`` the TLS trials go to ``results["silos_tls"]``."""
 
     @classmethod
     def quick(cls) -> Config:
@@ -174,9 +189,12 @@ def plan(config: Config) -> list[str]:
 # --- silos on loopback ---------------------------------------------------------------------------
 
 
-async def silo_trials(uri: str, size: int, config: Config, root: Path, rng: random.Random) -> dict[str, Any]:
+async def silo_trials(
+    uri: str, size: int, config: Config, root: Path, rng: random.Random, tls: TlsSettings | None = None
+) -> dict[str, Any]:
     root.mkdir(parents=True, exist_ok=True)
-    bench = BenchCluster(root, uri, f"det{size}", watch_views=config.watch_views)
+    cluster_id = f"det{size}" + ("tls" if tls else "")
+    bench = BenchCluster(root, uri, cluster_id, watch_views=config.watch_views, tls=tls)
     trials: dict[str, list[KillTrial]] = {mode: [] for mode in MODES}
     idle: dict[str, Any] = {}
     extra_deaths = 0
@@ -190,7 +208,8 @@ async def silo_trials(uri: str, size: int, config: Config, root: Path, rng: rand
             trials[mode].append(trial)
             extra_deaths += await bench.replace_missing(size) - 1
             print(
-                f"  N={size} {mode} {index + 1}/{len(modes)}: Dead after {fmt_s(trial.table_dead)} "
+                f"  N={size}{' TLS' if tls else ''} {mode} {index + 1}/{len(modes)}: "
+                f"Dead after {fmt_s(trial.table_dead)} "
                 f"({fmt_ratio(trial.table_dead)} x floor), last view after {fmt_s(trial.last_view)}",
                 flush=True,
             )
@@ -230,6 +249,53 @@ def summarize_trials(mode: str, trials: list[KillTrial]) -> dict[str, Any]:
         "undetected_within_bound": sum(t.table_dead is None for t in trials),
         "trials": [t.to_json() for t in trials],
     }
+
+
+def silo_certificates(root: Path, sizes: Sequence[int]) -> dict[int, TlsSettings]:
+    """A development CA under ``root`` and one silo certificate per TLS cluster (``det<N>tls``)."""
+    directory = root / "certs"
+    ca = init_ca(directory)
+    settings = {}
+    for size in sizes:
+        issued = issue(directory, cluster=f"det{size}tls", name=f"det{size}tls", roles=(Role.SILO,))
+        settings[size] = TlsSettings(issued.cert, issued.key, ca)
+    return settings
+
+
+async def all_silo_trials(config: Config, root: Path, rng: random.Random, results: dict[str, Any]) -> None:
+    """The silos' trials at every N, once per transport; TLS results in ``silos_tls`` and their ratio."""
+    certificates = silo_certificates(root, config.sizes) if "tls" in config.transports else {}
+    with services.table_uris(config.backend, root) as fresh_uri:
+        for size in config.sizes:
+            for transport in config.transports:
+                tls = certificates.get(size) if transport == "tls" else None
+                key, label = ("silos_tls", "-tls") if tls else ("silos", "")
+                print(f"[detection] silos on {config.backend} ({transport}), N={size}", flush=True)
+                started = wall()
+                results.setdefault(key, {})[str(size)] = await silo_trials(
+                    fresh_uri(), size, config, root / f"silos{label}-{size}", rng, tls
+                )
+                results["elapsed_s"][f"silos{label}-{size}"] = wall() - started
+    if "silos_tls" in results and results["silos"]:
+        results["tls_vs_plaintext"] = transport_ratios(results["silos"], results["silos_tls"])
+
+
+def transport_ratios(plaintext: dict[str, Any], tls: dict[str, Any]) -> dict[str, Any]:
+    """Per N and failure: the Dead-row medians of both transports, TLS / plaintext, and the 10% target."""
+    comparison: dict[str, Any] = {}
+    for size in plaintext.keys() & tls.keys():
+        comparison[size] = {}
+        for mode in MODES:
+            plain_median = plaintext[size][mode]["table_dead"]["median"]
+            tls_median = tls[size][mode]["table_dead"]["median"]
+            relative = ratio(tls_median, plain_median)
+            comparison[size][mode] = {
+                "plaintext_median_s": plain_median,
+                "tls_median_s": tls_median,
+                "tls_over_plaintext": relative,
+                "within_target": None if math.isnan(relative) else relative <= TLS_TARGET,
+            }
+    return comparison
 
 
 # --- ZooKeeper -----------------------------------------------------------------------------------
@@ -471,14 +537,7 @@ async def run(config: Config) -> dict[str, Any]:
     }
     with workdir(NAME) as root:
         if "silos" in config.systems:
-            with services.table_uris(config.backend, root) as fresh_uri:
-                for size in config.sizes:
-                    print(f"[detection] silos on {config.backend}, N={size}", flush=True)
-                    started = wall()
-                    results["silos"][str(size)] = await silo_trials(
-                        fresh_uri(), size, config, root / f"silos-{size}", rng
-                    )
-                    results["elapsed_s"][f"silos-{size}"] = wall() - started
+            await all_silo_trials(config, root, rng, results)
         if "zookeeper" in config.systems:
             with services.zookeeper(root) as zookeeper:
                 for size in config.sizes:
@@ -535,14 +594,17 @@ def yes_no(value: bool | None) -> str:
 def detection_rows(results: dict[str, Any]) -> list[list[object]]:
     """One row per system, N, failure and measure: seconds, ratios to the floor, target, trials, false deaths."""
     rows: list[list[object]] = []
-    for size, entry in results["silos"].items():
+    silo_runs = {"silos": results["silos"], "silos (TLS)": results.get("silos_tls", {})}
+    for system, size, entry in (
+        (system, size, entry) for system, runs in silo_runs.items() for size, entry in runs.items()
+    ):
         for mode in MODES:
             for measure, label in (("table_dead", "Dead row"), ("last_view", "last view")):
                 stats = entry[mode][measure]
                 relative = entry[mode]["ratio_to_floor"][measure]
                 dead_row = measure == "table_dead"
                 rows.append(
-                    ["silos", size, f"{mode} ({MODES[mode]})", label, stats["median"], stats["p99"],
+                    [system, size, f"{mode} ({MODES[mode]})", label, stats["median"], stats["p99"],
                      relative["median"], relative["p99"], target_text(mode) if dead_row else "",
                      yes_no(entry[mode]["meets_target"]) if dead_row else "", stats["n"],
                      entry["other_silos_declared_dead"]]
@@ -649,6 +711,18 @@ def segments_note(results: dict[str, Any]) -> str | None:
     )
 
 
+TRANSPORT_HEADERS = ["N", "failure", "plaintext median s", "TLS median s", "TLS / plaintext", "within 10%"]
+
+
+def transport_rows(results: dict[str, Any]) -> list[list[object]]:
+    return [
+        [size, f"{mode} ({MODES[mode]})", entry["plaintext_median_s"], entry["tls_median_s"],
+         entry["tls_over_plaintext"], yes_no(entry["within_target"])]
+        for size, modes in results["tls_vs_plaintext"].items()
+        for mode, entry in modes.items()
+    ]  # fmt: skip
+
+
 def report(results: dict[str, Any]) -> None:
     floor = results["floor_s"]
     print_table(
@@ -664,6 +738,12 @@ def report(results: dict[str, Any]) -> None:
     else:
         print_table("Partition (5 silos, network namespaces): cut to minority Dead / exited", PARTITION_HEADERS,
                     partition_rows(results))  # fmt: skip
+    if "tls_vs_plaintext" in results:
+        print_table(
+            f"Detection with mutual TLS beside plaintext (Dead row medians; target TLS / plaintext <= {TLS_TARGET})",
+            TRANSPORT_HEADERS,
+            transport_rows(results),
+        )
     print_table("Cost of an idle cluster", COST_HEADERS, cost_rows(results))
     note = segments_note(results)
     if note:
@@ -738,6 +818,7 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     extra.add_argument("--systems", default=None)
     extra.add_argument("--sizes", default=None)
     extra.add_argument("--trials", type=int, default=None)
+    extra.add_argument("--transport", default=None)
     known, rest = extra.parse_known_args(argv)
     settings = common_arguments(__doc__ or NAME, rest)
     config = Config.quick() if settings.quick else Config()
@@ -752,6 +833,8 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
         if not sizes or min(sizes) < 2:
             raise SystemExit(f"--sizes must be whole numbers of at least 2, comma-separated, got {known.sizes!r}")
         changes["sizes"] = sizes
+    if known.transport is not None:
+        changes["transports"] = choices_list(known.transport, TRANSPORTS, "--transport")
     if known.trials is not None:
         if known.trials < 1:
             raise SystemExit(f"--trials must be at least 1, got {known.trials}")

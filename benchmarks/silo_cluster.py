@@ -36,6 +36,7 @@ from silo.exit_codes import ExitCode
 from silo.membership.options import SiloOptions
 from silo.wire import codec
 from silo.wire.prober import GrpcProber
+from silo.wire.tls import TlsSettings
 from tests.silo.cluster_harness import Cluster, SiloProcess, death_bound
 
 POLL = 0.1
@@ -166,7 +167,9 @@ class BenchCluster:
         extra_args: Sequence[str] = (),
         poll_table: bool = True,
         watch_views: bool = True,
+        tls: TlsSettings | None = None,
     ) -> None:
+        """``tls``: every silo runs over mutual TLS with these (silo) files, and the views are read with them."""
         self.cluster = Cluster(workdir, table_uri, cluster_id)
         self.poll_table = poll_table
         """False: take the Dead write from the survivors' views and never read the table during a trial
@@ -175,8 +178,9 @@ class BenchCluster:
         """False: only the table is watched (no GetMembership polling of the survivors during a trial)."""
         if not (poll_table or watch_views):
             raise ValueError("a trial must watch the table, the views, or both")
-        self.extra_args = tuple(extra_args)
-        self.prober = GrpcProber(cluster_id, None)
+        tls_args = ("--tls-cert", str(tls.cert), "--tls-key", str(tls.key), "--tls-ca", str(tls.ca)) if tls else ()
+        self.extra_args = (*extra_args, *tls_args)
+        self.prober = GrpcProber(cluster_id, None, tls=tls)
         self.bound = death_bound(self.cluster.options)
 
     @property

@@ -11,6 +11,10 @@
 4. Print the cluster before and after, the death (when, by whom), records per silo, how many
    were rerouted, and a check against the same computation done without silos.
 
+With ``--tls`` every silo and the Spark job talk mutual TLS: a development CA and one
+certificate per silo (and a client certificate for Spark) are made in the temporary directory
+first (``silo.cli.dev_ca``), exactly what ``silo certs init``/``issue`` write.
+
 Progress goes to stderr; the report (or with ``--json`` one JSON object) to stdout. Every silo
 and the Spark JVM are stopped on the way out, also on Ctrl-C or SIGTERM. Exit code 0 when the
 check passes, 1 when it does not, 2 for bad arguments.
@@ -26,7 +30,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,7 +40,10 @@ from typing import TYPE_CHECKING
 from membership_tables import MembershipTable, MembershipTableData, SiloAddress, SiloStatus, open_table
 from silo.cli.arguments import redact
 from silo.cli.demo_report import Death, DemoSummary, JobTotals
+from silo.cli.dev_ca import init_ca, issue
 from silo.cli.local_cluster import LocalCluster, LocalClusterError
+from silo.wire.peer_identity import Role
+from silo.wire.tls import TlsSettings
 from silo.work.handlers import CHECKSUM_HANDLER, checksum, checksum_total
 
 if TYPE_CHECKING:
@@ -67,6 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--batch-size", type=_positive, default=2000, help="records per gRPC call, an Arrow batch (default 2000)"
     )
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    parser.add_argument(
+        "--tls", action="store_true", help="run silos and Spark over mutual TLS (certificates made in the temp dir)"
+    )
     parser.set_defaults(log_level="WARNING")  # progress is printed, not logged
 
 
@@ -137,8 +147,12 @@ def _demo(args: argparse.Namespace, scratch: Path, progress: Progress) -> DemoSu
     with open_table(table_uri, args.cluster) as table, LocalCluster(table, table_uri, args.cluster, scratch) as silos:
         table.initialize()
         _refuse_busy_cluster(table, args.cluster)
-        progress(f"starting {args.silos} silos on {redact(table_uri)} (cluster {args.cluster!r}, local preset)")
-        silos.start(names)
+        tls, silo_flags = _certificates(args, scratch, names, progress) if args.tls else (None, {})
+        transport = "mutual TLS" if tls else "plaintext"
+        progress(
+            f"starting {args.silos} silos on {redact(table_uri)} (cluster {args.cluster!r}, local preset, {transport})"
+        )
+        silos.start(names, silo_flags)
         progress("starting Spark (local[2])")
         from silo.spark import local_session
 
@@ -147,7 +161,7 @@ def _demo(args: argparse.Namespace, scratch: Path, progress: Progress) -> DemoSu
             before, before_at = table.read_all(), datetime.now(UTC)
             progress(f"{args.silos} silos Active: " + ", ".join(f"{name} {addresses[name]}" for name in names))
             progress("building the job: route_to_silos over spark.range")
-            job = _Job(spark, table_uri, args)
+            job = _Job(spark, table_uri, args, tls)
             death = _run_and_kill(job, silos, table, names[VICTIM], addresses[names[VICTIM]], progress)
         progress("computing the same checksums without silos")
         expected = checksum_total(checksum(key, payload) for key, payload in _records(args.records, _keys(args)))
@@ -168,6 +182,21 @@ def _demo(args: argparse.Namespace, scratch: Path, progress: Progress) -> DemoSu
         after_at=after_at,
         elapsed_s=progress.elapsed,
     )
+
+
+def _certificates(
+    args: argparse.Namespace, scratch: Path, names: Sequence[str], progress: Progress
+) -> tuple[TlsSettings, dict[str, list[str]]]:
+    """A development CA in ``scratch``, a silo certificate per name and a client one for Spark."""
+    directory = scratch / "certs"
+    ca = init_ca(directory)
+    flags: dict[str, list[str]] = {}
+    for name in names:
+        issued = issue(directory, cluster=args.cluster, name=name, roles=(Role.SILO,))
+        flags[name] = ["--tls-cert", str(issued.cert), "--tls-key", str(issued.key), "--tls-ca", str(ca)]
+    client = issue(directory, cluster=args.cluster, name="spark", roles=(Role.CLIENT,))
+    progress(f"made a development CA and {len(names)} silo certificates and a client one in {directory}")
+    return TlsSettings(client.cert, client.key, ca), flags
 
 
 def _require_java() -> None:
@@ -204,7 +233,7 @@ def _records(count: int, keys: int) -> Iterator[tuple[str, bytes]]:
 class _Job:
     """The Spark job, run in a background thread so the main thread can watch and kill."""
 
-    def __init__(self, spark: SparkSession, table_uri: str, args: argparse.Namespace) -> None:
+    def __init__(self, spark: SparkSession, table_uri: str, args: argparse.Namespace, tls: TlsSettings | None) -> None:
         from silo.spark import route_to_silos
 
         self._spark = spark
@@ -212,7 +241,13 @@ class _Job:
             f"concat('key-', cast(id % {_keys(args)} as string)) as key", "id as value"
         )
         self._routed = route_to_silos(
-            frame, "key", CHECKSUM_HANDLER, table=table_uri, cluster=args.cluster, batch_size=args.batch_size
+            frame,
+            "key",
+            CHECKSUM_HANDLER,
+            table=table_uri,
+            cluster=args.cluster,
+            batch_size=args.batch_size,
+            tls=tls,
         )
         self.partitions = args.partitions
         self.totals = JobTotals()

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
@@ -45,12 +45,14 @@ class LocalCluster:
         self.preset = preset
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, names: Sequence[str]) -> None:
-        """Start one silo per name at once (returns without waiting for them to join)."""
+    def start(self, names: Sequence[str], extra_args: Mapping[str, Sequence[str]] | None = None) -> None:
+        """Start one silo per name at once (returns without waiting for them to join).
+
+        ``extra_args``: more ``silo run`` arguments per name (e.g. its TLS files)."""
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRPC_VERBOSITY": "ERROR"}
         for name in names:
             argv = [sys.executable, "-m", "silo", "run", "--table", self.table_uri, "--cluster", self.cluster]
-            argv += ["--preset", self.preset, "--name", name]
+            argv += ["--preset", self.preset, "--name", name, *(extra_args or {}).get(name, ())]
             with (self.log_dir / f"{name}.log").open("ab") as log:
                 self._processes[name] = subprocess.Popen(
                     argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True

@@ -90,6 +90,28 @@ def test_demo_json_is_correct_and_leaves_nothing_behind(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_demo_over_tls_routes_every_record_through_tls_silos(tmp_path: Path) -> None:
+    demo = start_demo(tmp_path, "--records", "20000", "--json", "--tls", stdout=subprocess.PIPE)
+    try:
+        stdout, stderr = demo.communicate(timeout=DEMO_TIMEOUT)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert demo.returncode == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["correct"] is True
+    assert summary["records_out"] == 20000
+    assert summary["declared_dead_after_s"] is not None
+    assert "local preset, mutual TLS" in stderr
+    assert "made a development CA" in stderr
+    assert_nothing_left(demo.pid, str(tmp_path))
+    with open_table(f"sqlite:///{tmp_path / 'demo.db'}", "demo") as table:
+        rows = table.read_all().entries
+    assert len(rows) == 4
+    assert all(entry.properties.get("transport") == "tls" for entry in rows)
+
+
+@pytest.mark.slow
 def test_ctrl_c_stops_every_silo_and_the_jvm(tmp_path: Path) -> None:
     demo = start_demo(tmp_path, "--records", "2000000", stdout=subprocess.DEVNULL)
     try:
