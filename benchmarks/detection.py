@@ -665,11 +665,14 @@ PARTITION_HEADERS = ["scenario", "trials", "all Dead median s", "p99 s", "median
 
 def cost_rows(results: dict[str, Any]) -> list[list[object]]:
     rows: list[list[object]] = []
-    for size, entry in results["silos"].items():
+    silo_runs = {"silos": results["silos"], "silos (TLS)": results.get("silos_tls", {})}
+    for system, size, entry in (
+        (system, size, entry) for system, runs in silo_runs.items() for size, entry in runs.items()
+    ):
         idle = entry["idle"]
         if idle:
             rows.append(
-                ["silos", size, idle["pings_per_s_per_silo"], "computed", idle["cpu_s_per_min_per_silo"]["median"],
+                [system, size, idle["pings_per_s_per_silo"], "computed", idle["cpu_s_per_min_per_silo"]["median"],
                  math.nan]
             )  # fmt: skip
     for size, entry in results["zookeeper"].items():

@@ -70,3 +70,24 @@ def test_a_tiny_serf_detection_run_times_a_crash_and_a_hang(tmp_path: Path) -> N
         assert trial["all_failed"] is not None, trial
         assert trial["first_failed"] <= trial["all_failed"]
     assert "Serf local  3" in finished.stdout  # its rows in the printed table
+
+
+@pytest.mark.slow
+def test_a_tiny_detection_run_measures_tls_beside_plaintext_with_their_ratio(tmp_path: Path) -> None:
+    argv = ["--quick", "--systems", "silos", "--transport", "plaintext,tls", "--trials", "1", "--sizes", "3"]
+    finished = subprocess.run(
+        [sys.executable, "-m", "benchmarks.detection", *argv, "--output-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=480,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
+    results = json.loads((tmp_path / "detection.json").read_text())["results"]
+    assert set(results["silos"]) == set(results["silos_tls"]) == {"3"}
+    for mode in ("crash", "hang"):
+        assert results["silos_tls"]["3"][mode]["table_dead"]["n"] == 1
+        comparison = results["tls_vs_plaintext"]["3"][mode]
+        assert comparison["tls_over_plaintext"] == comparison["tls_median_s"] / comparison["plaintext_median_s"]
+    assert "Detection with mutual TLS beside plaintext" in finished.stdout
