@@ -18,7 +18,7 @@ One subpackage per part; an arrow is "may import" (``tests/test_layout.py`` keep
   membership events for operators; the runtime wires it in.
 - ``silo.dashboard``: the read-only web page of a cluster (``silo dashboard``), from table reads.
 - ``silo.runtime``: ``Silo`` (the roles assembled) and ``assemble``/``run_process`` (with the wire).
-- ``silo.cli``: the ``silo`` command (run, status, dashboard, demo); nothing imports it.
+- ``silo.cli``: the ``silo`` command (run, status, dashboard, demo, certs); nothing imports it.
 
 ``silo.errors`` (the exception root) and ``silo.exit_codes`` are shared by every part.
 ``silo.options``, ``silo.routing`` and ``silo.work_client`` are the old flat import paths, kept.

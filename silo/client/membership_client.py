@@ -97,6 +97,8 @@ class AsyncMembershipClient:
         self._source: ViewSource
         if tls is not None and not isinstance(tls, TlsSettings):
             raise ClientConfigError(f"tls must be a TlsSettings(cert, key, ca) or None, got {tls!r}")
+        if tls is not None and table is not None:
+            raise ClientConfigError("tls applies to gateways; a table is read with the store's own credentials")
         if endpoints:
             try:
                 self._source = GatewaySource(

@@ -132,7 +132,7 @@ def assemble(
     """
     if TRANSPORT_PROPERTY in config.properties:
         raise OptionsError(
-            f"property {TRANSPORT_PROPERTY!r} is set by the silo itself (tls or plaintext); drop that --property"
+            f"property {TRANSPORT_PROPERTY!r} is set by the silo itself (transport=tls under TLS); drop that --property"
         )
     metrics = MetricsExport.open(table, config) if config.metrics_port is not None else None
     try:

@@ -3,7 +3,11 @@
 ``protos/silo/v1/membership.proto`` is the contract (enum values append-only);
 ``scripts/generate_protos.py`` regenerates ``silo.wire.proto``. ``codec`` converts between
 messages and ``membership_tables`` rows; ``server`` serves Membership, Work and health;
-``prober`` implements ``silo.membership.probing``'s seams over gRPC.
+``prober`` implements ``silo.membership.probing``'s seams over gRPC. ``channels`` holds the
+channel options and message size limits; ``tls`` the mutual-TLS settings, server credentials
+and caller channels (``TlsSettings``, ``ChannelPool``); ``peer_identity`` who a certificate
+names and which RPCs each role may call; ``admission`` the checks a silo makes before it writes
+its row (no mixed transports, a certificate the cluster accepts).
 
 May import: ``membership_tables``, ``silo.membership`` (the seams and snapshots it serves),
 ``silo.work.registry`` (the handlers the Work service runs), ``silo.events`` (the events a watch

@@ -5,7 +5,10 @@ the OS picked (``--port 0``); ``start(handler)`` then serves the silo. Every req
 names its cluster: a request for another cluster is refused with ``FAILED_PRECONDITION``
 and logged, so two clusters that share a table or a network never mix. The health
 service (``grpc.health.v1.Health``) reports ``NOT_SERVING`` until ``set_serving(True)``
-(the silo is Active) and again once the silo stops.
+(the silo is Active) and again once the silo stops. With ``tls`` the server speaks mutual TLS
+only, and every call is first authorized from the caller's certificate
+(``silo.wire.peer_identity``): PERMISSION_DENIED or UNAUTHENTICATED, logged with the reason,
+before the request is looked at.
 
 ``WatchMembership`` streams the silo's snapshots (``Silo.snapshots()``): the current one,
 then every newer version; when the silo stops the stream ends with ``UNAVAILABLE`` so a

@@ -22,6 +22,7 @@ from silo.client import (
     ClientConfigError,
     MembershipClient,
     MembershipUnavailableError,
+    TlsSettings,
     ViewUpdate,
     WrongClusterError,
 )
@@ -66,6 +67,9 @@ def test_a_bad_gateway_endpoint_is_refused_with_the_expected_shape(text: str) ->
         ({"gateways": ["127.0.0.1:1"], "timeout": 0}, "timeout must be a positive number"),
         ({"table": "memory://x", "poll_interval": -1.0}, "poll_interval must be a positive number"),
         ({"table": "memory://x", "retry_timeout": float("inf")}, "retry_timeout must be a positive number"),
+        ({"gateways": ["127.0.0.1:1"], "tls": ("c.pem", "k.pem", "ca.pem")}, "tls must be a TlsSettings"),
+        ({"table": "memory://x", "tls": TlsSettings("c", "k", "a")}, "tls applies to gateways"),
+        ({"gateways": ["127.0.0.1:1"], "tls": TlsSettings("/nonexistent/c", "k", "a")}, "cannot read --tls-cert"),
     ],
 )
 def test_constructor_errors_say_what_to_give(kwargs: dict[str, object], message: str) -> None:

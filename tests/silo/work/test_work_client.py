@@ -11,6 +11,7 @@ import pytest
 
 from membership_tables import SiloAddress, SiloStatus
 from silo.wire.server import MembershipServer
+from silo.wire.tls import TlsConfigError, TlsSettings
 from silo.work.client import SyncWorkClient, WorkClient, WorkError, WorkUnavailableError
 from silo.work.handlers import CHECKSUM_HANDLER, checksum
 from silo.work.registry import HandlerRegistry
@@ -152,3 +153,11 @@ def test_columnar_errors_are_the_same_as_for_items(
 ) -> None:
     with pytest.raises(error, match=match):
         run(columnar_against_server(handler, **fake))
+
+
+@pytest.mark.parametrize("client_class", [WorkClient, SyncWorkClient])
+def test_tls_must_be_tls_settings_with_readable_files(client_class: type[WorkClient | SyncWorkClient]) -> None:
+    with pytest.raises(ValueError, match=r"tls must be a TlsSettings\(cert, key, ca\)"):
+        client_class(CLUSTER, tls=("cert.pem", "key.pem", "ca.pem"))  # type: ignore[arg-type]
+    with pytest.raises(TlsConfigError, match=r"cannot read --tls-cert /nonexistent/cert\.pem"):
+        client_class(CLUSTER, tls=TlsSettings("/nonexistent/cert.pem", "key.pem", "ca.pem"))
