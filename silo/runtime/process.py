@@ -91,6 +91,7 @@ class SiloStack:
     table: MembershipTable | None = None
     """The table the silo joins, read by ``admit`` before the join writes."""
     tls: bool = False
+    """Whether the silo serves and calls over mutual TLS (``SiloProcessConfig.tls``)."""
 
     async def admit(self) -> None:
         """Raise ``AdmissionRefusedError`` if the cluster would refuse this silo (``silo.wire.admission``);
@@ -124,8 +125,8 @@ def assemble(
     table: MembershipTable, config: SiloProcessConfig, wrap_prober: Callable[[Prober], Prober] | None = None
 ) -> SiloStack:
     """Bind the metrics server if asked for, then the gRPC server (so the address has the real
-    port), then build the silo; raises ``MetricsUnavailableError`` or ``BindError`` with nothing
-    left bound.
+    port), then build the silo; raises ``MetricsUnavailableError``, ``BindError`` or ``OptionsError``
+    (a reserved property, unusable TLS files) with nothing left bound.
 
     ``wrap_prober`` (benchmarks only, e.g. injected probe loss) wraps the prober the silo probes
     with; gossip and ``SiloStack.prober`` stay the plain ``GrpcProber``.
