@@ -41,7 +41,13 @@ from silo.membership.gossiper import Gossiper
 from silo.membership.local_health import LocalHealth
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
-from silo.membership.probing import GossipSender, IndirectProbeResult, ProbeOutcome, Prober
+from silo.membership.probing import (
+    GossipSender,
+    IndirectProbeResult,
+    ProbeOutcome,
+    Prober,
+    bounded_indirect_timeout,
+)
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import BlockingRunner, run_in_thread
@@ -155,6 +161,7 @@ class Silo:
             self._observer.gossip_received(version, applied=self._manager.snapshot.version > before)
 
     async def probe_for_peer(self, target: SiloAddress, timeout: float) -> IndirectProbeResult:
+        timeout = bounded_indirect_timeout(timeout, self._options.probe_timeout)
         started = self._clock.monotonic()
         failure = ""
         try:

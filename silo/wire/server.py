@@ -7,6 +7,10 @@ and logged, so two clusters that share a table or a network never mix. The healt
 service (``grpc.health.v1.Health``) reports ``NOT_SERVING`` until ``set_serving(True)``
 (the silo is Active) and again once the silo stops.
 
+Hostile input: a request that cannot be decoded is refused with ``INVALID_ARGUMENT``
+(gRPC itself would answer ``INTERNAL``), as is a field out of range; a message larger
+than ``MAX_MESSAGE_BYTES`` is refused by gRPC with ``RESOURCE_EXHAUSTED``.
+
 ``WatchMembership`` streams the silo's snapshots (``Silo.snapshots()``): the current one,
 then every newer version; when the silo stops the stream ends with ``UNAVAILABLE`` so a
 client moves to another gateway. ``Work.Process`` runs a handler from the
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -25,6 +30,7 @@ from functools import partial
 from typing import Any, NoReturn, Protocol
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from membership_tables import InvalidEntryError, MembershipTableData, SiloStatus
@@ -32,6 +38,7 @@ from silo.events import membership_events
 from silo.membership.probing import MembershipRpcHandler
 from silo.membership.snapshot import MembershipSnapshot
 from silo.wire import codec
+from silo.wire.channels import MESSAGE_SIZE_OPTIONS
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.work import execution
 from silo.work.registry import HandlerRegistry
@@ -48,6 +55,7 @@ _SERVER_OPTIONS = [
     # silo.gateway); accept them instead of answering GOAWAY "too_many_pings".
     ("grpc.http2.min_ping_interval_without_data_ms", 5000),
     ("grpc.keepalive_permit_without_calls", 1),
+    *MESSAGE_SIZE_OPTIONS,
 ]
 
 
@@ -132,8 +140,8 @@ class MembershipServer:
             codec.GOSSIP.name: _unary(codec.GOSSIP, self._gossip),
             codec.GET_MEMBERSHIP.name: _unary(codec.GET_MEMBERSHIP, self._get_membership),
             codec.WATCH_MEMBERSHIP.name: grpc.unary_stream_rpc_method_handler(
-                self._watch_membership,
-                request_deserializer=codec.WATCH_MEMBERSHIP.request.FromString,
+                _decoded_stream(self._watch_membership),
+                request_deserializer=_decoder(codec.WATCH_MEMBERSHIP),
                 response_serializer=codec.WATCH_MEMBERSHIP.response.SerializeToString,
             ),
         }
@@ -179,8 +187,12 @@ class MembershipServer:
             target = codec.address_from_proto(request.target)
         except InvalidEntryError as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"invalid probe target: {exc}")
-        if not request.timeout_seconds > 0:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "timeout_seconds must be positive")
+        if not (math.isfinite(request.timeout_seconds) and request.timeout_seconds > 0):
+            await _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"timeout_seconds must be a positive number of seconds, got {request.timeout_seconds!r}",
+            )
         result = await handler.probe_for_peer(target, request.timeout_seconds)
         return pb.ProbeIndirectlyResponse(
             succeeded=result.succeeded,
@@ -252,12 +264,50 @@ class MembershipServer:
         )
 
 
+class _Undecodable:
+    """What ``_decoder`` hands the server for bytes that are not the method's request message."""
+
+    def __init__(self, method: str, error: DecodeError) -> None:
+        self.details = f"the request is not a valid {method} request message ({error}); send a {method} request"
+
+
+def _decoder(method: codec.Method[Any, Any] | codec.StreamMethod[Any, Any]) -> Callable[[bytes], Any]:
+    """The request deserializer: an ``_Undecodable`` instead of the exception gRPC would answer INTERNAL to."""
+
+    def decode(data: bytes) -> Any:
+        try:
+            return method.request.FromString(data)
+        except DecodeError as exc:
+            return _Undecodable(method.name, exc)
+
+    return decode
+
+
+async def _refuse_undecodable(request: object, context: Any) -> None:
+    if isinstance(request, _Undecodable):
+        log.warning("refused an undecodable request: %s", request.details)
+        await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, request.details)
+
+
 def _unary(method: codec.Method[codec.Request, codec.Response], behaviour: Callable[..., Awaitable[Any]]) -> Any:
+    async def serve(request: Any, context: Any) -> Any:
+        await _refuse_undecodable(request, context)
+        return await behaviour(request, context)
+
     return grpc.unary_unary_rpc_method_handler(
-        behaviour,
-        request_deserializer=method.request.FromString,
+        serve,
+        request_deserializer=_decoder(method),
         response_serializer=method.response.SerializeToString,
     )
+
+
+def _decoded_stream(behaviour: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+    async def serve(request: Any, context: Any) -> AsyncIterator[Any]:
+        await _refuse_undecodable(request, context)
+        async for response in behaviour(request, context):
+            yield response
+
+    return serve
 
 
 async def _abort(context: Any, code: grpc.StatusCode, details: str) -> NoReturn:
