@@ -198,3 +198,18 @@ async def test_after_an_outage_a_silo_still_unreachable_is_declared_dead_after_t
     assert found[0].status is SiloStatus.DEAD
     for silo in silos:
         await silo.stop()
+
+
+@pytest.mark.parametrize(("asked", "given"), [(0.2, 0.2), (LOCAL.probe_timeout, LOCAL.probe_timeout), (1e9, 4.5)])
+def test_an_indirect_probe_for_a_peer_waits_at_most_a_few_probe_timeouts(asked: float, given: float) -> None:
+    """A peer may ask for any timeout; ours is capped at what the most degraded honest caller asks for."""
+    prober = FunctionProber()
+
+    @async_test
+    async def scenario() -> None:
+        silo = make_silo(memory_table(), address(1), FakeClock(T0), prober=prober)
+        result = await silo.probe_for_peer(address(2), asked)
+        assert result.succeeded
+
+    scenario()
+    assert prober.timeouts == [pytest.approx(given)]
