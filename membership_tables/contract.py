@@ -22,8 +22,9 @@ Terms used below:
   never fail because of one: they leave it out of ``rows`` and report it in
   ``MembershipTableData.malformed`` as a ``MalformedRow(key, reason)``, on every read
   until it is repaired or deleted, and change nothing in the store. One bad row must not
-  stop every silo's refresh, and with it failure detection. Writes treat it as absent
-  (no etag was ever handed out for it), and cleanup keeps it (its age is unknown).
+  stop every silo's refresh, and with it failure detection. No write succeeds on it (no
+  etag was ever handed out for it, and an insert under its key loses as for any existing
+  row), a heartbeat of it raises nothing, and cleanup keeps it (its age is unknown).
   Only a malformed *version* row still raises ``MalformedRowError``: without a version
   nothing can be written safely.
 

@@ -161,6 +161,12 @@ class Silo:
             self._observer.gossip_received(version, applied=self._manager.snapshot.version > before)
 
     async def probe_for_peer(self, target: SiloAddress, timeout: float) -> IndirectProbeResult:
+        snapshot = self._manager.snapshot
+        if snapshot.entry(target) is None:
+            # Only silos of the table: a caller must not make us open (and keep) a channel to any
+            # endpoint it names, nor use us to scan ports. An honest caller's target is in the table.
+            failure = f"{target} is not in this silo's membership table (version {snapshot.version}); not probed"
+            return IndirectProbeResult(False, self.health_score(), 0.0, failure)
         timeout = bounded_indirect_timeout(timeout, self._options.probe_timeout)
         started = self._clock.monotonic()
         failure = ""
