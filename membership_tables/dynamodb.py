@@ -333,8 +333,8 @@ class DynamoDbMembershipTable(MembershipTable):
         key = f"item {self._where(silo)}"
         try:
             attributes = {name: _plain(_deserializer.deserialize(value)) for name, value in item.items()}
-        except (TypeError, ValueError, ArithmeticError) as exc:
-            return MalformedRow(key, f"undecodable attributes ({exc})")
+        except (TypeError, ValueError, ArithmeticError, RecursionError) as exc:
+            return MalformedRow(key, f"undecodable attributes ({exc!r})")
         etag = attributes.pop(ETAG, None)
         if not _is_int(etag):
             return MalformedRow(key, f"no numeric 'etag' attribute (got {etag!r})")

@@ -189,6 +189,8 @@ class RowParser:
         for index in _TIMES:
             values[ROW_COLUMNS[index]] = time_from_db(row[index])
         try:
+            if not isinstance(row[_ETAG], str):
+                raise InvalidEntryError(f"etag must be a str, got {row[_ETAG]!r}")
             return row_to_entry(values), row[_ETAG]
         except InvalidEntryError as exc:
             return MalformedRow(row_name(values), str(exc))
