@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
-"""The largest gRPC message (8 MiB) a silo's server accepts or sends, and a channel to a silo.
+"""The largest gRPC message a silo accepts or sends, and a caller sends or accepts (8 MiB).
 
-A membership view of thousands of silos or a work batch is far below it; a larger
-request is refused with ``RESOURCE_EXHAUSTED`` before any handler sees it, so one
-caller cannot make a silo buffer an arbitrary amount of memory."""
+gRPC's default receive limit is 4 MiB; a Work batch of 10,000 Arrow rows with payloads of a few
+hundred bytes needs more. A bound keeps one hostile or buggy caller from making a silo buffer an
+arbitrarily large message. Servers and channels use the same limit so neither side sends what
+the other would refuse."""
 
 MESSAGE_SIZE_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
 ]
-"""The size limits, for every gRPC server and channel of the project."""
+"""The size limits, as gRPC options for both servers and channels."""
 
 CHANNEL_OPTIONS = [
     # Silos talk to each other directly; an http_proxy in the environment must not apply.
