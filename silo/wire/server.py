@@ -153,7 +153,8 @@ class MembershipServer:
 
     async def _admit(self, request_header: pb.RequestHeader, context: Any, method: str) -> SiloRpcHandler:
         """The handler if the request is for our cluster; otherwise abort the call."""
-        return await self._admit_cluster(request_header.cluster_id, _describe_sender(request_header), context, method)
+        cluster_id, sender = clip(request_header.cluster_id), _describe_sender(request_header)
+        return await self._admit_cluster(cluster_id, sender, context, method)
 
     async def _admit_cluster(self, cluster_id: str, sender: str, context: Any, method: str) -> SiloRpcHandler:
         handler = self._handler
@@ -186,7 +187,7 @@ class MembershipServer:
         try:
             target = codec.address_from_proto(request.target)
         except InvalidEntryError as exc:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"invalid probe target: {exc}")
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, clip(f"invalid probe target: {exc}"))
         if not (math.isfinite(request.timeout_seconds) and request.timeout_seconds > 0):
             await _abort(
                 context,
@@ -226,8 +227,8 @@ class MembershipServer:
         )
 
     async def _process(self, request: pb.ProcessRequest, context: Any) -> pb.ProcessResponse:
-        sender = request.sender or "an unnamed client"
-        silo = await self._admit_cluster(request.cluster_id, sender, context, "Process")
+        sender = clip(request.sender) or "an unnamed client"
+        silo = await self._admit_cluster(clip(request.cluster_id), sender, context, "Process")
         if silo.status is not SiloStatus.ACTIVE:
             await _abort(
                 context,
@@ -239,7 +240,7 @@ class MembershipServer:
             await _abort(
                 context,
                 grpc.StatusCode.NOT_FOUND,
-                f"no handler {request.handler!r} on silo {silo.silo_address} "
+                f"no handler {clip(request.handler)!r} on silo {silo.silo_address} "
                 f"(it has: {', '.join(self.handlers.names)}); start the silo with --handler NAME=module:function",
             )
         items = [(item.key, item.payload) for item in request.items]
@@ -289,6 +290,19 @@ async def _refuse_undecodable(request: object, context: Any) -> None:
         await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, request.details)
 
 
+SHOWN_CHARACTERS = 160
+"""How much of a caller's string (cluster id, sender, handler name) a log line or an error
+repeats: more than any valid value, so a clipped one never matches, and one hostile request
+cannot write megabytes into the log."""
+
+
+def clip(text: str) -> str:
+    """``text``, or its first ``SHOWN_CHARACTERS`` and how long it was."""
+    if len(text) <= SHOWN_CHARACTERS:
+        return text
+    return f"{text[:SHOWN_CHARACTERS]}... ({len(text)} characters)"
+
+
 def _unary(method: codec.Method[codec.Request, codec.Response], behaviour: Callable[..., Awaitable[Any]]) -> Any:
     async def serve(request: Any, context: Any) -> Any:
         await _refuse_undecodable(request, context)
@@ -319,6 +333,6 @@ def _describe_sender(request_header: pb.RequestHeader) -> str:
     if not request_header.HasField("sender"):
         return "an unnamed client"
     try:
-        return str(codec.address_from_proto(request_header.sender))
+        return clip(str(codec.address_from_proto(request_header.sender)))
     except InvalidEntryError:
         return "a client with an invalid address"

@@ -10,6 +10,7 @@ last test stops one silo's server and the others must declare it Dead.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import threading
 import time
@@ -266,6 +267,22 @@ def test_an_oversized_request_is_refused_and_changes_nothing(cluster: Cluster, c
     )
     assert call(channel, codec.PROCESS.path, small.SerializeToString()) == grpc.StatusCode.OK
     assert calls == [1]
+
+
+def test_huge_caller_strings_are_clipped_in_logs_and_errors(
+    channel: grpc.Channel, caplog: pytest.LogCaptureFixture
+) -> None:
+    huge = "c" * 1_000_000
+    request = pb.PingRequest(header=pb.RequestHeader(cluster_id=huge, sender=address("h" * 100_000, 1, 1)))
+    rpc = channel.unary_unary(codec.PING.path, request_serializer=None, response_deserializer=None)
+    with caplog.at_level(logging.WARNING, logger="silo.wire.server"), pytest.raises(grpc.RpcError) as failure:
+        rpc(request.SerializeToString(), timeout=CALL_TIMEOUT)
+    assert failure.value.code() == grpc.StatusCode.FAILED_PRECONDITION  # type: ignore[attr-defined]
+    details: str = failure.value.details()  # type: ignore[attr-defined]
+    assert "(1000000 characters)" in details
+    assert len(details) < 1000
+    (record,) = [r for r in caplog.records if "refused Ping" in r.getMessage()]
+    assert len(record.getMessage()) < 1000
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
