@@ -17,6 +17,7 @@ from membership_tables.errors import (
     TableUnavailableError,
 )
 from membership_tables.model import (
+    MalformedRow,
     MembershipEntry,
     MembershipTableData,
     SiloAddress,
@@ -33,6 +34,7 @@ __all__ = [
     "InvalidEntryError",
     "InvalidTableUriError",
     "InvalidUpdateError",
+    "MalformedRow",
     "MalformedRowError",
     "MembershipEntry",
     "MembershipTable",

@@ -73,28 +73,33 @@ def entry_to_document(entry: MembershipEntry) -> dict[str, Any]:
     }
 
 
+def document_to_entry(document: object) -> MembershipEntry:
+    """Parse a row document; ``InvalidEntryError`` says what is wrong with it."""
+    if not isinstance(document, Mapping):
+        raise InvalidEntryError(f"expected a JSON object, got {type(document).__name__}")
+    status_name = document.get("status")
+    if not isinstance(status_name, str) or status_name not in SiloStatus.__members__:
+        raise InvalidEntryError(f"unknown status {status_name!r}")
+    return MembershipEntry(
+        silo_address=SiloAddress.parse(str(document.get("address", ""))),
+        status=SiloStatus[status_name],
+        silo_name=document.get("silo_name", ""),
+        host_name=document.get("host_name", ""),
+        role_name=document.get("role_name", ""),
+        proxy_port=document.get("proxy_port", 0),
+        update_zone=document.get("update_zone", 0),
+        fault_zone=document.get("fault_zone", 0),
+        start_time=parse_time(document.get("start_time"), "start_time"),
+        i_am_alive_time=parse_time(document.get("i_am_alive_time"), "i_am_alive_time"),
+        suspect_times=votes_from_json(document.get("suspect_times", [])),
+        properties=document.get("properties", {}),
+    )
+
+
 def entry_from_document(document: object, where: str) -> MembershipEntry:
-    """Parse a row document; ``where`` names the row in the error (a key, a path)."""
+    """Parse a row document; ``where`` names the row in the ``MalformedRowError``."""
     try:
-        if not isinstance(document, Mapping):
-            raise InvalidEntryError(f"expected a JSON object, got {type(document).__name__}")
-        status_name = document.get("status")
-        if not isinstance(status_name, str) or status_name not in SiloStatus.__members__:
-            raise InvalidEntryError(f"unknown status {status_name!r}")
-        return MembershipEntry(
-            silo_address=SiloAddress.parse(str(document.get("address", ""))),
-            status=SiloStatus[status_name],
-            silo_name=document.get("silo_name", ""),
-            host_name=document.get("host_name", ""),
-            role_name=document.get("role_name", ""),
-            proxy_port=document.get("proxy_port", 0),
-            update_zone=document.get("update_zone", 0),
-            fault_zone=document.get("fault_zone", 0),
-            start_time=parse_time(document.get("start_time"), "start_time"),
-            i_am_alive_time=parse_time(document.get("i_am_alive_time"), "i_am_alive_time"),
-            suspect_times=votes_from_json(document.get("suspect_times", [])),
-            properties=document.get("properties", {}),
-        )
+        return document_to_entry(document)
     except InvalidEntryError as exc:
         raise MalformedRowError(
             f"membership row {where} cannot be parsed: {exc}. Repair or delete it by hand; nothing was changed"
@@ -106,12 +111,20 @@ def dumps(entry: MembershipEntry) -> bytes:
     return json.dumps(entry_to_document(entry), separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def loads(data: bytes | str, where: str) -> MembershipEntry:
-    """Parse bytes written by ``dumps``; malformed JSON raises ``MalformedRowError``."""
+def bytes_to_entry(data: bytes | str) -> MembershipEntry:
+    """Parse bytes written by ``dumps``; ``InvalidEntryError`` says what is wrong with them."""
     try:
         document = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: JSON nested too deep
+        raise InvalidEntryError(f"not valid JSON ({exc})") from exc
+    return document_to_entry(document)
+
+
+def loads(data: bytes | str, where: str) -> MembershipEntry:
+    """Parse bytes written by ``dumps``; a malformed row raises ``MalformedRowError`` naming ``where``."""
+    try:
+        return bytes_to_entry(data)
+    except InvalidEntryError as exc:
         raise MalformedRowError(
-            f"membership row {where} is not valid JSON ({exc}). Repair or delete it by hand; nothing was changed"
+            f"membership row {where} cannot be parsed: {exc}. Repair or delete it by hand; nothing was changed"
         ) from exc
-    return entry_from_document(document, where)

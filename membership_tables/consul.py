@@ -46,6 +46,7 @@ from membership_tables.errors import (
     TableUnavailableError,
 )
 from membership_tables.model import (
+    MalformedRow,
     MembershipEntry,
     MembershipTableData,
     SiloAddress,
@@ -313,24 +314,41 @@ class ConsulMembershipTable(MembershipTable):
                 "Repair or delete it by hand; nothing was changed"
             ) from exc
 
-    def _row(self, tree: _Tree, silo: str) -> tuple[MembershipEntry, str]:
-        """The row stored for ``silo`` with its heartbeat merged in, and its etag."""
+    def _heartbeat_is_newer(self, beat: KVItem, when: datetime) -> bool:
+        """True if ``beat`` holds a time at or after ``when``; a malformed one is overwritten by the next beat."""
+        try:
+            return self._alive_time(beat) >= when
+        except MalformedRowError:
+            return False
+
+    def _row(self, tree: _Tree, silo: str) -> tuple[MembershipEntry, str] | MalformedRow:
+        """The row stored for ``silo`` with its heartbeat merged in, and its etag; or how it is malformed."""
         item = tree.members[silo]
-        entry = codec.loads(item["Value"] or b"", f"at Consul key {item['Key']!r}")
+        key = f"Consul key {item['Key']!r}"
+        try:
+            entry = codec.bytes_to_entry(item["Value"] or b"")
+        except InvalidEntryError as exc:
+            return MalformedRow(key, str(exc))
         if str(entry.silo_address) != silo:
-            raise MalformedRowError(
-                f"membership row at Consul key {item['Key']!r} is for silo {entry.silo_address}, not {silo}. "
-                "Repair or delete it by hand; nothing was changed"
-            )
+            return MalformedRow(key, f"holds the row of silo {entry.silo_address}, not of {silo}")
         beat = tree.alive.get(silo)
-        if beat is not None and (alive := self._alive_time(beat)) > entry.i_am_alive_time:
-            entry = entry.replace(i_am_alive_time=alive)
+        if beat is not None:
+            try:
+                alive = self._alive_time(beat)
+            except MalformedRowError as exc:
+                return MalformedRow(f"Consul key {beat['Key']!r}", str(exc))
+            if alive > entry.i_am_alive_time:
+                entry = entry.replace(i_am_alive_time=alive)
         return entry, str(item["ModifyIndex"])
 
     def _snapshot(self, only: SiloAddress | None = None) -> MembershipTableData:
         tree = self._read_tree()
-        silos = [silo for silo in tree.members if only is None or silo == str(only)]
-        return MembershipTableData(tuple(self._row(tree, silo) for silo in silos), self._version(tree.version))
+        read = [self._row(tree, silo) for silo in tree.members if only is None or silo == str(only)]
+        return MembershipTableData(
+            tuple(row for row in read if not isinstance(row, MalformedRow)),
+            self._version(tree.version),
+            tuple(row for row in read if isinstance(row, MalformedRow)),
+        )
 
     # --- the contract --------------------------------------------------------------------------
 
@@ -411,7 +429,7 @@ class ConsulMembershipTable(MembershipTable):
         member, alive = self.layout.member(silo_address), self.layout.alive(silo_address)
         for _ in range(HEARTBEAT_ATTEMPTS):
             _, beat = self._call("read a heartbeat", lambda c: c.kv.get(alive, consistency="consistent"))
-            if beat is not None and self._alive_time(beat) >= when:
+            if beat is not None and self._heartbeat_is_newer(beat, when):
                 return
             # "get" fails the transaction if the row is absent: a heartbeat never creates a row.
             ops = [
@@ -427,7 +445,10 @@ class ConsulMembershipTable(MembershipTable):
         tree = self._read_tree()
         rows = {silo: self._row(tree, silo) for silo in tree.members}  # parse all before deleting any
         removed = 0
-        for silo, (entry, etag) in rows.items():
+        for silo, row in rows.items():
+            if isinstance(row, MalformedRow):
+                continue  # its age is unknown: keep it
+            entry, etag = row
             if entry.status is not SiloStatus.DEAD or entry.last_activity >= before:
                 continue
             member, alive, beat = self.layout.member(silo), self.layout.alive(silo), tree.alive.get(silo)

@@ -17,6 +17,16 @@ Terms used below:
 * **infrastructure failure**: the store cannot be reached, times out, or fails in a
   way that says nothing about the preconditions. It raises ``TableUnavailableError``
   with the driver error as ``__cause__``; a write's outcome is then unknown.
+* **malformed row**: a stored member row (or its heartbeat) that cannot be parsed into a
+  ``MembershipEntry``: corrupted, edited by hand, or written by someone hostile. Reads
+  never fail because of one: they leave it out of ``rows`` and report it in
+  ``MembershipTableData.malformed`` as a ``MalformedRow(key, reason)``, on every read
+  until it is repaired or deleted, and change nothing in the store. One bad row must not
+  stop every silo's refresh, and with it failure detection. No write succeeds on it (no
+  etag was ever handed out for it, and an insert under its key loses as for any existing
+  row), a heartbeat of it raises nothing, and cleanup keeps it (its age is unknown).
+  Only a malformed *version* row still raises ``MalformedRowError``: without a version
+  nothing can be written safely.
 
 Handles are thread-safe: one handle may serve several threads at once, and several
 handles (in several processes) may use the same store at once.
@@ -111,7 +121,8 @@ class MembershipTable(abc.ABC):
 
         The rows and the version agree: the result reflects exactly the writes up to
         and including the one that set this version (never a torn mix of two writes).
-        Heartbeats are reflected as of some moment during the read.
+        Heartbeats are reflected as of some moment during the read. Rows that cannot be
+        parsed are skipped and listed in ``malformed`` (see the module docstring).
         """
 
     @abc.abstractmethod
@@ -119,7 +130,9 @@ class MembershipTable(abc.ABC):
         """The row of ``silo_address`` (zero or one row) and the current version.
 
         Atomic like ``read_all``: it returns the same entry, etag and version that a
-        ``read_all`` at the same moment would.
+        ``read_all`` at the same moment would. If the silo's stored row is malformed, the
+        result has no rows and reports that row in ``malformed``, as ``read_all`` would:
+        the silo reads as absent, and the caller learns why.
         """
 
     @abc.abstractmethod

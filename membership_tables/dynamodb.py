@@ -38,10 +38,11 @@ from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
 
-from membership_tables.codec import entry_from_document, entry_to_document, format_time, parse_time
+from membership_tables.codec import document_to_entry, entry_to_document, format_time, parse_time
 from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
 from membership_tables.errors import InvalidEntryError, InvalidTableUriError, MalformedRowError, TableUnavailableError
 from membership_tables.model import (
+    MalformedRow,
     MembershipEntry,
     MembershipTableData,
     SiloAddress,
@@ -326,26 +327,25 @@ class DynamoDbMembershipTable(MembershipTable):
                 "and 'etag' attributes. Repair or delete it by hand; nothing was changed"
             ) from exc
 
-    def _row_from_item(self, item: Item) -> tuple[MembershipEntry, str]:
+    def _row_from_item(self, item: Item) -> tuple[MembershipEntry, str] | MalformedRow:
+        """The row an item holds and its etag, or how the item is malformed."""
         silo = item.get(RANGE_KEY, {}).get("S")
+        key = f"item {self._where(silo)}"
         try:
             attributes = {name: _plain(_deserializer.deserialize(value)) for name, value in item.items()}
-        except (TypeError, ValueError) as exc:
-            raise MalformedRowError(f"membership row {self._where(silo)} has undecodable attributes ({exc})") from exc
+        except (TypeError, ValueError, ArithmeticError, RecursionError) as exc:
+            return MalformedRow(key, f"undecodable attributes ({exc!r})")
         etag = attributes.pop(ETAG, None)
         if not _is_int(etag):
-            raise MalformedRowError(
-                f"membership row {self._where(silo)} has no numeric 'etag' attribute (got {etag!r}). "
-                "Repair or delete it by hand; nothing was changed"
-            )
+            return MalformedRow(key, f"no numeric 'etag' attribute (got {etag!r})")
         attributes.pop(HASH_KEY, None)
         attributes["address"] = attributes.pop(RANGE_KEY, None)
-        entry = entry_from_document(attributes, self._where(silo))
+        try:
+            entry = document_to_entry(attributes)
+        except InvalidEntryError as exc:
+            return MalformedRow(key, str(exc))
         if str(entry.silo_address) != silo:
-            raise MalformedRowError(
-                f"membership row {self._where(silo)}: the key is not in canonical form "
-                f"(expected {str(entry.silo_address)!r}). Repair or delete it by hand; nothing was changed"
-            )
+            return MalformedRow(key, f"the key is not in canonical form (expected {str(entry.silo_address)!r})")
         return entry, str(etag)
 
     def _row_item(self, entry: MembershipEntry, etag: int) -> dict[str, Any]:
@@ -471,8 +471,12 @@ class DynamoDbMembershipTable(MembershipTable):
             arguments["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def _snapshot(self, items: list[Item], version: TableVersion) -> MembershipTableData:
-        rows = [self._row_from_item(item) for item in items if item.get(RANGE_KEY, {}).get("S") != VERSION_KEY]
-        return MembershipTableData(tuple(rows), version)
+        read = [self._row_from_item(item) for item in items if item.get(RANGE_KEY, {}).get("S") != VERSION_KEY]
+        return MembershipTableData(
+            tuple(row for row in read if not isinstance(row, MalformedRow)),
+            version,
+            tuple(row for row in read if isinstance(row, MalformedRow)),
+        )
 
     def read_all(self) -> MembershipTableData:
         def fenced_read() -> MembershipTableData:

@@ -8,7 +8,8 @@ Every error this package raises on purpose derives from one root::
     ├── InvalidEntryError        a MembershipEntry or SiloAddress built from bad values
     ├── InvalidUpdateError       an ``update_rows`` batch that is empty, names a silo twice,
     │                            or is larger than the store's ``max_rows_per_update``
-    ├── MalformedRowError        a row in the store cannot be parsed (nothing is changed)
+    ├── MalformedRowError        a cluster's version row cannot be parsed;
+    │                            malformed member rows are skipped and reported instead
     ├── BackendNotInstalledError the backend's driver is not installed (names the extra)
     └── TableUnavailableError    the store cannot be reached or failed; ``__cause__`` is
                                  the driver's own exception
@@ -43,10 +44,11 @@ class InvalidUpdateError(MembershipTableError, ValueError):
 
 
 class MalformedRowError(MembershipTableError):
-    """A row read from the store cannot be turned into a ``MembershipEntry``.
+    """A stored value that a read cannot do without cannot be parsed: a cluster's version row.
 
-    The store is left untouched; the message names the row and the field so an
-    admin can repair or delete it by hand.
+    Member rows never raise it from a read: they are skipped and reported in
+    ``MembershipTableData.malformed``. The store is left untouched; the message names the
+    key and the field so an admin can repair or delete it by hand.
     """
 
 

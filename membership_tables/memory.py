@@ -4,6 +4,10 @@ Handles opened with the same NAME in one process share one store (per cluster), 
 several in-process silos can form a cluster. One lock serialises every operation,
 which makes each one trivially atomic. Entries are immutable, so returning them is
 returning detached copies.
+
+The store holds ``MembershipEntry`` values, so only code that reaches into it (a test
+playing a corrupted store) can put anything else in a row; reads skip such a row and
+report it in ``MembershipTableData.malformed``, like every other backend.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from membership_tables.codec import new_etag
 from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
 from membership_tables.errors import InvalidTableUriError
 from membership_tables.model import (
+    MalformedRow,
     MembershipEntry,
     MembershipTableData,
     SiloAddress,
@@ -32,6 +37,11 @@ from membership_tables.model import (
 class _ClusterState:
     version: TableVersion | None = None
     rows: dict[SiloAddress, tuple[MembershipEntry, str]] = field(default_factory=dict)
+
+    def wellformed(self, address: SiloAddress) -> tuple[MembershipEntry, str] | None:
+        """The row of ``address`` if there is one and it holds an entry."""
+        row = self.rows.get(address)
+        return row if row is not None and isinstance(row[0], MembershipEntry) else None
 
 
 @dataclass
@@ -75,8 +85,18 @@ class InMemoryMembershipTable(MembershipTable):
     def _state(self) -> _ClusterState:
         return self._store.clusters.setdefault(self.cluster_id, _ClusterState())
 
-    def _snapshot(self, rows: list[tuple[MembershipEntry, str]]) -> MembershipTableData:
-        return MembershipTableData(tuple(rows), self._state.version or UNINITIALIZED_VERSION)
+    def _snapshot(self, addresses: list[SiloAddress]) -> MembershipTableData:
+        rows = self._state.rows
+        good = [rows[address] for address in addresses if isinstance(rows[address][0], MembershipEntry)]
+        malformed = [
+            MalformedRow(
+                f"memory://{self.name} cluster {self.cluster_id!r} row {address}",
+                f"holds a {type(rows[address][0]).__name__}, not a MembershipEntry",
+            )
+            for address in addresses
+            if not isinstance(rows[address][0], MembershipEntry)
+        ]
+        return MembershipTableData(tuple(good), self._state.version or UNINITIALIZED_VERSION, tuple(malformed))
 
     def _version_matches(self, version: TableVersion) -> bool:
         current = self._state.version
@@ -89,12 +109,11 @@ class InMemoryMembershipTable(MembershipTable):
 
     def read_all(self) -> MembershipTableData:
         with self._store.lock:
-            return self._snapshot(list(self._state.rows.values()))
+            return self._snapshot(list(self._state.rows))
 
     def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
         with self._store.lock:
-            row = self._state.rows.get(silo_address)
-            return self._snapshot([row] if row else [])
+            return self._snapshot([silo_address] if silo_address in self._state.rows else [])
 
     def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
         with self._store.lock:
@@ -118,7 +137,7 @@ class InMemoryMembershipTable(MembershipTable):
     def _replace_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
         with self._store.lock:
             state = self._state
-            current = [state.rows.get(entry.silo_address) for entry, _ in updates]
+            current = [state.wellformed(entry.silo_address) for entry, _ in updates]
             if not self._version_matches(version) or any(
                 row is None or row[1] != etag for row, (_, etag) in zip(current, updates, strict=True)
             ):
@@ -133,7 +152,7 @@ class InMemoryMembershipTable(MembershipTable):
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
         when = ensure_utc(when, "IAmAlive time")
         with self._store.lock:
-            current = self._state.rows.get(silo_address)
+            current = self._state.wellformed(silo_address)
             if current is not None and when > current[0].i_am_alive_time:
                 self._state.rows[silo_address] = (current[0].replace(i_am_alive_time=when), current[1])
 
@@ -144,7 +163,9 @@ class InMemoryMembershipTable(MembershipTable):
             defunct = [
                 address
                 for address, (entry, _) in rows.items()
-                if entry.status is SiloStatus.DEAD and entry.last_activity < before
+                if isinstance(entry, MembershipEntry)  # a malformed row's age is unknown: keep it
+                and entry.status is SiloStatus.DEAD
+                and entry.last_activity < before
             ]
             for address in defunct:
                 del rows[address]

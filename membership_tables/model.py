@@ -54,7 +54,10 @@ def ensure_utc(value: object, what: str) -> datetime:
             f"{what} is a naive datetime ({value.isoformat()}); "
             "pass a timezone-aware one, e.g. datetime.now(timezone.utc)"
         )
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as exc:  # e.g. 0001-01-01T00:00+01:00, which is before datetime.min in UTC
+        raise InvalidEntryError(f"{what} ({value.isoformat()}) is out of range in UTC") from exc
 
 
 @dataclass(frozen=True, order=True)
@@ -244,25 +247,58 @@ def _row_address(row: tuple[MembershipEntry, str]) -> SiloAddress:
     return row[0].silo_address
 
 
+@dataclass(frozen=True, order=True)
+class MalformedRow:
+    """A stored row that a read could not parse, and so left out of ``MembershipTableData.rows``.
+
+    ``key`` names the row the way its store does (a SQL key, a znode path, a Consul key, a
+    DynamoDB key), so an admin can find it; ``reason`` says what is wrong with it. A
+    corrupted or hostile row must not stop every silo's reads (and with them failure
+    detection): the stores skip it and report it here instead.
+    """
+
+    key: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        for name in ("key", "reason"):
+            if not isinstance(getattr(self, name), str):
+                raise InvalidEntryError(f"MalformedRow.{name} must be a str, got {getattr(self, name)!r}")
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.reason}"
+
+
 @dataclass(frozen=True)
 class MembershipTableData:
-    """One atomic read: rows with their etags, and the version they belong to."""
+    """One atomic read: rows with their etags, the version they belong to, and the rows it skipped.
+
+    ``malformed`` lists the stored rows of the read that could not be parsed (sorted by key):
+    they are in no ``rows`` entry, and a reader acts as if they were absent.
+    """
 
     rows: tuple[tuple[MembershipEntry, str], ...]
     version: TableVersion
+    malformed: tuple[MalformedRow, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rows", tuple(sorted(self.rows, key=_row_address)))
+        object.__setattr__(self, "malformed", tuple(sorted(self.malformed)))
 
     @classmethod
-    def of_sorted(cls, rows: tuple[tuple[MembershipEntry, str], ...], version: TableVersion) -> MembershipTableData:
+    def of_sorted(
+        cls,
+        rows: tuple[tuple[MembershipEntry, str], ...],
+        version: TableVersion,
+        malformed: tuple[MalformedRow, ...] = (),
+    ) -> MembershipTableData:
         """A snapshot of ``rows`` that are sorted by address already, without sorting them again.
 
         For a store that knows the order from its previous read (sorting compares addresses
         in Python, a tenth of the cost of fetching a row from SQLite).
         """
         data = object.__new__(cls)
-        data.__dict__.update(rows=rows, version=version)
+        data.__dict__.update(rows=rows, version=version, malformed=tuple(sorted(malformed)))
         return data
 
     def get(self, silo_address: SiloAddress) -> tuple[MembershipEntry, str] | None:

@@ -68,6 +68,7 @@ from membership_tables.errors import (
 )
 from membership_tables.model import (
     MAX_PORT,
+    MalformedRow,
     MembershipEntry,
     MembershipTableData,
     SiloAddress,
@@ -266,9 +267,10 @@ class _StoredRow:
 class _Snapshot:
     version: TableVersion
     rows: tuple[_StoredRow, ...]
+    malformed: tuple[MalformedRow, ...] = ()
 
     def data(self) -> MembershipTableData:
-        return MembershipTableData(tuple((row.entry, row.etag) for row in self.rows), self.version)
+        return MembershipTableData(tuple((row.entry, row.etag) for row in self.rows), self.version, self.malformed)
 
 
 class ZooKeeperMembershipTable(MembershipTable):
@@ -372,31 +374,42 @@ class ZooKeeperMembershipTable(MembershipTable):
                 path = f"{self.cluster_path}/{name}"
                 pending.append((path, client.get_async(path), client.get_async(f"{path}/{ALIVE_NODE}")))
             tail = client.exists_async(self.cluster_path)
-            rows = tuple(row for path, *results in pending if (row := self._row(path, *results)) is not None)
+            read = [row for path, *results in pending if (row := self._row(path, *results)) is not None]
             after = self._wait(tail)
             if after is not None and (after.czxid, after.version) == (before.czxid, before.version):
-                return _Snapshot(TableVersion(number, str(before.version)), rows)
+                return _Snapshot(
+                    TableVersion(number, str(before.version)),
+                    tuple(row for row in read if isinstance(row, _StoredRow)),
+                    tuple(row for row in read if isinstance(row, MalformedRow)),
+                )
             time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
         raise TableUnavailableError(
             f"the version of {self.cluster_path} kept moving during {_FENCE_ATTEMPTS} reads; too many concurrent writes"
         )
 
-    def _row(self, path: str, row_result: Any, alive_result: Any) -> _StoredRow | None:
+    def _row(self, path: str, row_result: Any, alive_result: Any) -> _StoredRow | MalformedRow | None:
+        """The row at ``path`` (``None`` if it is gone), or how it is malformed."""
         try:
             data, stat = self._wait(row_result)
         except NoNodeError:  # removed by a cleanup, which does not move the version
             return None
-        entry = codec.loads(data, path)
+        try:
+            entry = codec.bytes_to_entry(data)
+        except InvalidEntryError as exc:
+            return MalformedRow(f"znode {path}", str(exc))
         if self.row_path(entry.silo_address) != path:
-            raise MalformedRowError(
-                f"znode {path} holds the row of {entry.silo_address}, which belongs at "
-                f"{self.row_path(entry.silo_address)}; move or delete it by hand"
+            return MalformedRow(
+                f"znode {path}",
+                f"holds the row of {entry.silo_address}, which belongs at {self.row_path(entry.silo_address)}",
             )
         try:
             alive_data, alive_stat = self._wait(alive_result)
         except NoNodeError:
             return _StoredRow(entry, stat.version, stat.czxid, None)
-        alive = max(entry.i_am_alive_time, _parse_alive(alive_data, f"{path}/{ALIVE_NODE}"))
+        try:
+            alive = max(entry.i_am_alive_time, _parse_alive(alive_data, f"{path}/{ALIVE_NODE}"))
+        except MalformedRowError as exc:
+            return MalformedRow(f"znode {path}/{ALIVE_NODE}", str(exc))
         return _StoredRow(entry.replace(i_am_alive_time=alive), stat.version, stat.czxid, alive_stat.version)
 
     def read_all(self) -> MembershipTableData:
@@ -532,8 +545,11 @@ class ZooKeeperMembershipTable(MembershipTable):
             except NodeExistsError:
                 return False
             return True
-        if _parse_alive(data, path) >= when:
-            return True
+        try:
+            if _parse_alive(data, path) >= when:
+                return True
+        except MalformedRowError:
+            pass  # a malformed heartbeat (written by hand): the silo's own heartbeat replaces it
         try:
             self._wait(client.set_async(path, _alive_document(when), version=stat.version))
         except NoNodeError:

@@ -6,11 +6,18 @@ import itertools
 import json
 import operator
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from membership_tables.codec import votes_from_json, votes_to_json
-from membership_tables.errors import InvalidEntryError, MalformedRowError
-from membership_tables.model import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion, Vote
+from membership_tables.errors import InvalidEntryError
+from membership_tables.model import (
+    MalformedRow,
+    MembershipEntry,
+    MembershipTableData,
+    SiloAddress,
+    SiloStatus,
+    TableVersion,
+)
 from membership_tables.sql.schema import MEMBERSHIP_TABLE, time_from_db
 from membership_tables.sql.statements import ROW_COLUMNS
 
@@ -58,7 +65,8 @@ def entry_to_values(entry: MembershipEntry) -> dict[str, Any]:
     }
 
 
-def _row_name(row: Mapping[Any, Any]) -> str:
+def row_name(row: Mapping[Any, Any]) -> str:
+    """How errors and ``MalformedRow.key`` name a row: the table and its key columns."""
     key = ", ".join(f"{name}={row.get(name)!r}" for name in ("cluster_id", "address", "port", "generation"))
     return f"{MEMBERSHIP_TABLE} row ({key})"
 
@@ -66,46 +74,29 @@ def _row_name(row: Mapping[Any, Any]) -> str:
 def _json(row: Mapping[Any, Any], column: str) -> Any:
     try:
         return json.loads(row[column])
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
         raise InvalidEntryError(f"{column} is not valid JSON ({exc}): {row[column]!r}") from exc
 
 
-def parse_votes(row: Mapping[Any, Any]) -> tuple[Vote, ...]:
-    """The suspicion votes of a row; ``MalformedRowError`` if they cannot be parsed."""
-    try:
-        return votes_from_json(_json(row, "suspect_times"))
-    except InvalidEntryError as exc:
-        raise _malformed(row, exc) from exc
-
-
-def _malformed(row: Mapping[Any, Any], exc: Exception) -> MalformedRowError:
-    return MalformedRowError(
-        f"{_row_name(row)} cannot be parsed: {exc}. Repair or delete it by hand; nothing was changed"
-    )
-
-
 def row_to_entry(row: Mapping[Any, Any]) -> MembershipEntry:
-    """Parse a row; ``MalformedRowError`` names the row and what is wrong with it."""
-    try:
-        status = row["status"]
-        if status not in SiloStatus.__members__:
-            raise InvalidEntryError(f"unknown status {status!r}")
-        return MembershipEntry(
-            silo_address=SiloAddress(row["address"], row["port"], row["generation"]),
-            status=SiloStatus[status],
-            silo_name=row["silo_name"],
-            host_name=row["host_name"],
-            role_name=row["role_name"],
-            proxy_port=row["proxy_port"],
-            update_zone=row["update_zone"],
-            fault_zone=row["fault_zone"],
-            start_time=row["start_time"],
-            i_am_alive_time=row["i_am_alive_time"],
-            suspect_times=votes_from_json(_json(row, "suspect_times")),
-            properties=_json(row, "properties"),
-        )
-    except InvalidEntryError as exc:
-        raise _malformed(row, exc) from exc
+    """Parse a row; ``InvalidEntryError`` says what is wrong with it."""
+    status = row["status"]
+    if not isinstance(status, str) or status not in SiloStatus.__members__:
+        raise InvalidEntryError(f"unknown status {status!r}")
+    return MembershipEntry(
+        silo_address=SiloAddress(row["address"], row["port"], row["generation"]),
+        status=SiloStatus[status],
+        silo_name=row["silo_name"],
+        host_name=row["host_name"],
+        role_name=row["role_name"],
+        proxy_port=row["proxy_port"],
+        update_zone=row["update_zone"],
+        fault_zone=row["fault_zone"],
+        start_time=row["start_time"],
+        i_am_alive_time=row["i_am_alive_time"],
+        suspect_times=votes_from_json(_json(row, "suspect_times")),
+        properties=_json(row, "properties"),
+    )
 
 
 Row = tuple[Any, ...]
@@ -149,9 +140,10 @@ class RowParser:
     time gets a copy with the new time (``MembershipEntry.with_i_am_alive_time``), any other
     row is parsed and validated in full, and if every position still holds the same silo the
     previous address order is reused instead of sorting. Rows are compared by all their
-    stored values, so a row edited by hand is parsed afresh, and a malformed row, never kept,
-    is reported on every read. A handle's threads may share a parser: each full read
-    replaces the kept one whole.
+    stored values, so a row edited by hand is parsed afresh. A malformed row is left out of
+    the snapshot's rows and reported in its ``malformed``; it is never kept, so it is parsed
+    (and reported) again on every read until it is repaired or deleted. A handle's threads
+    may share a parser: each full read replaces the kept one whole.
     """
 
     def __init__(self, cluster_id: str) -> None:
@@ -162,11 +154,11 @@ class RowParser:
         """The snapshot of ``rows`` at ``version``; ``full`` (every row of the cluster) is kept."""
         last = self._last
         if not full:
-            return MembershipTableData(tuple(self._parse(row, last) for row in rows), version)
+            return _with_malformed(version, [self._parse(row, last) for row in rows])
         rows = list(rows)
         if version == last.version and rows == last.rows:  # nothing changed: one comparison in C
             return last.data
-        parsed = last.parsed[: len(rows)]
+        parsed: list[Parsed | MalformedRow] = list(last.parsed[: len(rows)])
         changed = list(itertools.compress(range(len(parsed)), map(operator.ne, rows, last.rows)))
         same_silos = len(rows) == len(last.rows)
         for position in changed:
@@ -175,26 +167,46 @@ class RowParser:
                 parsed[position] = self._with_heartbeat(last.parsed[position], row)
             else:
                 parsed[position] = self._parse(row, last)
-                same_silos = same_silos and parsed[position][0].silo_address == last.parsed[position][0].silo_address
+            now = parsed[position]
+            same_silos = (
+                same_silos
+                and not isinstance(now, MalformedRow)
+                and now[0].silo_address == last.parsed[position][0].silo_address
+            )
         parsed.extend(self._parse(row, last) for row in rows[len(parsed) :])
-        read = self._last = _Read(version, rows, parsed, last.order if same_silos else None)
+        if any(isinstance(pair, MalformedRow) for pair in parsed):
+            good = [index for index, pair in enumerate(parsed) if not isinstance(pair, MalformedRow)]
+            self._last = _Read(version, [rows[i] for i in good], [cast(Parsed, parsed[i]) for i in good], None)
+            return _with_malformed(version, parsed)
+        read = self._last = _Read(version, rows, cast(list[Parsed], parsed), last.order if same_silos else None)
         return read.data
 
-    def _parse(self, row: Row, last: _Read) -> Parsed:
+    def _parse(self, row: Row, last: _Read) -> Parsed | MalformedRow:
         known = last.known(row)
         if known is not None:
             return self._with_heartbeat(known, row)
         values = self._named(row)
         for index in _TIMES:
             values[ROW_COLUMNS[index]] = time_from_db(row[index])
-        return row_to_entry(values), row[_ETAG]
+        try:
+            if not isinstance(row[_ETAG], str):
+                raise InvalidEntryError(f"etag must be a str, got {row[_ETAG]!r}")
+            return row_to_entry(values), row[_ETAG]
+        except InvalidEntryError as exc:
+            return MalformedRow(row_name(values), str(exc))
 
-    def _with_heartbeat(self, known: Parsed, row: Row) -> Parsed:
+    def _with_heartbeat(self, known: Parsed, row: Row) -> Parsed | MalformedRow:
         """``known`` (parsed from a row equal to ``row`` but for the heartbeat) with ``row``'s heartbeat."""
         try:
             return known[0].with_i_am_alive_time(time_from_db(row[_ALIVE])), known[1]
         except InvalidEntryError as exc:
-            raise _malformed(self._named(row), exc) from exc
+            return MalformedRow(row_name(self._named(row)), str(exc))
 
     def _named(self, row: Row) -> dict[str, Any]:
         return {"cluster_id": self._cluster_id, **dict(zip(ROW_COLUMNS, row, strict=True))}
+
+
+def _with_malformed(version: TableVersion, parsed: list[Parsed | MalformedRow]) -> MembershipTableData:
+    """A snapshot of the well-formed rows, reporting the others."""
+    good = tuple(pair for pair in parsed if not isinstance(pair, MalformedRow))
+    return MembershipTableData(good, version, tuple(pair for pair in parsed if isinstance(pair, MalformedRow)))

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from membership_tables.codec import new_etag
 from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
-from membership_tables.errors import TableUnavailableError
+from membership_tables.errors import InvalidEntryError, TableUnavailableError
 from membership_tables.model import (
     MembershipEntry,
     MembershipTableData,
@@ -35,7 +35,7 @@ from membership_tables.model import (
 from membership_tables.sql import dialects
 from membership_tables.sql.dbapi import Driver, Transaction
 from membership_tables.sql.engine import SqlOptions, create_engine, parse_url
-from membership_tables.sql.rows import RowParser, entry_to_values, key_of, parse_votes
+from membership_tables.sql.rows import RowParser, entry_to_values, key_of, row_to_entry
 from membership_tables.sql.schema import membership_table, version_table
 from membership_tables.sql.statements import (
     BUMP_VERSION,
@@ -256,17 +256,18 @@ class SqlMembershipTable(MembershipTable):
         before = ensure_utc(before, "cleanup cutoff")
         old = sa.and_(_members.start_time < before, _members.i_am_alive_time < before)
         dead = sa.and_(_members.cluster_id == self.cluster_id, _members.status == SiloStatus.DEAD.name, old)
-        key_columns = [_members.cluster_id, _members.address, _members.port, _members.generation]
 
         def work(connection: sa.Connection) -> int:
-            candidates = connection.execute(
-                sa.select(*key_columns, _members.etag, _members.suspect_times).where(dead)
-            ).mappings()
+            candidates = connection.execute(sa.select(membership_table).where(dead)).mappings()
             removed = 0
             for row in candidates.all():
-                if any(when >= before for _, when in parse_votes(row)):
+                try:
+                    entry = row_to_entry(row)
+                except InvalidEntryError:
+                    continue  # a malformed row: its age is unknown, keep it
+                if entry.last_activity >= before:  # a recent vote
                     continue
-                address = SiloAddress(row["address"], row["port"], row["generation"])
+                address = entry.silo_address
                 # the etag and age conditions skip a row that changed since it was selected
                 removed += connection.execute(
                     sa.delete(membership_table).where(self._key(address), _members.etag == row["etag"], old)

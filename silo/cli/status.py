@@ -4,7 +4,12 @@ The JSON document is a stable interface for scripts::
 
     {"cluster": ..., "version": N, "silos": [{"address": "host:port@gen", "name": ...,
      "status": "ACTIVE", "proxy_port": ..., "start_time": ISO, "i_am_alive_time": ISO,
-     "suspicions": [{"by": "host:port@gen", "at": ISO}]}]}
+     "suspicions": [{"by": "host:port@gen", "at": ISO}]}],
+     "malformed": [{"key": ..., "reason": ...}]}
+
+``malformed`` (present only when there are some) lists the stored rows the read skipped
+because they cannot be parsed, named as their store names them, for an admin to repair
+or delete; the text form lists them under the silos.
 """
 
 from __future__ import annotations
@@ -21,11 +26,14 @@ COLUMNS = ("ADDRESS", "NAME", "STATUS", "LAST I-AM-ALIVE", "SUSPICIONS")
 
 def status_document(cluster_id: str, snapshot: MembershipTableData) -> dict[str, Any]:
     """The JSON-ready document of ``snapshot`` (silos in address order)."""
-    return {
+    document: dict[str, Any] = {
         "cluster": cluster_id,
         "version": snapshot.version.version,
         "silos": [_silo_document(entry) for entry in snapshot.entries],
     }
+    if snapshot.malformed:
+        document["malformed"] = [{"key": row.key, "reason": row.reason} for row in snapshot.malformed]
+    return document
 
 
 def render_json(cluster_id: str, snapshot: MembershipTableData) -> str:
@@ -39,13 +47,15 @@ def render_text(cluster_id: str, snapshot: MembershipTableData, now: datetime) -
         counts[entry.status.name.lower()] = counts.get(entry.status.name.lower(), 0) + 1
     summary = ", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "no silos"
     lines = [f"cluster {cluster_id}  version {snapshot.version.version}  ({summary})"]
-    if not snapshot.rows:
-        return lines[0]
-    table = [COLUMNS, *(_row(entry, now) for entry in snapshot.entries)]
-    widths = [max(len(row[column]) for row in table) for column in range(len(COLUMNS) - 1)]
-    for row in table:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        lines.append("  ".join([*cells, row[-1]]).rstrip())
+    if snapshot.rows:
+        table = [COLUMNS, *(_row(entry, now) for entry in snapshot.entries)]
+        widths = [max(len(row[column]) for row in table) for column in range(len(COLUMNS) - 1)]
+        for row in table:
+            cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+            lines.append("  ".join([*cells, row[-1]]).rstrip())
+    if snapshot.malformed:
+        lines.append(f"{len(snapshot.malformed)} malformed row(s), skipped by every silo (repair or delete by hand):")
+        lines.extend(f"  {row.key}: {row.reason}" for row in snapshot.malformed)
     return "\n".join(lines)
 
 

@@ -26,8 +26,8 @@ class Frame:
 
 
 def frame_key(data: MembershipTableData) -> Hashable:
-    """What must change for a redraw: the version and every row (etags aside)."""
-    return data.version.version, data.entries
+    """What must change for a redraw: the version, every row (etags aside) and the malformed rows."""
+    return data.version.version, data.entries, data.malformed
 
 
 def watch(

@@ -109,6 +109,7 @@ def dashboard_document(
         "probes": probe_edges(data, options) if data is not None else [],
         "num_probed_silos": options.num_probed_silos,
         "suspicions": suspicions(data, options, now) if data is not None else [],
+        "malformed": [{"key": row.key, "reason": row.reason} for row in data.malformed] if data is not None else [],
         "timeline": [event.to_json() for event in reversed(list(timeline))],
         "table_latency": latency_document(latencies),
     }

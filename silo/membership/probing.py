@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from membership_tables import MembershipTableData, SiloAddress
+from silo.membership.local_health import MAX_SCORE, effective_timeout
 
 
 class ProbeOutcome(enum.Enum):
@@ -37,6 +38,17 @@ class IndirectProbeResult:
     response_time: float
     """Seconds the intermediary's ping took."""
     failure_message: str = ""
+
+
+def bounded_indirect_timeout(requested: float, probe_timeout: float) -> float:
+    """The timeout an indirect probe asked of us really gets: ``requested``, capped.
+
+    The cap is the longest a caller of the same options may honestly ask for: its probe
+    timeout lengthened by the worst local-health score (``MAX_SCORE + 1`` probe timeouts).
+    A caller asking for hours must not tie up a task and a channel of ours that long.
+    ``requested`` must be positive and finite (the server refuses anything else).
+    """
+    return min(requested, effective_timeout(probe_timeout, MAX_SCORE))
 
 
 class Prober(Protocol):

@@ -38,6 +38,7 @@ from datetime import datetime, timedelta
 
 from membership_tables import (
     UNINITIALIZED_VERSION,
+    MalformedRow,
     MembershipEntry,
     MembershipTable,
     MembershipTableData,
@@ -114,6 +115,10 @@ class MembershipTableManager:
         self._refresher: Periodic | None = None
         self._requested: asyncio.Task[None] | None = None
         self._requested_at = 0.0
+        self._reported_malformed: frozenset[MalformedRow] = frozenset()
+        self._gossip_read: asyncio.Task[None] | None = None
+        self._gossip_unmet_at: float | None = None
+        """When a read for gossip last found the table behind the announced version (monotonic)."""
         self._empty = MembershipSnapshot(MembershipTableData((), UNINITIALIZED_VERSION))
         self.liveness = LivenessTracker(options, clock.monotonic)
         """Which peers are fresh, on our own monotonic clock (fed by every read)."""
@@ -163,6 +168,7 @@ class MembershipTableManager:
         return await self._accept(data)
 
     async def _accept(self, data: MembershipTableData) -> MembershipSnapshot:
+        self._report_malformed(data.malformed)
         snapshot = MembershipSnapshot(data)
         self.liveness.observe(snapshot)
         await self.publisher.publish(snapshot)
@@ -172,6 +178,20 @@ class MembershipTableManager:
             self.terminate(f"superseded by a newer generation of this endpoint: {newer[0]}")
         return self.snapshot
 
+    def _report_malformed(self, malformed: tuple[MalformedRow, ...]) -> None:
+        """Log each malformed row once, when a read first reports it (again if it comes back after a repair).
+
+        The store skips such rows, so this silo ignores them: it neither probes nor votes on them.
+        """
+        current = frozenset(malformed)
+        for row in sorted(current - self._reported_malformed):
+            logger.error(
+                "silo %s: the membership table holds a malformed row, which every silo skips: %s: %s. "
+                "Repair or delete it by hand (`silo status` lists them)",
+                self._address, row.key, row.reason,
+            )  # fmt: skip
+        self._reported_malformed = current
+
     def _check_own_row(self, entry: MembershipEntry | None, version: int) -> None:
         if entry is not None and entry.status is SiloStatus.DEAD and not self._leaving:
             killer = entry.suspect_times[-1][0] if entry.suspect_times else "itself or an operator"
@@ -180,13 +200,46 @@ class MembershipTableManager:
             self.terminate(f"this silo's row is gone from table version {version}")
 
     async def on_gossip(self, version: int) -> None:
-        """A peer says the table is at ``version``: re-read once if that is newer than ours."""
-        if version <= self.snapshot.version:
+        """A peer says the table is at ``version``: re-read if that is newer than ours.
+
+        Reads for gossip are coalesced, so a flood of gossip cannot turn into a flood of
+        reads: at most one is in flight (later gossip waits for it and looks again), and
+        once a read found the table behind a version announced before it started (a
+        hostile or confused sender, or a store replica lagging), further reads for gossip
+        wait ``probe_timeout`` after it until one finds every announced version. The
+        periodic refresh still runs meanwhile.
+        """
+        while version > self.snapshot.version:
+            read = self._gossip_read
+            if read is not None and not read.done():
+                await asyncio.shield(read)
+                continue
+            unmet_at = self._gossip_unmet_at
+            if unmet_at is not None and self._clock.monotonic() - unmet_at < self._options.probe_timeout:
+                logger.debug(
+                    "silo %s: no re-read for gossip of version %d yet (an earlier one was unmet)",
+                    self._address,
+                    version,
+                )
+                return
+            self._gossip_read = asyncio.create_task(self._read_for_gossip(version))
+            await asyncio.shield(self._gossip_read)
             return
+
+    async def _read_for_gossip(self, version: int) -> None:
         try:
             await self.refresh()
         except TableUnavailableError:
             logger.debug("silo %s: gossip of version %d but the table is unreachable", self._address, version)
+            return
+        if self.snapshot.version < version:
+            self._gossip_unmet_at = self._clock.monotonic()
+            logger.info(
+                "silo %s: gossip announced table version %d but the table is at %d; re-reads for gossip slow down",
+                self._address, version, self.snapshot.version,
+            )  # fmt: skip
+        else:
+            self._gossip_unmet_at = None
 
     def request_refresh(self) -> None:
         """Re-read the table soon, in the background: one such read at a time, one per ``probe_timeout``.

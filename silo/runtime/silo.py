@@ -41,7 +41,13 @@ from silo.membership.gossiper import Gossiper
 from silo.membership.local_health import LocalHealth
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
-from silo.membership.probing import GossipSender, IndirectProbeResult, ProbeOutcome, Prober
+from silo.membership.probing import (
+    GossipSender,
+    IndirectProbeResult,
+    ProbeOutcome,
+    Prober,
+    bounded_indirect_timeout,
+)
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import BlockingRunner, run_in_thread
@@ -155,6 +161,13 @@ class Silo:
             self._observer.gossip_received(version, applied=self._manager.snapshot.version > before)
 
     async def probe_for_peer(self, target: SiloAddress, timeout: float) -> IndirectProbeResult:
+        snapshot = self._manager.snapshot
+        if snapshot.entry(target) is None:
+            # Only silos of the table: a caller must not make us open (and keep) a channel to any
+            # endpoint it names, nor use us to scan ports. An honest caller's target is in the table.
+            failure = f"{target} is not in this silo's membership table (version {snapshot.version}); not probed"
+            return IndirectProbeResult(False, self.health_score(), 0.0, failure)
+        timeout = bounded_indirect_timeout(timeout, self._options.probe_timeout)
         started = self._clock.monotonic()
         failure = ""
         try:

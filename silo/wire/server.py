@@ -10,6 +10,10 @@ only, and every call is first authorized from the caller's certificate
 (``silo.wire.peer_identity``): PERMISSION_DENIED or UNAUTHENTICATED, logged with the reason,
 before the request is looked at.
 
+Hostile input: a request that cannot be decoded is refused with ``INVALID_ARGUMENT``
+(gRPC itself would answer ``INTERNAL``), as is a field out of range; a message larger
+than ``MAX_MESSAGE_BYTES`` is refused by gRPC with ``RESOURCE_EXHAUSTED``.
+
 ``WatchMembership`` streams the silo's snapshots (``Silo.snapshots()``): the current one,
 then every newer version; when the silo stops the stream ends with ``UNAVAILABLE`` so a
 client moves to another gateway. ``Work.Process`` runs a handler from the
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -28,6 +33,7 @@ from functools import partial
 from typing import Any, NoReturn, Protocol
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from membership_tables import InvalidEntryError, MembershipTableData, SiloStatus
@@ -145,8 +151,8 @@ class MembershipServer:
             codec.GOSSIP.name: _unary(codec.GOSSIP, self._gossip),
             codec.GET_MEMBERSHIP.name: _unary(codec.GET_MEMBERSHIP, self._get_membership),
             codec.WATCH_MEMBERSHIP.name: grpc.unary_stream_rpc_method_handler(
-                self._watch_membership,
-                request_deserializer=codec.WATCH_MEMBERSHIP.request.FromString,
+                _decoded_stream(self._watch_membership),
+                request_deserializer=_decoder(codec.WATCH_MEMBERSHIP),
                 response_serializer=codec.WATCH_MEMBERSHIP.response.SerializeToString,
             ),
         }
@@ -158,7 +164,8 @@ class MembershipServer:
 
     async def _admit(self, request_header: pb.RequestHeader, context: Any, method: str) -> SiloRpcHandler:
         """The handler if the request is for our cluster; otherwise abort the call."""
-        return await self._admit_cluster(request_header.cluster_id, _describe_sender(request_header), context, method)
+        cluster_id, sender = clip(request_header.cluster_id), _describe_sender(request_header)
+        return await self._admit_cluster(cluster_id, sender, context, method)
 
     async def _admit_cluster(self, cluster_id: str, sender: str, context: Any, method: str) -> SiloRpcHandler:
         handler = self._handler
@@ -197,9 +204,13 @@ class MembershipServer:
         try:
             target = codec.address_from_proto(request.target)
         except InvalidEntryError as exc:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"invalid probe target: {exc}")
-        if not request.timeout_seconds > 0:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "timeout_seconds must be positive")
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, clip(f"invalid probe target: {exc}"))
+        if not (math.isfinite(request.timeout_seconds) and request.timeout_seconds > 0):
+            await _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"timeout_seconds must be a positive number of seconds, got {request.timeout_seconds!r}",
+            )
         result = await handler.probe_for_peer(target, request.timeout_seconds)
         return pb.ProbeIndirectlyResponse(
             succeeded=result.succeeded,
@@ -233,8 +244,8 @@ class MembershipServer:
         )
 
     async def _process(self, request: pb.ProcessRequest, context: Any) -> pb.ProcessResponse:
-        sender = request.sender or "an unnamed client"
-        silo = await self._admit_cluster(request.cluster_id, sender, context, "Process")
+        sender = clip(request.sender) or "an unnamed client"
+        silo = await self._admit_cluster(clip(request.cluster_id), sender, context, "Process")
         if silo.status is not SiloStatus.ACTIVE:
             await _abort(
                 context,
@@ -246,7 +257,7 @@ class MembershipServer:
             await _abort(
                 context,
                 grpc.StatusCode.NOT_FOUND,
-                f"no handler {request.handler!r} on silo {silo.silo_address} "
+                f"no handler {clip(request.handler)!r} on silo {silo.silo_address} "
                 f"(it has: {', '.join(self.handlers.names)}); start the silo with --handler NAME=module:function",
             )
         items = [(item.key, item.payload) for item in request.items]
@@ -271,12 +282,63 @@ class MembershipServer:
         )
 
 
+class _Undecodable:
+    """What ``_decoder`` hands the server for bytes that are not the method's request message."""
+
+    def __init__(self, method: str, error: DecodeError) -> None:
+        self.details = f"the request is not a valid {method} request message ({error}); send a {method} request"
+
+
+def _decoder(method: codec.Method[Any, Any] | codec.StreamMethod[Any, Any]) -> Callable[[bytes], Any]:
+    """The request deserializer: an ``_Undecodable`` instead of the exception gRPC would answer INTERNAL to."""
+
+    def decode(data: bytes) -> Any:
+        try:
+            return method.request.FromString(data)
+        except DecodeError as exc:
+            return _Undecodable(method.name, exc)
+
+    return decode
+
+
+async def _refuse_undecodable(request: object, context: Any) -> None:
+    if isinstance(request, _Undecodable):
+        log.warning("refused an undecodable request: %s", request.details)
+        await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, request.details)
+
+
+SHOWN_CHARACTERS = 160
+"""How much of a caller's string (cluster id, sender, handler name) a log line or an error
+repeats: more than any valid value, so a clipped one never matches, and one hostile request
+cannot write megabytes into the log."""
+
+
+def clip(text: str) -> str:
+    """``text``, or its first ``SHOWN_CHARACTERS`` and how long it was."""
+    if len(text) <= SHOWN_CHARACTERS:
+        return text
+    return f"{text[:SHOWN_CHARACTERS]}... ({len(text)} characters)"
+
+
 def _unary(method: codec.Method[codec.Request, codec.Response], behaviour: Callable[..., Awaitable[Any]]) -> Any:
+    async def serve(request: Any, context: Any) -> Any:
+        await _refuse_undecodable(request, context)
+        return await behaviour(request, context)
+
     return grpc.unary_unary_rpc_method_handler(
-        behaviour,
-        request_deserializer=method.request.FromString,
+        serve,
+        request_deserializer=_decoder(method),
         response_serializer=method.response.SerializeToString,
     )
+
+
+def _decoded_stream(behaviour: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+    async def serve(request: Any, context: Any) -> AsyncIterator[Any]:
+        await _refuse_undecodable(request, context)
+        async for response in behaviour(request, context):
+            yield response
+
+    return serve
 
 
 async def _abort(context: Any, code: grpc.StatusCode, details: str) -> NoReturn:
@@ -297,6 +359,6 @@ def _describe_sender(request_header: pb.RequestHeader) -> str:
     if not request_header.HasField("sender"):
         return "an unnamed client"
     try:
-        return str(codec.address_from_proto(request_header.sender))
+        return clip(str(codec.address_from_proto(request_header.sender)))
     except InvalidEntryError:
         return "a client with an invalid address"

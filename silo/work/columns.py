@@ -186,7 +186,7 @@ def read_batch(data: bytes) -> pa.RecordBatch:
     pa = _arrow()
     try:
         batches = list(pa.ipc.open_stream(pa.py_buffer(data)))
-    except pa.ArrowInvalid as exc:
+    except (pa.ArrowException, OSError) as exc:  # e.g. a bogus length reads past the end: ArrowIOError (OSError)
         raise ValueError(f"not an Arrow IPC stream: {exc}") from exc
     if len(batches) != 1:
         raise ValueError(f"expected one record batch in the Arrow IPC stream, found {len(batches)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import uuid
@@ -224,15 +225,11 @@ def test_concurrent_cleanups_count_each_row_once(consul_test_server: ConsulTestS
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("members/10.0.0.1:11111@1", b"{not json", "members/10.0.0.1:11111@1.* is not valid JSON"),
-        ("members/10.0.0.1:11111@1", b'{"status": "ZOMBIE"}', "members/10.0.0.1:11111@1.* unknown status"),
-        ("members/10.0.0.9:1@1", json.dumps(entry_to_document(make_entry())).encode(), "is for silo 10.0.0.1:11111@1"),
         ("version", b'{"version": -1}', "version' must hold"),
         ("version", b"", "version' must hold"),
-        ("alive/10.0.0.1:11111@1", b"yesterday", "alive/10.0.0.1:11111@1' must hold an ISO-8601 time"),
     ],
 )
-def test_malformed_keys_raise_an_error_that_names_the_key(
+def test_a_malformed_version_key_raises_an_error_that_names_the_key(
     consul_test_server: ConsulTestServer, kv: Any, prefix: str, key: str, value: bytes, message: str
 ) -> None:
     with open_table(consul_test_server.uri(prefix), "c1") as table:
@@ -243,6 +240,36 @@ def test_malformed_keys_raise_an_error_that_names_the_key(
         with pytest.raises(MalformedRowError, match=message):
             table.read_all()
         assert tree(kv, prefix) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("members/10.0.0.1:11111@1", b"{not json", "members/10.0.0.1:11111@1'.* not valid JSON"),
+        ("members/10.0.0.1:11111@1", b'{"status": "ZOMBIE"}', "members/10.0.0.1:11111@1'.* unknown status"),
+        ("members/10.0.0.9:1@1", json.dumps(entry_to_document(make_entry())).encode(), "not of 10.0.0.9:1@1"),
+        ("alive/10.0.0.1:11111@1", b"yesterday", "alive/10.0.0.1:11111@1' must hold an ISO-8601 time"),
+    ],
+)
+def test_malformed_rows_are_skipped_and_reported_by_key(
+    consul_test_server: ConsulTestServer, kv: Any, prefix: str, key: str, value: bytes, message: str
+) -> None:
+    with open_table(consul_test_server.uri(prefix), "c1") as table:
+        table.initialize()
+        assert table.insert_row(make_entry(2222), table.read_all().version.next())
+        if key.endswith("11111@1"):
+            assert table.insert_row(make_entry(), table.read_all().version.next())
+        kv.put(f"{prefix}/c1/{key}", value)
+        before = tree(kv, prefix)
+        data = table.read_all()
+        assert data.entries == (make_entry(2222),)
+        assert len(data.malformed) == 1
+        assert re.search(message, str(data.malformed[0])), data.malformed
+        assert tree(kv, prefix) == before
+        if key.startswith("alive/"):  # the silo's next heartbeat replaces a malformed one
+            table.update_i_am_alive(make_entry().silo_address, T0 + timedelta(hours=1))
+            assert table.read_all().malformed == ()
 
 
 @pytest.mark.slow

@@ -9,8 +9,9 @@ import consul
 import pytest
 
 from membership_tables import open_table
-from membership_tables.testing import OpenCluster
+from membership_tables.testing import OpenCluster, StoreMalformedRow
 from membership_tables.testing.pytest_suite import MembershipTableConformance
+from tests.membership_tables.malformed_rows import consul_store
 from tests.services.consul import ConsulEndpoint
 
 pytestmark = pytest.mark.slow
@@ -30,3 +31,7 @@ class TestConsulConformance(MembershipTableConformance):
     def open_cluster(self, consul_endpoint: ConsulEndpoint, consul_prefix: str) -> OpenCluster:
         uri = consul_endpoint.uri(consul_prefix)
         return lambda cluster_id: open_table(uri, cluster_id)
+
+    @pytest.fixture
+    def store_malformed_row(self, consul_endpoint: ConsulEndpoint) -> StoreMalformedRow:
+        return consul_store(consul_endpoint.host, consul_endpoint.port, consul_endpoint.scheme)

@@ -292,11 +292,12 @@ def test_a_malformed_item_is_named(
     item = {**_items(moto_server, table.settings.table_name)[key], **attributes}
     moto_server.client().put_item(TableName=table.settings.table_name, Item=item)
     for read in (table.read_all, lambda: table.read_row(entry.silo_address)):
-        with pytest.raises(MalformedRowError) as raised:
-            read()
-        assert f"silo={key!r}" in str(raised.value)
-        assert "cluster_id='cluster-a'" in str(raised.value)
-        assert message in str(raised.value)
+        data = read()
+        assert data.rows == ()
+        (malformed,) = data.malformed
+        assert f"silo={key!r}" in malformed.key
+        assert "cluster_id='cluster-a'" in malformed.key
+        assert message in malformed.reason
 
 
 @pytest.mark.slow

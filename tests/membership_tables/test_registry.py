@@ -19,6 +19,7 @@ def test_public_names_are_exactly_the_intended_ones() -> None:
             "InvalidEntryError",
             "InvalidUpdateError",
             "InvalidTableUriError",
+            "MalformedRow",
             "MalformedRowError",
             "MembershipEntry",
             "MembershipTable",

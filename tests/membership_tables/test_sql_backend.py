@@ -23,7 +23,6 @@ from membership_tables import (
     BackendNotInstalledError,
     InvalidEntryError,
     InvalidTableUriError,
-    MalformedRowError,
     MembershipEntry,
     MembershipTable,
     SiloAddress,
@@ -114,19 +113,19 @@ def test_a_check_constraint_refuses_an_unknown_status(table: MembershipTable, ad
 def test_a_malformed_row_is_reported_and_left_alone(
     table: MembershipTable, admin: sa.Engine, column: str, value: str, message: str
 ) -> None:
-    entry = make_entry(4242, status=SiloStatus.DEAD)
-    insert(table, entry)
+    entry, other = make_entry(4242, status=SiloStatus.DEAD), make_entry(4343)
+    insert(table, entry, other)
     with admin.begin() as connection:
-        connection.execute(sa.text(f"UPDATE silo_membership SET {column} = :value"), {"value": value})
+        connection.execute(sa.text(f"UPDATE silo_membership SET {column} = :value WHERE port = 4242"), {"value": value})
     stored = rows(admin, "SELECT * FROM silo_membership")
-    where = r"silo_membership row \(cluster_id='cluster-a', address='10.0.0.1', port=4242, generation=1\)"
-    with pytest.raises(MalformedRowError, match=f"{where} cannot be parsed: .*{message}"):
-        table.read_all()
-    with pytest.raises(MalformedRowError, match=where):
-        table.read_row(entry.silo_address)
-    if column == "suspect_times":  # cleanup looks at the votes of old Dead rows
-        with pytest.raises(MalformedRowError, match=where):
-            table.cleanup_defunct_entries(T0 + timedelta(days=1))
+    where = "silo_membership row (cluster_id='cluster-a', address='10.0.0.1', port=4242, generation=1)"
+    for data, entries in ((table.read_all(), (other,)), (table.read_row(entry.silo_address), ())):
+        assert data.entries == entries
+        (malformed,) = data.malformed
+        assert malformed.key == where
+        assert message in malformed.reason
+    # cleanup looks at the votes of old Dead rows: a row whose votes cannot be parsed is kept
+    assert table.cleanup_defunct_entries(T0 + timedelta(days=1)) == 0
     assert rows(admin, "SELECT * FROM silo_membership") == stored
 
 
@@ -149,8 +148,9 @@ def test_reads_parse_again_every_row_whose_stored_values_changed(table: Membersh
     with admin.begin() as connection:
         connection.execute(sa.text("UPDATE silo_membership SET suspect_times = 'not json' WHERE port = 4242"))
     for _ in range(2):  # a malformed row is reported on every read
-        with pytest.raises(MalformedRowError, match=r"port=4242.*suspect_times is not valid JSON"):
-            table.read_all()
+        (malformed,) = table.read_all().malformed
+        assert "port=4242" in malformed.key
+        assert "suspect_times is not valid JSON" in malformed.reason
     assert [e.silo_address.port for e in table.read_row(make_entry(4343).silo_address).entries] == [4343]
 
 
@@ -198,19 +198,29 @@ def test_the_row_parser_sorts_rows_fetched_in_any_order() -> None:
     last read is reused only while every position holds the same silo."""
     parser = RowParser("cluster-a")
 
-    def row(port: int, alive: str = "2026-01-01 00:00:00.000000") -> tuple[object, ...]:
+    def row(port: int, alive: str = "2026-01-01 00:00:00.000000", votes: str = "[]") -> tuple[object, ...]:
         start = "2026-01-01 00:00:00.000000"
-        return ("10.0.0.1", port, 1, "s", "h", "ACTIVE", 0, "", 0, 0, start, "[]", "{}", f"etag-{port}", alive)
+        return ("10.0.0.1", port, 1, "s", "h", "ACTIVE", 0, "", 0, 0, start, votes, "{}", f"etag-{port}", alive)
+
+    def bad(port: int, alive: str = "2026-01-01 00:00:00.000000") -> tuple[object, ...]:
+        return row(port, alive, votes="not json")
 
     def ports(rows: list[tuple[object, ...]], version: int) -> list[int]:
         data = parser.table_data(TableVersion(version, f"v{version}"), rows, full=True)
         assert data == RowParser("cluster-a").table_data(data.version, rows, full=True)  # parsed from scratch
-        return [entry.silo_address.port for entry in data.entries]
+        malformed = [-int(row.key.split("port=")[1].split(",")[0]) for row in data.malformed]
+        return [entry.silo_address.port for entry in data.entries] + malformed
 
     assert ports([row(4), row(2), row(3)], 1) == [2, 3, 4]
     assert ports([row(4), row(2, alive="2026-01-01 00:00:05.000000"), row(3)], 2) == [2, 3, 4]
     assert ports([row(1), row(2), row(3)], 3) == [1, 2, 3]  # same count, another silo at position 0
     assert ports([row(3), row(1)], 4) == [1, 3]
+    # malformed rows are reported (negative here), never kept: the positions after one shift
+    assert ports([row(3), bad(5), row(1)], 5) == [1, 3, -5]
+    assert ports([row(3), bad(5, alive="2026-01-01 00:00:09.000000"), row(1)], 6) == [1, 3, -5]
+    assert ports([bad(6), row(3), row(1), bad(5)], 7) == [1, 3, -5, -6]
+    assert ports([row(3), row(5), row(1)], 8) == [1, 3, 5]  # repaired
+    assert ports([row(3), row(5), row(1)], 8) == [1, 3, 5]
 
 
 @pytest.mark.parametrize("parsed_before", [False, True], ids=["new row", "heartbeat of a known row"])
@@ -225,10 +235,12 @@ def test_a_time_sqlite_cannot_parse_is_a_malformed_row(tmp_path: Path, parsed_be
         with engine.begin() as connection:
             connection.execute(sa.text("UPDATE silo_membership SET i_am_alive_time = 'yesterday'"))
         engine.dispose()
-        with pytest.raises(
-            MalformedRowError, match=r"port=4242.*i_am_alive_time must be a datetime, got str 'yesterday'"
-        ):
-            table.read_all()
+        for _ in range(2):
+            data = table.read_all()
+            assert data.rows == ()
+            (malformed,) = data.malformed
+            assert "port=4242" in malformed.key
+            assert "i_am_alive_time must be a datetime, got str 'yesterday'" in malformed.reason
 
 
 def test_a_database_without_the_schema_reads_as_uninitialized(url: str) -> None:

@@ -192,23 +192,29 @@ def test_delete_cluster_entries_removes_the_subtree_only(
 @pytest.mark.parametrize(
     ("suffix", "data", "message"),
     [
-        ("", b"{not json", "is not valid JSON"),
+        ("", b"{not json", "not valid JSON"),
         ("", b'{"address": "10.0.0.1:11111@1", "status": "LOST"}', "unknown status"),
         ("", json.dumps(entry_to_document(make_entry(2222))).encode(), "belongs at"),
         ("/alive", b"[]", "must hold a JSON object"),
     ],
 )
-def test_malformed_znode_raises_naming_its_path(
+def test_a_malformed_znode_is_skipped_and_reported_by_path(
     table: ZooKeeperMembershipTable, zk: KazooClient, chroot: str, suffix: str, data: bytes, message: str
 ) -> None:
-    entry = make_entry()
+    entry, other = make_entry(), make_entry(3333)
     assert table.insert_row(entry, table.read_all().version.next())
+    assert table.insert_row(other, table.read_all().version.next())
     path = f"{chroot}/prod/{entry.silo_address}{suffix}"
     zk.set(path, data)
-    for read in (table.read_all, lambda: table.read_row(entry.silo_address)):
-        with pytest.raises(MalformedRowError, match=message) as caught:
-            read()
-        assert path in str(caught.value)
+    for read, rows in ((table.read_all, (other,)), (lambda: table.read_row(entry.silo_address), ())):
+        data_read = read()
+        assert data_read.entries == rows
+        (malformed,) = data_read.malformed
+        assert malformed.key == f"znode {path}"
+        assert message in malformed.reason
+    if suffix:  # the silo's next heartbeat replaces a malformed one
+        table.update_i_am_alive(entry.silo_address, T0 + timedelta(hours=1))
+        assert table.read_all().malformed == ()
 
 
 @pytest.mark.slow

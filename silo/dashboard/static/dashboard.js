@@ -41,6 +41,14 @@ function renderHeader(state) {
   error.textContent = state.error || "";
 }
 
+function renderMalformed(state) {
+  const malformed = document.getElementById("malformed");
+  malformed.hidden = state.malformed.length === 0;
+  malformed.replaceChildren(
+    el("div", {}, state.malformed.length + " malformed row(s) in the table, skipped by every silo (repair or delete by hand):"),
+    ...state.malformed.map((row) => el("div", { class: "mono" }, row.key + ": " + row.reason)));
+}
+
 function renderSilos(state) {
   const body = document.querySelector("#silos tbody");
   body.replaceChildren(...state.silos.map((silo) => {
@@ -135,6 +143,7 @@ function renderTimeline(state) {
 
 function render(state) {
   renderHeader(state);
+  renderMalformed(state);
   renderSilos(state);
   renderRing(state);
   renderSuspicions(state);

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from membership_tables import MembershipTableData, SiloAddress, SiloStatus, TableVersion
+from membership_tables import MalformedRow, MembershipTableData, SiloAddress, SiloStatus, TableVersion
 from silo.cli.status import format_age, render_json, render_text
 from tests.silo.rpc_fakes import T0, entry
 
@@ -85,3 +85,20 @@ def test_text_of_an_empty_cluster_says_so() -> None:
 )
 def test_ages_read_naturally(seconds: float, text: str) -> None:
     assert format_age(seconds) == text
+
+
+def test_malformed_rows_are_listed_in_text_and_json() -> None:
+    bad = MalformedRow("znode /silo-membership/prod/10.0.0.9:1@1", "not valid JSON (Expecting value)")
+    data = snapshot()
+    reported = MembershipTableData(data.rows, data.version, (bad,))
+    document = json.loads(render_json("prod", reported))
+    assert document["malformed"] == [{"key": bad.key, "reason": bad.reason}]
+    assert document["silos"] == json.loads(render_json("prod", data))["silos"]
+    text = render_text("prod", reported, now=T0 + timedelta(seconds=10)).splitlines()
+    assert text[-2:] == [
+        "1 malformed row(s), skipped by every silo (repair or delete by hand):",
+        "  znode /silo-membership/prod/10.0.0.9:1@1: not valid JSON (Expecting value)",
+    ]
+    alone = render_text("prod", MembershipTableData((), data.version, (bad,)), now=T0).splitlines()
+    assert alone[0] == "cluster prod  version 7  (no silos)"
+    assert alone[2] == f"  {bad}"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from membership_tables import (
+    MalformedRow,
     MembershipTable,
     MembershipTableData,
     SiloAddress,
@@ -67,6 +68,16 @@ def test_a_frame_is_drawn_only_when_the_version_a_row_or_the_reachability_change
     assert frames == ["v1", "v2", "v2", "down", "v3"]
     assert drawn == 5
     assert waits == [0.5] * len(reads), "one read per interval, each followed by a sleep"
+
+
+def test_a_malformed_row_appearing_or_going_is_a_change() -> None:
+    bad = MalformedRow("silo_membership row (...)", "suspect_times is not valid JSON")
+    plain = data(1)
+    reported = MembershipTableData(plain.rows, plain.version, (bad,))
+    reads = iter([plain, reported, reported, plain])
+    frames: list[str] = []
+    watch(lambda: next(reads), lambda s: f"{len(s.malformed)}", frames.append, lambda _: len(frames) >= 3, 0.1)
+    assert frames == ["0", "1", "0"]
 
 
 @pytest.fixture

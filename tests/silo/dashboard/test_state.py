@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
+from membership_tables import MalformedRow, MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
 from silo.dashboard.state import dashboard_document, latency_document, probe_edges, suspicions
 from silo.events import membership_events
 from silo.membership.options import SiloOptions
@@ -82,3 +82,14 @@ def test_the_document_has_the_silos_in_address_order_and_the_timeline_newest_fir
         ("joined", 2),
     ]
     assert 0 <= document["silos"][0]["ring_angle"] < 360
+
+
+def test_the_document_lists_malformed_rows() -> None:
+    data = table(1, entry(SILOS[0]))
+    bad = MalformedRow("znode /silo-membership/c/x", "not valid JSON")
+    reported = MembershipTableData(data.rows, data.version, (bad,))
+    document = dashboard_document(cluster_id="c", data=reported, options=OPTIONS, now=NOW, timeline=[], latencies=[])
+    assert document["malformed"] == [{"key": bad.key, "reason": bad.reason}]
+    assert [silo["address"] for silo in document["silos"]] == [str(SILOS[0])]
+    empty = dashboard_document(cluster_id="c", data=None, options=OPTIONS, now=NOW, timeline=[], latencies=[])
+    assert empty["malformed"] == []

@@ -2,8 +2,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 from datetime import timedelta
+
+import pytest
 
 from membership_tables import (
     MembershipEntry,
@@ -18,6 +21,7 @@ from silo.membership.options import SiloOptions
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import backoff_bounds, run_inline
 from silo.membership.table_manager import VOTE_ATTEMPTS, MembershipTableManager, VoteOutcome
+from tests.membership_tables.malformed_rows import store_in_memory
 from tests.silo.harness import T0, FlakyTable, address, async_test, memory_table, row, seed
 
 ME, PEER, OTHER = address(1), address(2), address(3)
@@ -291,6 +295,49 @@ async def test_gossip_triggers_a_reread_only_for_newer_versions() -> None:
     await tables.on_gossip(version + 1)
     assert flaky.calls == ["read_all"]
     assert tables.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
+
+
+@async_test
+async def test_gossip_of_a_version_far_ahead_does_not_cause_repeated_reads() -> None:
+    """Hostile gossip (a huge version) costs one read, then at most one per probe_timeout."""
+    flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
+    seed(flaky.inner, row(PEER))
+    tables = manager(flaky, clock)
+    await tables.refresh()
+    version = tables.snapshot.version
+    flaky.calls.clear()
+    await asyncio.gather(*(tables.on_gossip(2**62) for _ in range(50)))
+    assert flaky.calls == ["read_all"], "fifty gossips at once: one read in flight, the rest wait for it"
+    for _ in range(50):
+        await tables.on_gossip(2**62 + 1)
+    await tables.on_gossip(version + 1)
+    assert flaky.calls == ["read_all"], "the table was behind an announced version: no re-read before probe_timeout"
+    await clock.advance(OPTIONS.probe_timeout)
+    seed(flaky.inner, row(OTHER))
+    await tables.on_gossip(version + 1)
+    assert flaky.calls == ["read_all", "read_all"]
+    assert tables.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
+    seed(flaky.inner, row(address(4)))
+    await tables.on_gossip(version + 2)
+    assert flaky.calls == ["read_all"] * 3, "the last read met its version: gossip re-reads at once again"
+
+
+@async_test
+async def test_a_malformed_row_is_logged_once_and_ignored(caplog: pytest.LogCaptureFixture) -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table, row(ME), row(PEER))
+    store_in_memory(table, OTHER)
+    tables = manager(table, clock)
+    with caplog.at_level(logging.ERROR, logger="silo.membership.table_manager"):
+        for _ in range(3):
+            await tables.refresh()
+    assert [entry.silo_address for entry in tables.snapshot.data.entries] == [ME, PEER]
+    (record,) = caplog.records
+    assert f"row {OTHER}" in record.getMessage()
+    assert "Repair or delete it by hand" in record.getMessage()
+    assert await tables.try_vote(OTHER) is VoteOutcome.ALREADY_GONE  # a row nobody can parse gets no votes
+    assert await tables.try_vote(PEER) is VoteOutcome.DECLARED_DEAD  # quorum of the 2 well-formed silos: 1
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == [record], "still logged once"
 
 
 @async_test

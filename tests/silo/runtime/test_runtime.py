@@ -42,6 +42,7 @@ def kill(table: MembershipTable, silo: SiloAddress) -> None:
 @async_test
 async def test_the_silo_is_the_rpc_handler_the_server_calls() -> None:
     table, clock = memory_table(), FakeClock(T0)
+    seed(table, row(PEER), row(address(3), SiloStatus.DEAD))  # in the table, but never answers
     silo = make_silo(table, ME, clock, prober=FunctionProber(reachable=lambda target: target == PEER))
     handler: MembershipRpcHandler = silo
     await silo.start()
@@ -52,6 +53,9 @@ async def test_the_silo_is_the_rpc_handler_the_server_calls() -> None:
     missed = await handler.probe_for_peer(address(3), 1.0)
     assert not missed.succeeded
     assert "did not answer" in missed.failure_message
+    stranger = await handler.probe_for_peer(address(4), 1.0)  # not in the table: never probed
+    assert not stranger.succeeded
+    assert "not in this silo's membership table" in stranger.failure_message
     await silo.stop()
 
 
@@ -198,3 +202,23 @@ async def test_after_an_outage_a_silo_still_unreachable_is_declared_dead_after_t
     assert found[0].status is SiloStatus.DEAD
     for silo in silos:
         await silo.stop()
+
+
+@pytest.mark.parametrize(("asked", "given"), [(0.2, 0.2), (LOCAL.probe_timeout, LOCAL.probe_timeout), (1e9, 4.5)])
+def test_an_indirect_probe_for_a_peer_waits_at_most_a_few_probe_timeouts(asked: float, given: float) -> None:
+    """A peer may ask for any timeout; ours is capped at what the most degraded honest caller asks for."""
+    prober = FunctionProber()
+
+    @async_test
+    async def scenario() -> None:
+        table = memory_table()
+        seed(table, row(PEER))
+        silo = make_silo(table, ME, FakeClock(T0), prober=prober)
+        await silo.start()
+        prober.timeouts.clear()
+        result = await silo.probe_for_peer(PEER, asked)
+        assert result.succeeded
+        await silo.stop()
+
+    scenario()
+    assert prober.timeouts[0] == pytest.approx(given)

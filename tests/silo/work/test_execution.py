@@ -49,5 +49,7 @@ def test_failures_say_whose_fault_they_are() -> None:
         execute(lambda items: ["x"] * len(items), items=ITEMS)
     with pytest.raises(BadRequestError, match="not an Arrow IPC stream"):
         execute(checksum_handler, arrow_batch=b"garbage")
+    with pytest.raises(BadRequestError, match="not an Arrow IPC stream"):  # found by fuzzing: pyarrow raised OSError
+        execute(checksum_handler, arrow_batch=b"\x00\x00\x00\x80")
     with pytest.raises(BadRequestError, match="both items and an arrow_batch"):
         execute(checksum_handler, items=ITEMS, arrow_batch=write_batch(BATCH))
