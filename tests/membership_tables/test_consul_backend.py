@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from membership_tables import (
+    AccessDeniedError,
     InvalidTableUriError,
     InvalidUpdateError,
     MalformedRowError,
@@ -260,7 +261,7 @@ def test_the_token_goes_with_every_request(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("CONSUL_HTTP_TOKEN", "wrong")
     entry = make_entry(status=SiloStatus.DEAD)
     with ConsulTestServer(acl_token="secret") as server:
-        with open_table(server.uri("acl"), "c1") as denied, pytest.raises(TableUnavailableError, match="Permission"):
+        with open_table(server.uri("acl"), "c1") as denied, pytest.raises(AccessDeniedError, match="Permission"):
             denied.initialize()
         with open_table(server.uri("acl"), "c1", token="secret") as table:
             table.initialize()

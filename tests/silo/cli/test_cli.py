@@ -12,7 +12,7 @@ import pytest
 
 from membership_tables import MembershipTable, SiloAddress, SiloStatus, open_table
 from membership_tables.memory import InMemoryMembershipTable
-from silo.cli.arguments import redact
+from membership_tables.redaction import redact
 from silo.cli.commands import main
 from silo.exit_codes import ExitCode
 from tests.services.process import free_port
