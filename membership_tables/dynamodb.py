@@ -220,6 +220,12 @@ def is_transient(exc: BaseException) -> bool:
     return bool(_RETRYABLE_CANCELLATIONS & {code for code, _ in cancellation_reasons(exc)})
 
 
+def is_denied(exc: ClientError) -> bool:
+    """Refused credentials or a missing IAM permission (by code, or an HTTP 403 whatever its body)."""
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    return error_code(exc) in _DENIED or int(status) == 403
+
+
 def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
@@ -312,10 +318,10 @@ class DynamoDbMembershipTable(MembershipTable):
                 "writes are too frequent to take a consistent snapshot, try again"
             ) from exc
         except ClientError as exc:
-            if error_code(exc) not in _DENIED:
+            if not is_denied(exc):
                 raise self._unavailable(what, exc) from exc
             raise AccessDeniedError(
-                f"{what} on DynamoDB table {self.settings.table_name!r} was refused ({error_code(exc)}): "
+                f"{what} on DynamoDB table {self.settings.table_name!r} was refused ({error_code(exc) or 'HTTP 403'}): "
                 "check the AWS credentials, and that their IAM policy allows the actions in docs/dynamodb.md "
                 "on this table"
             ) from exc
