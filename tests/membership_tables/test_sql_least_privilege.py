@@ -11,6 +11,7 @@ import pytest
 from membership_tables import AccessDeniedError, open_table
 from membership_tables.sql.grants import SILO_TABLES, grant_statements
 from membership_tables.testing import make_entry
+from silo.cli import main
 from tests.services.sql_roles import PASSWORD, SqlServer, initialize_as_admin, refused, role_database
 
 
@@ -84,3 +85,15 @@ def test_the_grants_cover_exactly_the_two_tables_with_row_privileges(dialect: st
 def test_grants_refuse_names_that_are_not_plain_identifiers(database: str, role: str) -> None:
     with pytest.raises(ValueError, match="plain SQL identifier"):
         grant_statements("postgresql", database, role)
+
+
+def test_silo_table_init_under_the_role_exits_2_naming_the_fix(
+    sql_server: tuple[str, SqlServer], capsys: pytest.CaptureFixture[str]
+) -> None:
+    dialect, server = sql_server
+    db = role_database(server, dialect, create_schema=None, granted=False)
+    assert main(["table", "init", db.role_url]) == 2
+    err = capsys.readouterr().err
+    assert "silo table init URI" in err
+    assert PASSWORD not in err
+    assert main(["table", "init", db.admin_url]) == 0  # the admin may
