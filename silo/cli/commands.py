@@ -206,9 +206,9 @@ def _status(args: argparse.Namespace) -> int:
         )
         return STATUS_FAILED
     if args.json:
-        print(render_json(args.cluster, snapshot))
+        print(redact(render_json(args.cluster, snapshot)))
     else:
-        print(render_text(args.cluster, snapshot, datetime.now(UTC)))
+        print(redact(render_text(args.cluster, snapshot, datetime.now(UTC))))
     return int(ExitCode.OK)
 
 
@@ -224,6 +224,7 @@ def _watch_status(args: argparse.Namespace, table: MembershipTable) -> int:
         return render_text(args.cluster, snapshot, datetime.now(UTC))
 
     def write(text: str) -> None:
+        text = redact(text)
         print(CLEAR_SCREEN + text if clear else text + ("" if args.json else "\n"), flush=True)
 
     def describe(exc: MembershipTableError) -> str:

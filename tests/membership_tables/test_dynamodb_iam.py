@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 
 from membership_tables import AccessDeniedError, open_table
 from membership_tables.dynamodb import DynamoDbMembershipTable, is_denied
-from membership_tables.policies import DYNAMODB_SILO_ACTIONS, dynamodb_policy
+from membership_tables.policies import dynamodb_policy
 from membership_tables.testing import make_entry
 from membership_tables.testing.checks import T0
 from tests.services.dynamodb import CREDENTIALS, REGION, MotoServer
@@ -113,10 +113,3 @@ def test_the_documented_policy_lets_a_silo_work_and_nothing_more(iam_moto: MotoS
             forbidden()
         assert is_denied(denied.value)
         assert "not authorized" in str(denied.value)
-
-
-def test_the_policy_names_only_item_actions_on_one_table() -> None:
-    (statement,) = json.loads(dynamodb_policy("membership", "eu-west-1", "123456789012"))["Statement"]
-    assert statement["Resource"] == "arn:aws:dynamodb:eu-west-1:123456789012:table/membership"
-    assert set(statement["Action"]) == set(DYNAMODB_SILO_ACTIONS)
-    assert not [action for action in statement["Action"] if "Table" in action and action != "dynamodb:DescribeTable"]
