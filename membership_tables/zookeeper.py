@@ -144,12 +144,17 @@ class DigestCredentials:
     @classmethod
     def parse(cls, text: str, source: str) -> DigestCredentials:
         """``user:password`` (from ``source``, named in errors) as credentials."""
-        user, colon, password = text.partition(":")
-        if not colon or not user or not password:
-            raise InvalidTableUriError(
-                f"ZooKeeper credentials in {source} must be 'user:password' with both parts non-empty"
-            )
+        user, _, password = text.partition(":")
+        return cls.checked(user, password, source)
+
+    @classmethod
+    def checked(cls, user: str, password: str, source: str) -> DigestCredentials:
+        """Credentials, once the password is registered for redaction and both parts are valid."""
         remember_secret(password)
+        if not user or not password or ":" in user:
+            raise InvalidTableUriError(
+                f"ZooKeeper credentials in {source} must be 'user:password': both parts non-empty, no ':' in the user"
+            )
         return cls(user, password)
 
     @property
@@ -200,10 +205,10 @@ def _parse_digest(userinfo: str, uri: str) -> DigestCredentials:
     user, colon, password = userinfo.partition(":")
     if not colon:
         raise InvalidTableUriError(
-            f"ZooKeeper URI {uri!r} names a user but no password; use zookeeper://user:password@host:port/chroot "
-            f"(percent-encode ':' '@' '/' in them) or set {DIGEST_ENV}=user:password"
+            f"ZooKeeper URI {uri!r} names a user but no password; put 'user:password@' before the hosts "
+            f"(percent-encode ':', '@' and '/' in them) or set {DIGEST_ENV}=user:password"
         )
-    return DigestCredentials.parse(f"{unquote(user)}:{unquote(password)}", "the URI")
+    return DigestCredentials.checked(unquote(user), unquote(password), "the URI")
 
 
 def _parse_hosts(netloc: str, uri: str) -> str:
@@ -401,7 +406,7 @@ class ZooKeeperMembershipTable(MembershipTable):
             raise AccessDeniedError(
                 f"ZooKeeper at {self.settings.hosts} refused {action} of {self.cluster_path} to {who} "
                 f"({type(exc).__name__}): the znodes' digest ACL grants another identity; use its credentials "
-                f"(zookeeper://user:password@host/chroot or {DIGEST_ENV})"
+                f"('user:password@' before the hosts, or {DIGEST_ENV})"
             ) from exc
         except (KazooException, KazooTimeoutError) as exc:
             raise TableUnavailableError(

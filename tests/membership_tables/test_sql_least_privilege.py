@@ -10,7 +10,8 @@ import pytest
 
 from membership_tables import AccessDeniedError, open_table
 from membership_tables.sql.grants import SILO_TABLES, grant_statements
-from membership_tables.testing import make_entry
+from membership_tables.testing import OpenCluster, make_entry
+from membership_tables.testing.pytest_suite import MembershipTableConformance
 from silo.cli import main
 from tests.services.sql_roles import PASSWORD, SqlServer, initialize_as_admin, refused, role_database
 
@@ -97,3 +98,27 @@ def test_silo_table_init_under_the_role_exits_2_naming_the_fix(
     assert "silo table init URI" in err
     assert PASSWORD not in err
     assert main(["table", "init", db.admin_url]) == 0  # the admin may
+
+
+@pytest.fixture(scope="module")
+def postgres_role_url(postgres_server: SqlServer) -> str:
+    return role_database(postgres_server, "postgresql", create_schema=initialize_as_admin, granted=True).role_url
+
+
+@pytest.fixture(scope="module")
+def mariadb_role_url(mariadb_server: SqlServer) -> str:
+    return role_database(mariadb_server, "mysql", create_schema=initialize_as_admin, granted=True).role_url
+
+
+@pytest.mark.slow
+class TestPostgresConformanceUnderTheGrantedRole(MembershipTableConformance):
+    @pytest.fixture
+    def open_cluster(self, postgres_role_url: str) -> OpenCluster:
+        return lambda cluster_id: open_table(postgres_role_url, cluster_id)
+
+
+@pytest.mark.slow
+class TestMariaDbConformanceUnderTheGrantedRole(MembershipTableConformance):
+    @pytest.fixture
+    def open_cluster(self, mariadb_role_url: str) -> OpenCluster:
+        return lambda cluster_id: open_table(mariadb_role_url, cluster_id)

@@ -11,7 +11,8 @@ from kazoo.exceptions import NoAuthError
 from kazoo.security import make_digest_acl_credential
 
 from membership_tables import AccessDeniedError, open_table
-from membership_tables.testing import make_entry
+from membership_tables.testing import OpenCluster, make_entry
+from membership_tables.testing.pytest_suite import MembershipTableConformance
 from membership_tables.zookeeper import DIGEST_ENV, ZooKeeperMembershipTable, parse_uri
 from tests.services.zookeeper import ZooKeeperServer
 
@@ -115,3 +116,11 @@ def test_a_chroot_the_identity_may_not_create_is_access_denied_naming_silo_table
         pytest.raises(AccessDeniedError, match="silo table init URI"),
     ):
         other.initialize()
+
+
+@pytest.mark.slow
+class TestZooKeeperConformanceWithDigestAcls(MembershipTableConformance):
+    @pytest.fixture
+    def open_cluster(self, chroot_uri: str) -> OpenCluster:
+        uri = with_credentials(chroot_uri, "silo", PASSWORD)
+        return lambda cluster_id: open_table(uri, cluster_id)

@@ -69,6 +69,7 @@ def test_timeouts_come_from_options_or_the_query_string() -> None:
         ("zookeeper://zk:port/x", {}, "bad port"),
         ("zookeeper://user@zk:2181/x", {}, "no password"),
         ("zookeeper://:pw@zk:2181/x", {}, "both parts non-empty"),
+        ("zookeeper://a%3Ab:pw@zk:2181/x", {}, "no ':' in the user"),
         ("zookeeper://zk:2181/a//b", {}, "invalid chroot"),
         ("zookeeper://zk:2181/a/../b", {}, "invalid chroot"),
         ("zookeeper://zk:2181/x#frag", {}, "fragment"),
