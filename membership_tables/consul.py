@@ -55,6 +55,7 @@ from membership_tables.model import (
     ensure_utc,
     validate_cluster_id,
 )
+from membership_tables.policies import consul_policy
 from membership_tables.redaction import remember_secret
 
 DEFAULT_PREFIX = "silo-membership"
@@ -262,8 +263,7 @@ class ConsulMembershipTable(MembershipTable):
             raise AccessDeniedError(
                 f"Consul at {self.settings.address} refused to {what} for cluster {self.cluster_id!r} ({exc}): "
                 f"the ACL token ({'none' if self.settings.token is None else 'from CONSUL_HTTP_TOKEN or token='}) "
-                f'needs a policy with key_prefix "{self.settings.prefix}/" {{ policy = "write" }} '
-                "(see docs/consul.md)"
+                f"needs the policy {' '.join(consul_policy(self.settings.prefix).split())} (see docs/consul.md)"
             ) from exc
         except (requests.RequestException, consul.ConsulException) as exc:
             raise TableUnavailableError(
