@@ -11,7 +11,8 @@ masks two kinds of secret with ``***``:
   token from ``CONSUL_HTTP_TOKEN``, ZooKeeper digest credentials from the environment, AWS
   keys given as table options). The backend that reads such a secret registers it with
   ``remember_secret`` before anything can print it, and every later ``redact`` masks each
-  occurrence, wherever a driver or a message quotes it.
+  occurrence, wherever a driver or a message quotes it, unless it is part of a longer word
+  (a password ``secret`` does not turn ``aws_secret_access_key`` into ``aws_***_access_key``).
 
 The registry is process-wide and only grows: a secret once used stays masked.
 """
@@ -30,23 +31,28 @@ _SECRET_PARAMETER = re.compile(
 )
 
 _lock = threading.Lock()
-_secrets: tuple[str, ...] = ()
-"""Registered secrets, longest first (so a secret containing another is masked whole)."""
+_secrets: frozenset[str] = frozenset()
+_registered: re.Pattern[str] | None = None
+"""Every registered secret not inside a longer word, longest first (a secret containing
+another is masked whole)."""
 
 
 def remember_secret(secret: str | None) -> None:
     """Mask ``secret`` in every text ``redact`` sees from now on (empty or ``None``: nothing)."""
-    global _secrets
+    global _secrets, _registered
     if not secret:
         return
     with _lock:
-        if secret not in _secrets:
-            _secrets = tuple(sorted({*_secrets, secret}, key=len, reverse=True))
+        if secret in _secrets:
+            return
+        _secrets = _secrets | {secret}
+        alternatives = "|".join(re.escape(known) for known in sorted(_secrets, key=len, reverse=True))
+        _registered = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
 
 
 def redact(text: str) -> str:
     """``text`` with every password, token and registered secret replaced by ``***``."""
-    for secret in _secrets:
-        text = text.replace(secret, MASK)
+    if _registered is not None:
+        text = _registered.sub(MASK, text)
     text = _URI_PASSWORD.sub(rf"\g<head>{MASK}@", text)
     return _SECRET_PARAMETER.sub(rf"\g<head>{MASK}", text)

@@ -34,6 +34,14 @@ def test_registered_secrets_are_masked_wherever_they_appear_longest_first() -> N
     remember_secret("")
     remember_secret(None)
     assert redact("a tok-7c2e91-longer b tok-7c2e91 c") == f"a {MASK} b {MASK} c"
+    assert redact("token=tok-7c2e91;x 'tok-7c2e91'") == f"token={MASK};x '{MASK}'"
+
+
+def test_a_secret_inside_a_longer_word_leaves_the_word_alone() -> None:
+    remember_secret("secret")
+    remember_secret("p@ss!")
+    assert redact("aws_secret_access_key secrets secret") == f"aws_secret_access_key secrets {MASK}"
+    assert redact("password p@ss! or p@ss!x") == f"password {MASK} or p@ss!x"
 
 
 def test_every_error_of_the_package_is_redacted_on_the_way_in() -> None:
