@@ -7,6 +7,7 @@ the same conformance suite (``membership_tables.testing``).
 
 from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable
 from membership_tables.errors import (
+    AccessDeniedError,
     BackendNotInstalledError,
     InvalidClusterIdError,
     InvalidEntryError,
@@ -29,6 +30,7 @@ from membership_tables.registry import open_table
 
 __all__ = [
     "UNINITIALIZED_VERSION",
+    "AccessDeniedError",
     "BackendNotInstalledError",
     "InvalidClusterIdError",
     "InvalidEntryError",

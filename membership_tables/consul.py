@@ -39,6 +39,7 @@ import requests
 from membership_tables import codec
 from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
 from membership_tables.errors import (
+    AccessDeniedError,
     InvalidEntryError,
     InvalidTableUriError,
     InvalidUpdateError,
@@ -55,6 +56,8 @@ from membership_tables.model import (
     ensure_utc,
     validate_cluster_id,
 )
+from membership_tables.policies import consul_policy
+from membership_tables.redaction import remember_secret
 
 DEFAULT_PREFIX = "silo-membership"
 DEFAULT_PORT = 8500
@@ -132,6 +135,7 @@ def parse_consul_uri(uri: str, options: Mapping[str, Any]) -> ConsulSettings:
     token = settings.get("token") or os.environ.get("CONSUL_HTTP_TOKEN") or None
     if token is not None and not isinstance(token, str):
         raise InvalidTableUriError(f"Consul option token must be a str, got {type(token).__name__}")
+    remember_secret(token)
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     return ConsulSettings(host, port, prefix, scheme, timeout, token)
 
@@ -200,8 +204,13 @@ def _txn_answer(response: Any) -> tuple[list[KVItem], list[KVItem]]:
         if response.code == 200:
             return [result["KV"] for result in results if isinstance(result, dict) and "KV" in result], []
         # A rollback caused by ACLs is a configuration problem, not a lost race.
-        if errors and not any("permission denied" in str(error.get("What", "")).lower() for error in errors):
+        denied = [error for error in errors if "permission denied" in str(error.get("What", "")).lower()]
+        if denied:
+            raise consul.ACLPermissionDenied(f"transaction rolled back: {denied}")
+        if errors:
             return [], errors
+    if response.code == 403:
+        raise consul.ACLPermissionDenied(response.body)
     raise consul.ConsulException(f"transaction failed with HTTP {response.code}: {response.body}")
 
 
@@ -251,6 +260,12 @@ class ConsulMembershipTable(MembershipTable):
         """Run ``action(client)``; map every driver failure to ``TableUnavailableError``."""
         try:
             return action(self._client())
+        except consul.ACLPermissionDenied as exc:
+            raise AccessDeniedError(
+                f"Consul at {self.settings.address} refused to {what} for cluster {self.cluster_id!r} ({exc}): "
+                f"the ACL token ({'none' if self.settings.token is None else 'from CONSUL_HTTP_TOKEN or token='}) "
+                f"needs the policy {' '.join(consul_policy(self.settings.prefix).split())} (see docs/consul.md)"
+            ) from exc
         except (requests.RequestException, consul.ConsulException) as exc:
             raise TableUnavailableError(
                 f"Consul at {self.settings.address} failed to {what} for cluster {self.cluster_id!r}: {exc}"

@@ -108,6 +108,11 @@ class MembershipTable(abc.ABC):
     def initialize(self, try_init_version: bool = True) -> None:
         """Create what the store needs (schema, root node, table) if missing.
 
+        Checks first and creates nothing (runs no DDL) when it exists, so that silos can run
+        with credentials that may only read and write rows; if it is missing and the
+        credentials may not create it, raises ``AccessDeniedError`` naming the fix
+        (``silo table init URI``, run once by an admin).
+
         With ``try_init_version`` also create this cluster's version row at version 0
         with a fresh etag if it does not exist. Idempotent and safe to run from many
         processes at once; never changes existing rows or an existing version.

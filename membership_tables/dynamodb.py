@@ -25,7 +25,7 @@ import secrets
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
@@ -40,7 +40,14 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_e
 
 from membership_tables.codec import document_to_entry, entry_to_document, format_time, parse_time
 from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
-from membership_tables.errors import InvalidEntryError, InvalidTableUriError, MalformedRowError, TableUnavailableError
+from membership_tables.errors import (
+    SCHEMA_MISSING_FIX,
+    AccessDeniedError,
+    InvalidEntryError,
+    InvalidTableUriError,
+    MalformedRowError,
+    TableUnavailableError,
+)
 from membership_tables.model import (
     MalformedRow,
     MembershipEntry,
@@ -50,6 +57,7 @@ from membership_tables.model import (
     TableVersion,
     ensure_utc,
 )
+from membership_tables.redaction import remember_secret
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -74,6 +82,16 @@ _THROTTLED = {
     "InternalServerError",
     "ServiceUnavailable",
 }
+_DENIED = {
+    "AccessDeniedException",
+    "UnrecognizedClientException",
+    "InvalidSignatureException",
+    "MissingAuthenticationTokenException",
+    "ExpiredTokenException",
+    "InvalidClientTokenId",
+    "AccessDenied",
+}
+"""Refused credentials or a missing IAM permission: ``AccessDeniedError``, never retried."""
 _USABLE_TABLE_STATES = {"ACTIVE", "UPDATING"}  # an UPDATING table still serves reads and writes
 _RETRYABLE_CANCELLATIONS = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
 _HEARTBEAT_RACES = 5
@@ -106,12 +124,13 @@ class DynamoDbSettings:
     read_timeout: float = 5.0
     table_wait_time: float = 60.0
     aws_access_key_id: str | None = None
-    aws_secret_access_key: str | None = None
-    aws_session_token: str | None = None
+    aws_secret_access_key: str | None = field(default=None, repr=False)
+    aws_session_token: str | None = field(default=None, repr=False)
 
 
 _NUMBER_OPTIONS = ("retry_time", "connect_timeout", "read_timeout", "table_wait_time")
 _STRING_OPTIONS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+_SECRET_OPTIONS = ("aws_secret_access_key", "aws_session_token")
 
 
 def parse_uri(uri: str, **options: Any) -> DynamoDbSettings:
@@ -162,9 +181,10 @@ def _checked_options(options: Mapping[str, Any]) -> dict[str, Any]:
         else:
             valid = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
         if not valid:
-            raise InvalidTableUriError(
-                f"DynamoDB option {name}={value!r} is invalid; see DynamoDbSettings for its type"
-            )
+            shown = "***" if name in _SECRET_OPTIONS else repr(value)
+            raise InvalidTableUriError(f"DynamoDB option {name}={shown} is invalid; see DynamoDbSettings for its type")
+    for name in _SECRET_OPTIONS:
+        remember_secret(options.get(name))
     return dict(options)
 
 
@@ -199,6 +219,12 @@ def is_transient(exc: BaseException) -> bool:
     if error_code(exc) in _THROTTLED or int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)) >= 500:
         return True
     return bool(_RETRYABLE_CANCELLATIONS & {code for code, _ in cancellation_reasons(exc)})
+
+
+def is_denied(exc: ClientError) -> bool:
+    """Refused credentials or a missing IAM permission (by code, or an HTTP 403 whatever its body)."""
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    return error_code(exc) in _DENIED or int(status) == 403
 
 
 def error_code(exc: ClientError) -> str:
@@ -270,6 +296,11 @@ class DynamoDbMembershipTable(MembershipTable):
     def from_uri(cls, uri: str, cluster_id: str, **options: Any) -> DynamoDbMembershipTable:
         return cls(parse_uri(uri, **options), cluster_id)
 
+    def __repr__(self) -> str:
+        where = f", endpoint_url={self.settings.endpoint_url!r}" if self.settings.endpoint_url else ""
+        table = f"{self.settings.table_name!r}, region={self.region!r}{where}"
+        return f"DynamoDbMembershipTable({table}, cluster_id={self.cluster_id!r})"
+
     # --- plumbing -------------------------------------------------------------------------
 
     def _call(self, what: str, operation: Callable[[], T]) -> T:
@@ -287,13 +318,22 @@ class DynamoDbMembershipTable(MembershipTable):
                 f"{what} on DynamoDB table {self.settings.table_name!r}: the version kept changing while reading; "
                 "writes are too frequent to take a consistent snapshot, try again"
             ) from exc
-        except (BotoCoreError, ClientError) as exc:
-            hint = ""
-            if isinstance(exc, ClientError) and error_code(exc) == "ResourceNotFoundException":
-                hint = "; the table does not exist: call initialize() to create it"
-            raise TableUnavailableError(
-                f"{what} on DynamoDB table {self.settings.table_name!r} failed: {exc}{hint}"
+        except ClientError as exc:
+            if not is_denied(exc):
+                raise self._unavailable(what, exc) from exc
+            raise AccessDeniedError(
+                f"{what} on DynamoDB table {self.settings.table_name!r} was refused ({error_code(exc) or 'HTTP 403'}): "
+                "check the AWS credentials, and that their IAM policy allows the actions in docs/dynamodb.md "
+                "on this table"
             ) from exc
+        except BotoCoreError as exc:
+            raise self._unavailable(what, exc) from exc
+
+    def _unavailable(self, what: str, exc: BotoCoreError | ClientError) -> TableUnavailableError:
+        hint = ""
+        if isinstance(exc, ClientError) and error_code(exc) == "ResourceNotFoundException":
+            hint = "; the table does not exist: call initialize() to create it (or run `silo table init URI`)"
+        return TableUnavailableError(f"{what} on DynamoDB table {self.settings.table_name!r} failed: {exc}{hint}")
 
     def _should_stop(self, state: RetryCallState) -> bool:
         """Stop after ``retry_time``, or after ``max_attempts`` unless a read was merely fenced off.
@@ -378,7 +418,13 @@ class DynamoDbMembershipTable(MembershipTable):
         """Create the table (on demand) if missing and wait while it is being created."""
         table = self._describe()
         if table is None:
-            self._create_table()
+            try:
+                self._create_table()
+            except AccessDeniedError as exc:
+                raise AccessDeniedError(
+                    f"DynamoDB table {self.settings.table_name!r} does not exist in {self.region}, and these "
+                    f"credentials may not create it; {SCHEMA_MISSING_FIX}"
+                ) from exc.__cause__
             table = self._describe()
         deadline = time.monotonic() + self.settings.table_wait_time
         while table is None or table.get("TableStatus") == "CREATING":

@@ -11,8 +11,15 @@ Every error this package raises on purpose derives from one root::
     ├── MalformedRowError        a cluster's version row cannot be parsed;
     │                            malformed member rows are skipped and reported instead
     ├── BackendNotInstalledError the backend's driver is not installed (names the extra)
+    ├── AccessDeniedError        the store refused the credentials or the operation
+    │                            (a missing schema the role may not create names
+    │                            ``silo table init URI`` as the fix)
     └── TableUnavailableError    the store cannot be reached or failed; ``__cause__`` is
                                  the driver's own exception
+
+No message carries a secret: every error passes its text through
+``membership_tables.redaction.redact`` (URI passwords, tokens and credentials the backends
+registered become ``***``).
 
 Losing an optimistic-concurrency race is *not* an error: writes return ``False``.
 The "invalid value" errors also derive from ``ValueError`` (``InvalidClusterIdError``
@@ -22,9 +29,18 @@ generically still catch them.
 
 from __future__ import annotations
 
+from membership_tables.redaction import redact
+
 
 class MembershipTableError(Exception):
-    """Root of every exception raised on purpose by ``membership_tables``."""
+    """Root of every exception raised on purpose by ``membership_tables``.
+
+    Text arguments are redacted on the way in, so neither ``str()`` nor a traceback of any
+    error of this package shows a password, token or digest credential.
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(arg) if isinstance(arg, str) else arg for arg in args))
 
 
 class InvalidTableUriError(MembershipTableError, ValueError):
@@ -54,6 +70,23 @@ class MalformedRowError(MembershipTableError):
 
 class BackendNotInstalledError(MembershipTableError, ImportError):
     """The driver a backend needs is not installed."""
+
+
+class AccessDeniedError(MembershipTableError):
+    """The store refused the credentials or the operation (a permission error of its driver).
+
+    Silos run with a least-privilege role that can read and write rows but not create the
+    schema (docs/security.md); when the schema is missing such a role gets this error, and
+    the message names the fix: ``silo table init URI`` run once with an admin's credentials.
+    The driver's exception is chained as ``__cause__``.
+    """
+
+
+SCHEMA_MISSING_FIX = (
+    "run `silo table init URI` once with credentials that may create it (see docs/security.md), "
+    "then start the silos again"
+)
+"""The sentence every backend's ``AccessDeniedError`` for a missing schema ends with."""
 
 
 class TableUnavailableError(MembershipTableError):

@@ -49,7 +49,7 @@ def open_table(uri: str, cluster_id: str, **options: Any) -> MembershipTable:
 
     Supported URIs: ``memory://NAME``; any SQLAlchemy URL (``sqlite:///file.db``,
     ``postgresql+psycopg://user:pw@host/db``, ``mysql+pymysql://user:pw@host/db``);
-    ``zookeeper://host:port[,host:port]/chroot``; ``consul://host:port/key/prefix``;
+    ``zookeeper://[user:password@]host:port[,host:port]/chroot``; ``consul://host:port/key/prefix``;
     ``dynamodb://TABLE?region=REGION&endpoint_url=URL``. ``options`` go to the
     backend. Nothing is created until ``initialize()``.
     """

@@ -1,4 +1,10 @@
-"""ZooKeeper membership table (``zookeeper://host:port[,host:port]/chroot``), through kazoo.
+"""ZooKeeper membership table (``zookeeper://[user:password@]host:port[,host:port]/chroot``), through kazoo.
+
+With credentials (in the URI, or ``user:password`` in the ``SILO_ZOOKEEPER_DIGEST``
+environment variable when the URI has none) the handle authenticates with ZooKeeper's
+``digest`` scheme and creates every znode (the chroot's missing parents too) with an ACL
+that grants all permissions to that identity alone: another identity can neither read nor
+write the cluster. A denial (``NoAuth``) raises ``AccessDeniedError``.
 
 Layout under the chroot (default ``/silo-membership``)::
 
@@ -33,22 +39,25 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import random
 import re
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
+    AuthFailedError,
     BadVersionError,
     ConnectionClosedError,
     ConnectionLoss,
     KazooException,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
@@ -56,10 +65,13 @@ from kazoo.exceptions import (
     RuntimeInconsistency,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.security import make_digest_acl
 
 from membership_tables import codec
 from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
 from membership_tables.errors import (
+    SCHEMA_MISSING_FIX,
+    AccessDeniedError,
     InvalidEntryError,
     InvalidTableUriError,
     InvalidUpdateError,
@@ -77,9 +89,12 @@ from membership_tables.model import (
     ensure_utc,
     validate_cluster_id,
 )
+from membership_tables.redaction import remember_secret
 
 DEFAULT_CHROOT = "/silo-membership"
 DEFAULT_PORT = 2181
+DIGEST_ENV = "SILO_ZOOKEEPER_DIGEST"
+"""``user:password`` for the digest ACLs when the URI carries no credentials."""
 ALIVE_NODE = "alive"
 
 _FENCE_ATTEMPTS = 100
@@ -116,6 +131,42 @@ class ZooKeeperSettings:
     chroot: str = DEFAULT_CHROOT
     timeout: float = 10.0
     connect_timeout: float = 5.0
+    digest: DigestCredentials | None = field(default=None, repr=False)
+    """Who the handle is, for ZooKeeper's ``digest`` ACLs; ``None``: no authentication, open ACLs."""
+
+
+@dataclass(frozen=True)
+class DigestCredentials:
+    """A ZooKeeper ``digest`` identity; the password never shows in a repr."""
+
+    user: str
+    password: str = field(repr=False)
+
+    @classmethod
+    def parse(cls, text: str, source: str) -> DigestCredentials:
+        """``user:password`` (from ``source``, named in errors) as credentials."""
+        user, _, password = text.partition(":")
+        return cls.checked(user, password, source)
+
+    @classmethod
+    def checked(cls, user: str, password: str, source: str) -> DigestCredentials:
+        """Credentials, once the password is registered for redaction and both parts are valid."""
+        remember_secret(password)
+        if not user or not password or ":" in user:
+            raise InvalidTableUriError(
+                f"ZooKeeper credentials in {source} must be 'user:password': both parts non-empty, no ':' in the user"
+            )
+        return cls(user, password)
+
+    @property
+    def auth_data(self) -> list[tuple[str, str]]:
+        """What kazoo sends to add this identity to the session."""
+        return [("digest", f"{self.user}:{self.password}")]
+
+    @property
+    def acl(self) -> list[Any]:
+        """Every permission for this identity, none for anyone else."""
+        return [make_digest_acl(self.user, self.password, all=True)]
 
 
 _OPTIONS = ("timeout", "connect_timeout")
@@ -142,14 +193,26 @@ def parse_uri(uri: str, options: Mapping[str, object]) -> ZooKeeperSettings:
             f"unknown ZooKeeper table option(s) {unknown} in {uri!r}; supported: {', '.join(_OPTIONS)} (seconds)"
         )
     timeouts = {name: _positive_seconds(name, value) for name, value in given.items()}
-    return ZooKeeperSettings(hosts=_parse_hosts(parts.netloc, uri), chroot=_parse_chroot(parts.path, uri), **timeouts)
+    userinfo, at, netloc = parts.netloc.rpartition("@")
+    digest = _parse_digest(userinfo, uri) if at else None
+    if digest is None and os.environ.get(DIGEST_ENV):
+        digest = DigestCredentials.parse(os.environ[DIGEST_ENV], f"${DIGEST_ENV}")
+    return ZooKeeperSettings(
+        hosts=_parse_hosts(netloc, uri), chroot=_parse_chroot(parts.path, uri), digest=digest, **timeouts
+    )
+
+
+def _parse_digest(userinfo: str, uri: str) -> DigestCredentials:
+    user, colon, password = userinfo.partition(":")
+    if not colon:
+        raise InvalidTableUriError(
+            f"ZooKeeper URI {uri!r} names a user but no password; put 'user:password@' before the hosts "
+            f"(percent-encode ':', '@' and '/' in them) or set {DIGEST_ENV}=user:password"
+        )
+    return DigestCredentials.checked(unquote(user), unquote(password), "the URI")
 
 
 def _parse_hosts(netloc: str, uri: str) -> str:
-    if "@" in netloc:
-        raise InvalidTableUriError(
-            f"ZooKeeper URI {uri!r} must not carry credentials ('user@'); they are not supported"
-        )
     hosts = []
     for item in netloc.split(","):
         match = _HOST_RE.match(item.strip())
@@ -305,11 +368,20 @@ class ZooKeeperMembershipTable(MembershipTable):
                     ConnectionClosedError("handle closed")
                 )
             if self._client is None:
+                digest = self.settings.digest
                 client = KazooClient(
-                    hosts=self.settings.hosts, timeout=self.settings.timeout, connection_retry=dict(_RECONNECT)
+                    hosts=self.settings.hosts,
+                    timeout=self.settings.timeout,
+                    connection_retry=dict(_RECONNECT),
+                    auth_data=digest.auth_data if digest else None,
+                    default_acl=digest.acl if digest else None,
                 )
                 try:
                     client.start(timeout=self.settings.connect_timeout)  # stops the client itself on failure
+                except AuthFailedError as exc:
+                    raise AccessDeniedError(
+                        f"ZooKeeper at {self.settings.hosts} refused the credentials of this handle; check them"
+                    ) from exc
                 except KazooTimeoutError as exc:
                     raise TableUnavailableError(
                         f"cannot connect to ZooKeeper at {self.settings.hosts} within "
@@ -323,10 +395,21 @@ class ZooKeeperMembershipTable(MembershipTable):
             ) from ConnectionLoss(f"client state {client.state}")
         return client
 
+    def __repr__(self) -> str:
+        identity = f", user={self.settings.digest.user!r}" if self.settings.digest else ""
+        return f"ZooKeeperMembershipTable({self.settings.hosts!r}, {self.cluster_path!r}{identity})"
+
     @contextlib.contextmanager
     def _driver_errors(self, action: str) -> Iterator[None]:
         try:
             yield
+        except (NoAuthError, AuthFailedError) as exc:
+            who = f"user {self.settings.digest.user!r}" if self.settings.digest else "an unauthenticated client"
+            raise AccessDeniedError(
+                f"ZooKeeper at {self.settings.hosts} refused {action} of {self.cluster_path} to {who} "
+                f"({type(exc).__name__}): the znodes' digest ACL grants another identity; use its credentials "
+                f"('user:password@' before the hosts, or {DIGEST_ENV})"
+            ) from exc
         except (KazooException, KazooTimeoutError) as exc:
             raise TableUnavailableError(
                 f"ZooKeeper at {self.settings.hosts} failed during {action} of cluster {self.cluster_id!r}: {exc!r}"
@@ -434,7 +517,14 @@ class ZooKeeperMembershipTable(MembershipTable):
     def initialize(self, try_init_version: bool = True) -> None:
         with self._driver_errors("initialize"):
             client = self._connected()
-            self._wait(client.ensure_path_async(self.settings.chroot))
+            if self._wait(client.exists_async(self.settings.chroot)) is None:  # checked first: usually there
+                try:
+                    self._wait(client.ensure_path_async(self.settings.chroot))
+                except NoAuthError as exc:
+                    raise AccessDeniedError(
+                        f"the chroot {self.settings.chroot} does not exist on ZooKeeper at {self.settings.hosts}, "
+                        f"and this identity may not create it; {SCHEMA_MISSING_FIX}"
+                    ) from exc
             if not try_init_version:
                 return
             for _ in range(_CAS_ATTEMPTS):

@@ -5,6 +5,9 @@ Every error the runtime raises on purpose derives from one root::
     SiloError
     ├── OptionsError                    an option is unknown, malformed or inconsistent
     │                                   (also a ValueError); exit code 2
+    ├── TableAccessDeniedError          the store refused the silo's credentials or a
+    │                                   privilege it needs (e.g. the schema is missing and
+    │                                   the role may not create it); exit code 2
     ├── JoinError                       the silo could not join; exit code 4
     │   └── TableUnavailableAtStartError the table was unreachable for the whole
     │                                   join attempt; exit code 5
@@ -32,6 +35,16 @@ class SiloError(Exception):
 
 class OptionsError(SiloError, ValueError):
     """An option is unknown, has a bad value, or contradicts another option."""
+
+    exit_code = ExitCode.BAD_CONFIGURATION
+
+
+class TableAccessDeniedError(SiloError):
+    """The store refused the silo (``membership_tables.AccessDeniedError`` while joining).
+
+    A configuration problem an admin must fix (credentials, GRANTs, ``silo table init``), so
+    the silo does not retry and a supervisor should not restart it blindly.
+    """
 
     exit_code = ExitCode.BAD_CONFIGURATION
 

@@ -15,7 +15,8 @@ class ExitCode(enum.IntEnum):
     """Graceful stop: the silo wrote ShuttingDown then Dead for itself."""
 
     BAD_CONFIGURATION = 2
-    """Bad options or command-line usage; nothing was written to the table."""
+    """Bad options or command-line usage, or the store refused the silo's credentials
+    (``TableAccessDeniedError``); nothing was written to the table."""
 
     DECLARED_DEAD = 3
     """The silo read itself Dead, missing after it joined, or superseded by a newer

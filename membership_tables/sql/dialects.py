@@ -23,6 +23,15 @@ _TRANSIENT: dict[str, frozenset[object]] = {
 }
 _PG_UNDEFINED_TABLE = "42P01"
 _MYSQL_NO_SUCH_TABLE = 1146
+# Refused credentials or a missing privilege: a retry cannot pass, an admin must act.
+_DENIED: dict[str, frozenset[object]] = {
+    # insufficient_privilege, invalid_authorization_specification, invalid_password
+    "postgresql": frozenset({"42501", "28000", "28P01"}),
+    # DBACCESS_DENIED, ACCESS_DENIED (login), TABLEACCESS_DENIED, COLUMNACCESS_DENIED,
+    # SPECIFIC_ACCESS_DENIED, PROCACCESS_DENIED
+    "mysql": frozenset({1044, 1045, 1142, 1143, 1227, 1370}),
+    "sqlite": frozenset({23}),  # SQLITE_AUTH
+}
 
 _PG_SCHEMA_LOCK_KEY = 7_297_115_001  # any constant bigint that every process agrees on
 _MYSQL_SCHEMA_LOCK = "silo_membership_schema"
@@ -63,6 +72,11 @@ def is_transient(dialect: str, exc: sa.exc.DBAPIError) -> bool:
     return _error_code(dialect, exc) in _TRANSIENT.get(dialect, _TRANSIENT["mysql"])
 
 
+def is_access_denied(dialect: str, exc: sa.exc.DBAPIError) -> bool:
+    """The server refused the login or the statement for lack of a privilege."""
+    return _error_code(dialect, exc) in _DENIED.get(dialect, _DENIED["mysql"])
+
+
 def is_missing_table(dialect: str, exc: sa.exc.DBAPIError) -> bool:
     """The schema does not exist (yet): ``initialize()`` was never run on this database."""
     if dialect == "sqlite":
@@ -89,6 +103,16 @@ def _schema_lock(connection: sa.Connection) -> Iterator[None]:
             yield
         finally:
             connection.execute(sa.text("SELECT RELEASE_LOCK(:name)"), {"name": _MYSQL_SCHEMA_LOCK})
+
+
+def schema_exists(connection: sa.Connection) -> bool:
+    """Both tables exist: catalog reads that a role with row privileges on them may make.
+
+    The live view is for people, not silos, and is not checked: MySQL hides it from a role
+    with no privilege on it (``silo table init`` creates it with the tables).
+    """
+    inspector = sa.inspect(connection)
+    return all(inspector.has_table(table.name) for table in metadata.sorted_tables)
 
 
 def create_schema(connection: sa.Connection) -> None:

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 
 from membership_tables.errors import BackendNotInstalledError, InvalidTableUriError
+from membership_tables.redaction import remember_secret
 from membership_tables.registry import DISTRIBUTION
 
 # backend -> (the one supported driver, the pip extra that installs it)
@@ -67,6 +68,7 @@ def parse_url(uri: str) -> URL:
         url = make_url(uri)
     except (sa.exc.ArgumentError, ValueError) as exc:
         raise InvalidTableUriError(f"cannot parse SQL table URI {uri!r}: {exc}") from exc
+    remember_secret(url.password if isinstance(url.password, str) else None)
     backend, _, driver = url.drivername.partition("+")
     backend = "postgresql" if backend == "postgres" else backend
     shown = url.render_as_string(hide_password=True)
@@ -84,7 +86,9 @@ def parse_url(uri: str) -> URL:
             "name a file (sqlite:///membership.db) or use memory://NAME"
         )
     if backend in ("mysql", "mariadb") and not url.database:
-        raise InvalidTableUriError(f"{shown} names no database; use mysql+pymysql://user:password@host:3306/DATABASE")
+        raise InvalidTableUriError(
+            f"{shown} names no database; add it after the host: mysql+pymysql://HOST:3306/DATABASE"
+        )
     return url
 
 

@@ -6,8 +6,12 @@ serialises the writers of one cluster; a row count of 0 means the caller lost th
 Only then is the member row inserted or updated (conditioned on its own etag; ``update_rows``
 updates each of its rows the same way). Any failed precondition rolls the whole transaction
 back, so a write that returns ``False`` changed nothing. Deadlocks and lock timeouts roll
-back too and are retried a few times; whatever else the driver raises becomes
-``TableUnavailableError``.
+back too and are retried a few times; a refused login or privilege becomes
+``AccessDeniedError``; whatever else the driver raises becomes ``TableUnavailableError``.
+
+``initialize()`` reads the catalog first and runs DDL only when a table is missing, so silos
+can run as a role with nothing but SELECT/INSERT/UPDATE/DELETE on the two tables
+(``membership_tables.sql.grants``); ``silo table init URI`` creates the schema once.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import sqlalchemy as sa
 
 from membership_tables.codec import new_etag
 from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
-from membership_tables.errors import InvalidEntryError, TableUnavailableError
+from membership_tables.errors import SCHEMA_MISSING_FIX, AccessDeniedError, InvalidEntryError, TableUnavailableError
 from membership_tables.model import (
     MembershipEntry,
     MembershipTableData,
@@ -124,6 +128,8 @@ class SqlMembershipTable(MembershipTable):
             except sa.exc.DBAPIError as exc:
                 if dialects.is_missing_table(self._dialect, exc):
                     return if_no_schema
+                if dialects.is_access_denied(self._dialect, exc):
+                    raise self._denied(exc) from exc
                 retry = dialects.is_transient(self._dialect, exc) or (exc.connection_invalidated and not write)
                 if retry and attempt < _ATTEMPTS:
                     time.sleep(random.uniform(0.005, 0.05) * attempt)
@@ -137,6 +143,12 @@ class SqlMembershipTable(MembershipTable):
         return TableUnavailableError(
             f"the membership table at {self._where} is unavailable ({type(cause).__name__}: {cause}); "
             "check that the database is up and reachable"
+        )
+
+    def _denied(self, exc: sa.exc.DBAPIError) -> AccessDeniedError:
+        return AccessDeniedError(
+            f"the database at {self._where} refused this role ({type(exc.orig).__name__}: {exc.orig}); "
+            "check the user and password, and grant the privileges listed in docs/security.md"
         )
 
     def _write(self, work: Callable[[sa.Connection], None]) -> bool:
@@ -284,7 +296,17 @@ class SqlMembershipTable(MembershipTable):
         self._transaction(work, write=True, if_no_schema=None)
 
     def initialize(self, try_init_version: bool = True) -> None:
-        self._transaction(dialects.create_schema, write=True, if_no_schema=None)
+        """Create the schema only if a table is missing (checked first: no DDL otherwise)."""
+        if not self._transaction(dialects.schema_exists, write=False, if_no_schema=False):
+            try:
+                self._transaction(dialects.create_schema, write=True, if_no_schema=None)
+            except AccessDeniedError as exc:
+                cause = exc.__cause__
+                detail = cause.orig if isinstance(cause, sa.exc.DBAPIError) else cause
+                raise AccessDeniedError(
+                    f"the membership tables do not exist in the database at {self._where}, and this role may "
+                    f"not create them ({type(detail).__name__}: {detail}); {SCHEMA_MISSING_FIX}"
+                ) from cause
         if try_init_version:
             self._write(self._seed_version)
 

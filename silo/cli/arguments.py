@@ -6,7 +6,6 @@ A leaf module: the commands and the demo both import it, so neither imports the 
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Callable
 
 from silo.errors import OptionsError
@@ -14,7 +13,6 @@ from silo.membership.options import parse_duration
 from silo.work.registry import HandlerSpecError, split_handler_spec
 
 MAX_PORT = 65535
-_PASSWORD_RE = re.compile(r"(://[^/:@]*:)[^/@]*@")
 
 
 def port_number(text: str) -> int:
@@ -55,11 +53,6 @@ def handler_spec(text: str) -> str:
     except HandlerSpecError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
-
-
-def redact(text: str) -> str:
-    """``text`` with any password in a URI replaced by ``***``."""
-    return _PASSWORD_RE.sub(r"\1***@", text)
 
 
 def duration(text: str) -> float:

@@ -3,7 +3,8 @@
 ``silo run`` runs one silo until it is signalled (SIGTERM/SIGINT: graceful stop, exit 0)
 or declared dead (exit 3); ``silo status`` prints a cluster's membership table;
 ``silo dashboard`` serves a read-only web page of the cluster; ``silo certs`` makes a
-development CA and certificates for mutual TLS (``--tls-cert/--tls-key/--tls-ca``). Bad
+development CA and certificates for mutual TLS (``--tls-cert/--tls-key/--tls-ca``);
+``silo table init URI`` creates a store's schema (the only DDL). Bad
 arguments, options or table URIs print one ``silo: error: ...`` line and exit 2. See
 ``docs/cli.md``.
 """
@@ -21,8 +22,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from membership_tables import MembershipTable, MembershipTableData, MembershipTableError, open_table
+from membership_tables.redaction import redact
 from silo.cli import certs, tls_options
-from silo.cli.arguments import duration, handler_spec, key_value, port_number, redact, repeatable
+from silo.cli.arguments import duration, handler_spec, key_value, port_number, repeatable
 from silo.cli.dashboard import add_arguments as add_dashboard_arguments
 from silo.cli.dashboard import run as run_dashboard
 from silo.cli.demo import add_arguments as add_demo_arguments
@@ -30,6 +32,8 @@ from silo.cli.demo import run as run_demo
 from silo.cli.log_format import LOG_FORMATS, configure_logging
 from silo.cli.status import render_json, render_text, status_document
 from silo.cli.status_watch import CLEAR_SCREEN, watch
+from silo.cli.table import add_arguments as add_table_arguments
+from silo.cli.table import run as run_table
 from silo.errors import OptionsError
 from silo.exit_codes import ExitCode
 from silo.membership.options import PRESETS, SiloOptions
@@ -56,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_dashboard(args, build_options)
         if args.command == "certs":
             return certs.run(args)
+        if args.command == "table":
+            return run_table(args)
         return _status(args)
     except (OptionsError, MembershipTableError) as exc:
         # Configuration and URI errors; the table being down is handled per command.
@@ -144,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_dashboard_arguments(dashboard)
 
+    table = commands.add_parser("table", help="create a store's schema: silo table init URI (see docs/security.md)")
+    add_table_arguments(table)
+
     demo = commands.add_parser("demo", help="4 silos, a PySpark job, one silo killed mid-job (see docs/spark.md)")
     add_demo_arguments(demo)
 
@@ -210,9 +219,9 @@ def _status(args: argparse.Namespace) -> int:
         )
         return STATUS_FAILED
     if args.json:
-        print(render_json(args.cluster, snapshot))
+        print(redact(render_json(args.cluster, snapshot)))
     else:
-        print(render_text(args.cluster, snapshot, datetime.now(UTC)))
+        print(redact(render_text(args.cluster, snapshot, datetime.now(UTC))))
     return int(ExitCode.OK)
 
 
@@ -228,6 +237,7 @@ def _watch_status(args: argparse.Namespace, table: MembershipTable) -> int:
         return render_text(args.cluster, snapshot, datetime.now(UTC))
 
     def write(text: str) -> None:
+        text = redact(text)
         print(CLEAR_SCREEN + text if clear else text + ("" if args.json else "\n"), flush=True)
 
     def describe(exc: MembershipTableError) -> str:

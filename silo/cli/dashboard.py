@@ -14,7 +14,8 @@ import threading
 from collections.abc import Callable, Sequence
 
 from membership_tables import open_table
-from silo.cli.arguments import duration, key_value, port_number, redact, repeatable
+from membership_tables.redaction import redact
+from silo.cli.arguments import duration, key_value, port_number, repeatable
 from silo.dashboard import ClusterMonitor, DashboardServer
 from silo.exit_codes import ExitCode
 from silo.membership.options import PRESETS, SiloOptions

@@ -38,7 +38,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from membership_tables import MembershipTable, MembershipTableData, SiloAddress, SiloStatus, open_table
-from silo.cli.arguments import redact
+from membership_tables.redaction import redact
 from silo.cli.demo_report import Death, DemoSummary, JobTotals
 from silo.cli.dev_ca import init_ca, issue
 from silo.cli.local_cluster import LocalCluster, LocalClusterError

@@ -4,6 +4,9 @@ JSON puts one object per line, for log shippers: ``time`` (ISO 8601 UTC), ``leve
 ``logger``, ``message``, and for membership events (logger ``silo.events``) the observing
 ``silo`` and the ``event`` itself (``silo.events.MembershipEvent.to_json``: ``kind``, ``silo``,
 ``name``, ``version``, ``at``, ``observed_at``, ``by``, ``properties``).
+
+Both formats pass every line through ``membership_tables.redaction.redact``, so no password,
+token or digest credential reaches the log, whoever logged it (a driver's error included).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import logging
 import sys
 from datetime import UTC, datetime
 from typing import Any
+
+from membership_tables.redaction import redact
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_FORMATS = ("text", "json")
@@ -38,8 +43,20 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(document, default=str)
 
 
+class RedactingFormatter(logging.Formatter):
+    """Another formatter's lines with every secret masked (``redact``)."""
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self._inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(self._inner.format(record))
+
+
 def configure_logging(level: str, log_format: str) -> None:
-    """Log to stderr at ``level`` in ``log_format`` (``text`` or ``json``)."""
+    """Log to stderr at ``level`` in ``log_format`` (``text`` or ``json``), secrets masked."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    inner = JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    handler.setFormatter(RedactingFormatter(inner))
     logging.basicConfig(level=level, handlers=[handler])

@@ -14,8 +14,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from membership_tables import MembershipEntry, SiloAddress, SiloStatus, TableUnavailableError
-from silo.errors import DeclaredDeadError, JoinError, TableUnavailableAtStartError
+from membership_tables import AccessDeniedError, MembershipEntry, SiloAddress, SiloStatus, TableUnavailableError
+from silo.errors import DeclaredDeadError, JoinError, TableAccessDeniedError, TableUnavailableAtStartError
 from silo.membership.clock import Clock, Periodic, with_timeout
 from silo.membership.options import SiloOptions
 from silo.membership.probing import ProbeOutcome, Prober
@@ -66,6 +66,8 @@ class MembershipAgent:
                     logger.warning("silo %s declares its older generation %s Dead", self._address, old.silo_address)
                     await self._manager.update_row(old.silo_address, _declare_dead, deadline)
             await self._manager.insert_self(entry, deadline)
+        except AccessDeniedError as exc:
+            raise TableAccessDeniedError(f"silo {self._address} may not use the membership table: {exc}") from exc
         except TableUnavailableError as exc:
             raise TableUnavailableAtStartError(
                 f"silo {self._address} could not reach the membership table within {limit}s ({exc}); "

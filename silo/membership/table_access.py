@@ -4,7 +4,9 @@ Every table call of the runtime goes through ``TableAccess``: it runs the blocki
 through an injected runner (a worker thread in production, inline in deterministic tests),
 retries ``TableUnavailableError`` with exponential backoff and jitter (tenacity, sleeping on
 the injected clock) until a deadline, and remembers since when calls have been failing, which
-the table manager needs to tell a hiccup from an outage.
+the table manager needs to tell a hiccup from an outage. An ``AccessDeniedError`` (the store
+refuses the silo's credentials) counts as failing too, but is never retried: only an admin
+can end it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Protocol, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
-from membership_tables import SiloAddress, TableUnavailableError
+from membership_tables import AccessDeniedError, SiloAddress, TableUnavailableError
 from silo.membership.clock import Clock
 from silo.membership.options import SiloOptions
 
@@ -84,6 +86,13 @@ class TableAccess:
             if self._unavailable_since is None:
                 self._unavailable_since = self._clock.monotonic()
                 logger.warning("silo %s cannot reach the membership table; retrying", self._address)
+            raise
+        except AccessDeniedError as exc:
+            # The store refuses this silo (credentials, GRANTs or ACLs changed): for the protocol
+            # that is an outage, but one that retrying cannot end, so it is raised at once.
+            if self._unavailable_since is None:
+                self._unavailable_since = self._clock.monotonic()
+                logger.error("silo %s: the membership table refuses this silo: %s", self._address, exc)
             raise
         if self._unavailable_since is not None:
             self._unavailable_since = None

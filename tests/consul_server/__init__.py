@@ -8,7 +8,8 @@ In process::
 As a process: ``python -m tests.consul_server --port 8500``.
 """
 
+from tests.consul_server.acl import AclPolicy, AclTable
 from tests.consul_server.server import ConsulTestServer
 from tests.consul_server.store import Entry, KVOp, KVStore, TxnOutcome
 
-__all__ = ["ConsulTestServer", "Entry", "KVOp", "KVStore", "TxnOutcome"]
+__all__ = ["AclPolicy", "AclTable", "ConsulTestServer", "Entry", "KVOp", "KVStore", "TxnOutcome"]

@@ -4,9 +4,10 @@ Endpoints: ``GET/PUT/DELETE /v1/kv/<key>`` (``recurse``, ``keys``, ``separator``
 ``cas``, ``flags``; ``consistent``/``stale``/``dc`` are accepted and ignored), ``PUT /v1/txn``
 (KV operations only) and ``GET /v1/status/leader``. Reads carry ``X-Consul-Index``,
 ``X-Consul-KnownLeader`` and ``X-Consul-LastContact`` like an agent's. There are no sessions or
-blocking queries; ACLs shrink to one optional token: with ``acl_token`` set, a request without
-it (``X-Consul-Token`` header or ``?token=``) gets 403 "Permission denied", so tests can check
-that a client sends its token on every request.
+blocking queries. ACLs are off unless configured: ``acl`` (an ``AclTable`` of tokens and their
+``key_prefix`` policies) makes the server enforce them the way an agent with a default-deny ACL
+system does (see ``tests.consul_server.acl``); ``acl_token`` is the shorthand for one token that
+may do everything. The token travels as the ``X-Consul-Token`` header or ``?token=``.
 
 The server answers with ``HTTP/1.0`` (one request per connection) so that ``stop()`` really
 stops serving: no kept-alive connection outlives the listener. ``stop()`` keeps the store, and
@@ -25,7 +26,8 @@ from types import TracebackType
 from typing import Any, Self, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tests.consul_server.store import Entry, KVOp, KVStore, TxnOutcome
+from tests.consul_server.acl import ACL_NOT_FOUND, PERMISSION_DENIED, AclPolicy, AclTable
+from tests.consul_server.store import Entry, KVOp, KVStore, TxnError, TxnOutcome
 
 MAX_TXN_OPS = 64
 """Consul's limit per transaction up to 1.x (newer agents allow 128); more gets 413."""
@@ -104,6 +106,14 @@ def txn_response(outcome: TxnOutcome) -> tuple[HTTPStatus, dict[str, Any]]:
     return HTTPStatus.CONFLICT, {"Results": None, "Errors": errors}
 
 
+def denied_ops(policy: AclPolicy | None, ops: list[KVOp]) -> TxnOutcome | None:
+    """Consul's pre-check of a transaction: the ops ``policy`` may not run, or ``None`` if all pass."""
+    if policy is None:
+        return None
+    errors = tuple(TxnError(i, PERMISSION_DENIED) for i, op in enumerate(ops) if not policy.may_run(op.verb, op.key))
+    return TxnOutcome(errors=errors) if errors else None
+
+
 def _keys_only(entries: list[Entry], prefix: str, separator: str | None) -> list[str]:
     if not separator:
         return [entry.key for entry in entries]
@@ -118,6 +128,8 @@ def _keys_only(entries: list[Entry], prefix: str, separator: str | None) -> list
 
 class _Handler(BaseHTTPRequestHandler):
     server_version = "ConsulTestServer/1"
+    _policy: AclPolicy | None = None
+    """The policy of this request's token (``None``: ACLs are off)."""
 
     @property
     def http_server(self) -> _HttpServer:
@@ -143,14 +155,13 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         params = parse_qs(parts.query, keep_blank_values=True)
         try:
-            required = self.http_server.acl_token
-            if required is not None and required not in (self.headers.get("X-Consul-Token"), *params.get("token", [])):
-                raise HttpError(HTTPStatus.FORBIDDEN, "Permission denied")
+            self._policy = self._token_policy(params)
             if parts.path.startswith(KV_PREFIX):
                 key = unquote(parts.path[len(KV_PREFIX) :])
                 {"GET": self._kv_get, "PUT": self._kv_put, "DELETE": self._kv_delete}[method](key, params)
             elif parts.path == "/v1/txn" and method == "PUT":
-                status, body = txn_response(self.store.txn(parse_txn_ops(self._body())))
+                ops = parse_txn_ops(self._body())
+                status, body = txn_response(denied_ops(self._policy, ops) or self.store.txn(ops))
                 self._send_json(status, body)
             elif parts.path == "/v1/status/leader" and method == "GET":
                 self._send_json(HTTPStatus.OK, f"{self.http_server.host}:8300")
@@ -161,13 +172,31 @@ class _Handler(BaseHTTPRequestHandler):
         except HttpError as exc:
             self._send(exc.status, str(exc).encode(), "text/plain; charset=utf-8")
 
+    def _token_policy(self, params: dict[str, list[str]]) -> AclPolicy | None:
+        """The policy of the request's token; ``None`` when ACLs are off. 403 for an unknown token."""
+        acl = self.http_server.acl
+        if acl is None:
+            return None
+        token = self.headers.get("X-Consul-Token") or next(iter(params.get("token", [])), None)
+        policy = acl.policy_of(token)
+        if policy is None:
+            raise HttpError(HTTPStatus.FORBIDDEN, ACL_NOT_FOUND)
+        return policy
+
+    def _require(self, allowed: bool) -> None:
+        if not allowed:
+            raise HttpError(HTTPStatus.FORBIDDEN, PERMISSION_DENIED)
+
     def _body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
     def _kv_get(self, key: str, params: dict[str, list[str]]) -> None:
+        policy = self._policy
         if "keys" in params or "recurse" in params:
             index, entries = self.store.list(key)
+            if policy is not None:  # Consul leaves out what the token may not read
+                entries = [entry for entry in entries if policy.may_read(entry.key)]
             if not entries:
                 self._send(HTTPStatus.NOT_FOUND, b"", index=index)
             elif "keys" in params:
@@ -175,6 +204,7 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._send_json(HTTPStatus.OK, [entry.to_json() for entry in entries], index)
             return
+        self._require(policy is None or policy.may_read(key))
         index, entry = self.store.get(key)
         if entry is None:
             self._send(HTTPStatus.NOT_FOUND, b"", index=index)
@@ -188,6 +218,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise HttpError(HTTPStatus.BAD_REQUEST, "Missing key name")
         if "acquire" in params or "release" in params:
             raise HttpError(HTTPStatus.BAD_REQUEST, "sessions (acquire/release) are not supported by the test server")
+        self._require(self._policy is None or self._policy.may_write(key))
         value = self._body()
         if len(value) > MAX_VALUE_SIZE:
             raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"Value exceeds {MAX_VALUE_SIZE} byte limit")
@@ -198,6 +229,8 @@ class _Handler(BaseHTTPRequestHandler):
         recurse = "recurse" in params
         if not key and not recurse:
             raise HttpError(HTTPStatus.BAD_REQUEST, "Missing key name")
+        policy = self._policy
+        self._require(policy is None or (policy.may_write_tree(key) if recurse else policy.may_write(key)))
         self._send_json(HTTPStatus.OK, self.store.delete(key, recurse, _uint(params, "cas")))
 
     def _send_json(self, status: HTTPStatus, body: object, index: int | None = None) -> None:
@@ -220,11 +253,11 @@ class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128  # the default 5 resets connections when a test races 20 clients
 
-    def __init__(self, address: tuple[str, int], store: KVStore, acl_token: str | None) -> None:
+    def __init__(self, address: tuple[str, int], store: KVStore, acl: AclTable | None) -> None:
         super().__init__(address, _Handler)
         self.store = store
         self.host = address[0]
-        self.acl_token = acl_token
+        self.acl = acl
 
 
 class ConsulTestServer:
@@ -234,12 +267,19 @@ class ConsulTestServer:
     """
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 0, store: KVStore | None = None, acl_token: str | None = None
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        store: KVStore | None = None,
+        acl_token: str | None = None,
+        acl: AclTable | None = None,
     ) -> None:
+        if acl_token is not None and acl is not None:
+            raise ValueError("give acl_token (one all-powerful token) or acl (tokens and policies), not both")
         self.host = host
         self.port = port
         self.store = store if store is not None else KVStore()
-        self.acl_token = acl_token
+        self.acl = AclTable.single_token(acl_token) if acl_token is not None else acl
         self._http: _HttpServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -256,7 +296,7 @@ class ConsulTestServer:
         """Serve (again) on the same port; the data of earlier runs is still there."""
         if self._http is not None:
             return
-        self._http = _HttpServer((self.host, self.port), self.store, self.acl_token)
+        self._http = _HttpServer((self.host, self.port), self.store, self.acl)
         self.port = int(self._http.server_address[1])
         self._thread = threading.Thread(
             target=self._http.serve_forever,

@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from membership_tables import (
+    AccessDeniedError,
     InvalidTableUriError,
     InvalidUpdateError,
     MalformedRowError,
@@ -284,12 +285,12 @@ def test_unknown_keys_under_the_cluster_are_ignored(consul_test_server: ConsulTe
 
 @pytest.mark.slow
 def test_the_token_goes_with_every_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CONSUL_HTTP_TOKEN", "wrong")
+    monkeypatch.setenv("CONSUL_HTTP_TOKEN", "not-the-acl-token")
     entry = make_entry(status=SiloStatus.DEAD)
-    with ConsulTestServer(acl_token="secret") as server:
-        with open_table(server.uri("acl"), "c1") as denied, pytest.raises(TableUnavailableError, match="Permission"):
+    with ConsulTestServer(acl_token="s3cret-acl-token") as server:
+        with open_table(server.uri("acl"), "c1") as denied, pytest.raises(AccessDeniedError, match="ACL not found"):
             denied.initialize()
-        with open_table(server.uri("acl"), "c1", token="secret") as table:
+        with open_table(server.uri("acl"), "c1", token="s3cret-acl-token") as table:
             table.initialize()
             assert table.insert_row(entry, table.read_all().version.next())
             table.update_i_am_alive(entry.silo_address, T0 + timedelta(seconds=1))

@@ -14,6 +14,7 @@ def test_public_names_are_exactly_the_intended_ones() -> None:
     assert sorted(membership_tables.__all__) == sorted(
         [
             "UNINITIALIZED_VERSION",
+            "AccessDeniedError",
             "BackendNotInstalledError",
             "InvalidClusterIdError",
             "InvalidEntryError",

@@ -8,7 +8,7 @@ database of their own, as an application would.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pymysql  # type: ignore[import-untyped]  # no stubs in the test environment
 import pytest
@@ -97,6 +97,18 @@ class MariaDbServer(ThrowawayServer):
         with self._root() as connection:
             self._grant(connection, name)
         return self.database_url(name)
+
+    def run_as_admin(self, database: str, statements: Sequence[str]) -> None:
+        """Run ``statements`` as root in ``database`` (users, GRANTs)."""
+        with self._root() as connection, connection.cursor() as cursor:
+            cursor.execute(f"USE `{database}`")
+            for statement in statements:
+                cursor.execute(statement)
+
+    def create_login_role(self, database: str, role: str, password: str) -> str:
+        """An account with no privileges yet and the URL of ``database`` as that account."""
+        self.run_as_admin(database, [f"CREATE USER '{role}'@'%' IDENTIFIED BY '{password}'"])
+        return f"mysql+pymysql://{role}:{password}@127.0.0.1:{self.port}/{database}"
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import os
 import pwd
 import shutil
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import psycopg
 import pytest
@@ -84,6 +84,21 @@ class PostgresServer(ThrowawayServer):
         with self._connect() as connection:
             connection.execute(f'CREATE DATABASE "{name}"')
         return self.database_url(name)
+
+    def run_as_admin(self, database: str, statements: Sequence[str]) -> None:
+        """Run ``statements`` as the superuser in ``database`` (roles, GRANTs)."""
+        with self._connect(database) as connection:
+            for statement in statements:
+                connection.execute(statement.encode())
+
+    def create_login_role(self, database: str, role: str, password: str) -> str:
+        """A role that may log in (and nothing else yet) and the URL of ``database`` as that role.
+
+        The server trusts every local login, so the password is not checked: it is there to
+        show that it never leaks.
+        """
+        self.run_as_admin(database, [f"CREATE ROLE {role} LOGIN PASSWORD '{password}'"])
+        return f"postgresql+psycopg://{role}:{password}@127.0.0.1:{self.port}/{database}"
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,14 @@ from __future__ import annotations
 import pytest
 
 from membership_tables import SiloAddress
-from silo.errors import DeclaredDeadError, JoinError, OptionsError, SiloError, TableUnavailableAtStartError
+from silo.errors import (
+    DeclaredDeadError,
+    JoinError,
+    OptionsError,
+    SiloError,
+    TableAccessDeniedError,
+    TableUnavailableAtStartError,
+)
 from silo.exit_codes import ExitCode
 
 
@@ -11,6 +18,7 @@ from silo.exit_codes import ExitCode
     ("error", "code"),
     [
         (OptionsError, ExitCode.BAD_CONFIGURATION),
+        (TableAccessDeniedError, ExitCode.BAD_CONFIGURATION),
         (JoinError, ExitCode.JOIN_FAILED),
         (TableUnavailableAtStartError, ExitCode.TABLE_UNAVAILABLE_AT_START),
         (DeclaredDeadError, ExitCode.DECLARED_DEAD),

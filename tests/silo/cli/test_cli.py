@@ -12,7 +12,6 @@ import pytest
 
 from membership_tables import MembershipTable, SiloAddress, SiloStatus, open_table
 from membership_tables.memory import InMemoryMembershipTable
-from silo.cli.arguments import redact
 from silo.cli.commands import main
 from silo.exit_codes import ExitCode
 from tests.services.process import free_port
@@ -122,11 +121,6 @@ def test_bad_configuration_exits_2_with_one_error_line(
     assert len(err) == 1
     assert err[0].startswith("silo: error: ")
     assert message in err[0]
-
-
-def test_redact_hides_passwords_in_uris() -> None:
-    assert redact("postgresql+psycopg://u:pw@h:1/db") == "postgresql+psycopg://u:***@h:1/db"
-    assert redact("sqlite:///tmp/x.db") == "sqlite:///tmp/x.db"
 
 
 @pytest.mark.slow

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 
-from silo.cli.log_format import JsonFormatter
+from membership_tables.redaction import remember_secret
+from silo.cli.log_format import TEXT_FORMAT, JsonFormatter, RedactingFormatter
 
 
 def record(message: str, **extra: object) -> logging.LogRecord:
@@ -31,3 +33,20 @@ def test_an_event_record_carries_the_observer_and_the_event() -> None:
     assert "\n" not in line
     document = json.loads(line)
     assert (document["silo"], document["event"]) == ("127.0.0.1:9@9", event)
+
+
+def test_both_formats_mask_uri_passwords_and_registered_secrets_even_in_tracebacks() -> None:
+    remember_secret("log-format-token-5e1d")
+    try:
+        raise RuntimeError("driver said: token log-format-token-5e1d is invalid")
+    except RuntimeError:
+        failure = sys.exc_info()
+    made = logging.LogRecord(
+        "silo", logging.ERROR, __file__, 1, "table %s failed", ("mysql+pymysql://u:pw-0a9@h/db",), failure
+    )
+    for inner in (JsonFormatter(), logging.Formatter(TEXT_FORMAT)):
+        line = RedactingFormatter(inner).format(made)
+        assert "mysql+pymysql://u:***@h/db" in line
+        assert "pw-0a9" not in line
+        assert "log-format-token-5e1d" not in line
+        assert "driver said: token *** is invalid" in line

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from membership_tables import TableUnavailableError
+from membership_tables import AccessDeniedError, TableUnavailableError
 from silo.membership.clock import FakeClock
 from silo.membership.options import SiloOptions
 from silo.membership.table_access import TableAccess, backoff_bounds, run_in_thread, run_inline
@@ -74,6 +74,25 @@ async def test_call_without_deadline_or_when_giving_up_tries_once() -> None:
     with pytest.raises(TableUnavailableError):
         await access(clock, give_up=True).call(store.read, 100.0)
     assert store.calls == 2
+
+
+@async_test
+async def test_a_refused_silo_counts_as_an_outage_but_is_not_retried() -> None:
+    clock = FakeClock(T0)
+    tables, calls = access(clock), []
+
+    def refused() -> str:
+        calls.append(1)
+        raise AccessDeniedError("permission denied for table silo_membership")
+
+    with pytest.raises(AccessDeniedError):
+        await tables.call(refused, tables.deadline_in(5))
+    assert len(calls) == 1
+    assert not tables.available
+    await clock.advance(2)
+    assert tables.unavailable_for() == 2
+    assert await tables.attempt(lambda: "rows") == "rows"
+    assert tables.available
 
 
 @async_test
