@@ -66,14 +66,16 @@ def sql_store(url: str) -> StoreMalformedRow:
     return store
 
 
-def zookeeper_store(hosts: str) -> StoreMalformedRow:
-    """A silo znode holding bytes that are not JSON."""
+def zookeeper_store(hosts: str, digest: str | None = None) -> StoreMalformedRow:
+    """A silo znode holding bytes that are not JSON (``digest``: ``user:password`` of the owner, under ACLs)."""
 
     def store(table: MembershipTable, silo: SiloAddress) -> None:
         assert isinstance(table, ZooKeeperMembershipTable)
         client = KazooClient(hosts=hosts)
         client.start(timeout=10)
         try:
+            if digest is not None:
+                client.add_auth("digest", digest)
             client.create(table.row_path(silo), NOT_JSON)
         finally:
             client.stop()
@@ -82,12 +84,13 @@ def zookeeper_store(hosts: str) -> StoreMalformedRow:
     return store
 
 
-def consul_store(host: str, port: int, scheme: str = "http") -> StoreMalformedRow:
-    """A ``members/`` key holding bytes that are not JSON."""
+def consul_store(host: str, port: int, scheme: str = "http", token: str | None = None) -> StoreMalformedRow:
+    """A ``members/`` key holding bytes that are not JSON (``token``: an ACL token allowed to write it)."""
 
     def store(table: MembershipTable, silo: SiloAddress) -> None:
         assert isinstance(table, ConsulMembershipTable)
-        consul.Consul(host=host, port=port, scheme=scheme).kv.put(table.layout.member(silo), NOT_JSON)
+        agent = consul.Consul(host=host, port=port, scheme=scheme, token=token)
+        agent.kv.put(table.layout.member(silo), NOT_JSON)
 
     return store
 

@@ -16,9 +16,10 @@ from membership_tables import AccessDeniedError, open_table
 from membership_tables.consul import ConsulMembershipTable
 from membership_tables.policies import consul_policy
 from membership_tables.redaction import redact
-from membership_tables.testing import OpenCluster, make_entry
+from membership_tables.testing import OpenCluster, StoreMalformedRow, make_entry
 from membership_tables.testing.pytest_suite import MembershipTableConformance
 from tests.consul_server import AclPolicy, AclTable, ConsulTestServer
+from tests.membership_tables.malformed_rows import consul_store
 
 PREFIX = "silo-membership"
 TOKEN = "3f1b2c9e-6a1d-4b7e-9c55-acl-test-token"
@@ -43,6 +44,10 @@ class TestConsulConformanceUnderTheDocumentedPolicy(MembershipTableConformance):
     def open_cluster(self, acl_server: ConsulTestServer) -> OpenCluster:
         uri = acl_server.uri(f"{PREFIX}/{uuid.uuid4().hex[:8]}")
         return lambda cluster_id: open_table(uri, cluster_id)
+
+    @pytest.fixture
+    def store_malformed_row(self, acl_server: ConsulTestServer) -> StoreMalformedRow:
+        return consul_store(acl_server.host, acl_server.port, token=TOKEN)
 
 
 @pytest.mark.usefixtures("token_in_environment")

@@ -10,9 +10,10 @@ import pytest
 
 from membership_tables import AccessDeniedError, open_table
 from membership_tables.sql.grants import SILO_TABLES, grant_statements
-from membership_tables.testing import OpenCluster, make_entry
+from membership_tables.testing import OpenCluster, StoreMalformedRow, make_entry
 from membership_tables.testing.pytest_suite import MembershipTableConformance
 from silo.cli import main
+from tests.membership_tables.malformed_rows import sql_store
 from tests.services.sql_roles import PASSWORD, SqlServer, initialize_as_admin, refused, role_database
 
 
@@ -116,9 +117,17 @@ class TestPostgresConformanceUnderTheGrantedRole(MembershipTableConformance):
     def open_cluster(self, postgres_role_url: str) -> OpenCluster:
         return lambda cluster_id: open_table(postgres_role_url, cluster_id)
 
+    @pytest.fixture
+    def store_malformed_row(self, postgres_role_url: str) -> StoreMalformedRow:
+        return sql_store(postgres_role_url)
+
 
 @pytest.mark.slow
 class TestMariaDbConformanceUnderTheGrantedRole(MembershipTableConformance):
     @pytest.fixture
     def open_cluster(self, mariadb_role_url: str) -> OpenCluster:
         return lambda cluster_id: open_table(mariadb_role_url, cluster_id)
+
+    @pytest.fixture
+    def store_malformed_row(self, mariadb_role_url: str) -> StoreMalformedRow:
+        return sql_store(mariadb_role_url)

@@ -11,9 +11,10 @@ from kazoo.exceptions import NoAuthError
 from kazoo.security import make_digest_acl_credential
 
 from membership_tables import AccessDeniedError, open_table
-from membership_tables.testing import OpenCluster, make_entry
+from membership_tables.testing import OpenCluster, StoreMalformedRow, make_entry
 from membership_tables.testing.pytest_suite import MembershipTableConformance
 from membership_tables.zookeeper import DIGEST_ENV, ZooKeeperMembershipTable, parse_uri
+from tests.membership_tables.malformed_rows import zookeeper_store
 from tests.services.zookeeper import ZooKeeperServer
 
 PASSWORD = "zk-Secret-91c2"
@@ -124,3 +125,7 @@ class TestZooKeeperConformanceWithDigestAcls(MembershipTableConformance):
     def open_cluster(self, chroot_uri: str) -> OpenCluster:
         uri = with_credentials(chroot_uri, "silo", PASSWORD)
         return lambda cluster_id: open_table(uri, cluster_id)
+
+    @pytest.fixture
+    def store_malformed_row(self, zookeeper_server: ZooKeeperServer) -> StoreMalformedRow:
+        return zookeeper_store(zookeeper_server.hosts, digest=f"silo:{PASSWORD}")
