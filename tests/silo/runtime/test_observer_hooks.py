@@ -25,6 +25,7 @@ class RecordingObserver:
     rounds: list[tuple[SiloAddress, int, bool]] = field(default_factory=list)
     votes: list[tuple[SiloAddress, VoteOutcome]] = field(default_factory=list)
     refreshes: list[float] = field(default_factory=list)
+    skipped_refreshes: int = 0
     gossip: list[tuple[int, bool]] = field(default_factory=list)
 
     def probe_completed(self, target: SiloAddress, outcome: ProbeOutcome, seconds: float) -> None:
@@ -42,6 +43,9 @@ class RecordingObserver:
 
     def refresh_completed(self, seconds: float) -> None:
         self.refreshes.append(seconds)
+
+    def refresh_skipped(self) -> None:
+        self.skipped_refreshes += 1
 
     def gossip_received(self, version: int, applied: bool) -> None:
         self.gossip.append((version, applied))
