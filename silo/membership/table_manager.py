@@ -2,13 +2,15 @@
 
 It holds the latest snapshot and publishes only newer ones; refreshes every
 ``table_refresh_timeout`` (first tick randomized) and re-reads when gossip announces a newer
-version. A periodic refresh reads only the version and re-reads in full when it moved, every
-``full_refresh_every`` periods (heartbeats do not move the version), and every period for
-one full-read interval after a failed table call (so the liveness tracker sees peers'
-heartbeats resume soon after an outage); writes the silo's own row, suspicion votes and death declarations as
+version; writes the silo's own row, suspicion votes and death declarations as
 read-modify-write with ``update_row(entry, row_etag, read.version.next())``; and decides
 when this silo must terminate itself (it reads itself Dead, finds a newer generation of
 itself, or its row vanished after it joined).
+
+The periodic refresh is cheap: it reads only the version, and the whole table when the
+version moved, every ``full_refresh_every`` periods (heartbeats do not move the version), and
+every period for one full-read interval after a failed table call (so peers' heartbeats are
+seen again soon after an outage; docs/protocol.md, "Freshness on our own clock").
 
 Safety when the table is down: infrastructure errors are retried with exponential
 backoff and jitter, never turned into a vote. The table is *down* once calls have failed

@@ -83,6 +83,7 @@ async def test_a_healthy_cluster_reports_answered_probes_refreshes_and_gossip_on
         assert all(seconds >= 0 for seconds in observer.round_trips)
         assert (observer.suspicions, observer.rounds, observer.votes) == ([], [], [])
         assert observer.refreshes
+        assert observer.skipped_refreshes == 0  # the local preset reads in full every period
     assert any(applied for observer in observers for _, applied in observer.gossip), "gossip of the joins applied"
     for silo in silos:
         await silo.stop()
