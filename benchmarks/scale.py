@@ -56,10 +56,12 @@ OVERRIDES = {
     "death_vote_expiration": "60s",
     "i_am_alive_table_publish_timeout": "10s",
     "table_refresh_timeout": "30s",
+    "full_refresh_every": "3",
     "max_join_attempt_time": "600s",
     "use_liveness_gossip": "false",
 }
-"""Per silo: 3 probes every 2 s, a heartbeat every 10 s, a full re-read every 30 s, no gossip.
+"""Per silo: 3 probes every 2 s, a heartbeat every 10 s, a version read every 30 s and a full
+re-read every 90 s (or when the version moved), no gossip.
 
 With gossip on, every one of the ~400 writes of a 200-silo join storm makes every live silo
 re-read the whole table: on this two-core machine that drove the load average to 85 within

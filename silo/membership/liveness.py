@@ -5,15 +5,20 @@ A peer is *fresh* while its IAmAlive value changed, in the snapshots we read, wi
 the time another host wrote would mark live silos stale whenever the two clocks disagree
 by more than the margin, and would shrink the quorum on ordinary jitter.
 
-The limit is the staleness limit (``num_missed_table_i_am_alive_limit`` heartbeats) plus
-one ``table_refresh_timeout``: a live peer's new heartbeat reaches us at most one refresh
-after it was written.
+Heartbeats do not move the table version, so we see them only on *full* reads; the periodic
+refresh reads in full every ``full_refresh_every`` periods (``options.full_refresh_interval``,
+G) and reads only the version in between. The limit is the staleness limit
+(``num_missed_table_i_am_alive_limit`` heartbeats) plus G: a live peer's new heartbeat reaches
+us at most one full-read interval after it was written, so a less frequent full read never
+makes a live peer stale. A crashed peer goes stale at most ``stale_after + 2 G`` after its
+last heartbeat (seen up to G late, then the limit).
 
 We can only watch while we read the table. Time during which we could not (a gap between
-our successful reads longer than one ``table_refresh_timeout``: a table outage, or our own
-process paused) does not count: every watch is moved forward by the blind part of the gap.
-Peers' heartbeats may have lapsed for the same reason (the table was down for them too),
-so an outage never shrinks the quorum or the majority count by itself.
+our successful full reads longer than G: a table outage, or our own process paused) does not
+count: every watch is moved forward by the blind part of the gap. Peers' heartbeats may have
+lapsed for the same reason (the table was down for them too), so an outage never shrinks the
+quorum or the majority count by itself. (The table manager reads in full every period for G
+after a failed call, so a peer's first heartbeat after the outage is seen within one period.)
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from silo.membership.snapshot import MembershipSnapshot
 
 def freshness_limit(options: SiloOptions) -> float:
     """Seconds without a visible new heartbeat after which a peer is stale."""
-    return options.stale_after + options.table_refresh_timeout
+    return options.stale_after + options.full_refresh_interval
 
 
 @dataclass
@@ -48,7 +53,7 @@ class LivenessTracker:
 
     def __init__(self, options: SiloOptions, monotonic: Callable[[], float]) -> None:
         self._limit = freshness_limit(options)
-        self._normal_gap = options.table_refresh_timeout
+        self._normal_gap = options.full_refresh_interval
         self._monotonic = monotonic
         self._watches: dict[SiloAddress, _Watch] = {}
         self._last_observed: float | None = None

@@ -39,6 +39,9 @@ class MembershipObserver(Protocol):
     def refresh_completed(self, seconds: float) -> None:
         """A full re-read of the table (retries included) took ``seconds``."""
 
+    def refresh_skipped(self) -> None:
+        """A periodic refresh read only the table version, found it unchanged and skipped the full read."""
+
     def gossip_received(self, version: int, applied: bool) -> None:
         """A peer said the table is at ``version``; ``applied`` if we then read a newer version."""
 
@@ -59,6 +62,9 @@ class NullObserver:
         pass
 
     def refresh_completed(self, seconds: float) -> None:
+        pass
+
+    def refresh_skipped(self) -> None:
         pass
 
     def gossip_received(self, version: int, applied: bool) -> None:

@@ -83,8 +83,16 @@ class SiloOptions:
     everyone and not counted for the quorum."""
 
     table_refresh_timeout: float = 60.0
-    """Seconds between full re-reads of the table, whether or not gossip arrived. The bound
-    on how long a missed gossip leaves a silo with an old view."""
+    """Seconds between periodic refreshes of the table, whether or not gossip arrived. The
+    bound on how long a missed gossip leaves a silo with an old view."""
+
+    full_refresh_every: int = 3
+    """Periodic refreshes per full re-read of the table (a count of ``table_refresh_timeout``
+    periods). The others read only the table version and re-read in full only when it moved.
+    Heartbeats do not move the version, so peers' IAmAlive changes are seen only on full
+    reads: higher saves table reads (N silos cost N/k full reads per period, not N), but a
+    crashed silo goes stale later (``freshness_limit`` grows by one period per step). 1 reads
+    in full every period, without version reads."""
 
     max_join_attempt_time: float = 300.0
     """Seconds a starting silo keeps trying to reach the table and every Active silo before
@@ -124,6 +132,7 @@ class SiloOptions:
             death_vote_expiration=3.0,
             i_am_alive_table_publish_timeout=1.0,
             table_refresh_timeout=2.0,
+            full_refresh_every=1,
             max_join_attempt_time=10.0,
             defunct_silo_expiration=60.0,
             defunct_silo_cleanup_period=10.0,
@@ -138,6 +147,11 @@ class SiloOptions:
     def effective_probe_interval(self) -> float:
         """``probe_interval``, but never longer than ``probe_timeout`` (e.g. after overriding only the timeout)."""
         return min(self.probe_interval, self.probe_timeout)
+
+    @property
+    def full_refresh_interval(self) -> float:
+        """Seconds between periodic full reads: ``full_refresh_every * table_refresh_timeout``."""
+        return self.full_refresh_every * self.table_refresh_timeout
 
     @property
     def stale_after(self) -> float:

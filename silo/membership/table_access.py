@@ -66,6 +66,7 @@ class TableAccess:
         self._run = run_blocking
         self._give_up = give_up
         self._unavailable_since: float | None = None
+        self._last_failed_at: float | None = None
 
     @property
     def available(self) -> bool:
@@ -78,11 +79,17 @@ class TableAccess:
             return 0.0
         return self._clock.monotonic() - self._unavailable_since
 
+    def failed_within(self, seconds: float) -> bool:
+        """Whether any call failed (unreachable or refused) in the last ``seconds``."""
+        last = self._last_failed_at
+        return last is not None and self._clock.monotonic() - last < seconds
+
     async def attempt(self, call: Callable[[], _T]) -> _T:
         """One try; a failure marks the table unavailable, a success available again."""
         try:
             result = await self._run(call)
         except TableUnavailableError:
+            self._last_failed_at = self._clock.monotonic()
             if self._unavailable_since is None:
                 self._unavailable_since = self._clock.monotonic()
                 logger.warning("silo %s cannot reach the membership table; retrying", self._address)
@@ -90,6 +97,7 @@ class TableAccess:
         except AccessDeniedError as exc:
             # The store refuses this silo (credentials, GRANTs or ACLs changed): for the protocol
             # that is an outage, but one that retrying cannot end, so it is raised at once.
+            self._last_failed_at = self._clock.monotonic()
             if self._unavailable_since is None:
                 self._unavailable_since = self._clock.monotonic()
                 logger.error("silo %s: the membership table refuses this silo: %s", self._address, exc)

@@ -1,11 +1,16 @@
 """The table manager: the only role that writes to the membership table.
 
-It holds the latest snapshot and publishes only newer ones; re-reads the table every
-``table_refresh_timeout`` (first tick randomized) and when gossip announces a newer
+It holds the latest snapshot and publishes only newer ones; refreshes every
+``table_refresh_timeout`` (first tick randomized) and re-reads when gossip announces a newer
 version; writes the silo's own row, suspicion votes and death declarations as
 read-modify-write with ``update_row(entry, row_etag, read.version.next())``; and decides
 when this silo must terminate itself (it reads itself Dead, finds a newer generation of
 itself, or its row vanished after it joined).
+
+The periodic refresh is cheap: it reads only the version, and the whole table when the
+version moved, every ``full_refresh_every`` periods (heartbeats do not move the version), and
+every period for one full-read interval after a failed table call (so peers' heartbeats are
+seen again soon after an outage; docs/protocol.md, "Freshness on our own clock").
 
 Safety when the table is down: infrastructure errors are retried with exponential
 backoff and jitter, never turned into a vote. The table is *down* once calls have failed
@@ -119,6 +124,8 @@ class MembershipTableManager:
         self._gossip_read: asyncio.Task[None] | None = None
         self._gossip_unmet_at: float | None = None
         """When a read for gossip last found the table behind the announced version (monotonic)."""
+        self._periods_since_full_read = 0
+        """Periodic refreshes since the last full read (of any cause)."""
         self._empty = MembershipSnapshot(MembershipTableData((), UNINITIALIZED_VERSION))
         self.liveness = LivenessTracker(options, clock.monotonic)
         """Which peers are fresh, on our own monotonic clock (fed by every read)."""
@@ -168,6 +175,7 @@ class MembershipTableManager:
         return await self._accept(data)
 
     async def _accept(self, data: MembershipTableData) -> MembershipSnapshot:
+        self._periods_since_full_read = 0
         self._report_malformed(data.malformed)
         snapshot = MembershipSnapshot(data)
         self.liveness.observe(snapshot)
@@ -460,10 +468,36 @@ class MembershipTableManager:
 
     async def _refresh_round(self) -> None:
         period = self._options.table_refresh_timeout
+        deadline = self.deadline_in(period)
         try:
-            await self.refresh(self.deadline_in(period))
+            if await self._unchanged_since_last_read(deadline):
+                self._observer.refresh_skipped()
+                return
+            await self.refresh(deadline)
         except TableUnavailableError:
             logger.warning("silo %s: table still unreachable after retrying for %ss", self._address, period)
+
+    async def _unchanged_since_last_read(self, deadline: float) -> bool:
+        """Whether this periodic refresh may skip the full read: only the version was read, and it has not moved.
+
+        Never with ``full_refresh_every`` 1 (no version read at all), before the first full
+        read, once the last full read is ``full_refresh_every`` periods old (heartbeats do not
+        move the version), or within one full-read interval of a failed table call. A failed
+        version read raises like a failed full read, after the same retries.
+        """
+        self._periods_since_full_read += 1
+        if (
+            self._periods_since_full_read >= self._options.full_refresh_every
+            or self.publisher.current is None
+            or self._recovering()
+        ):
+            return False
+        version = await self._access.call(self._table.read_version, deadline)
+        return version.version == self.snapshot.version and not self._recovering()
+
+    def _recovering(self) -> bool:
+        """A table call failed within one full-read interval: read in full every period meanwhile."""
+        return self._access.failed_within(self._options.full_refresh_interval)
 
     async def stop(self) -> None:
         if self._refresher is not None:

@@ -60,6 +60,12 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("silo_view_version", GAUGE, (), "Version of the membership table this silo holds."),
     MetricSpec("silo_silos", GAUGE, ("status",), "Silos in this silo's view, by status."),
     MetricSpec("silo_table_refresh_duration_seconds", HISTOGRAM, (), "Full table re-reads, retries included."),
+    MetricSpec(
+        "silo_table_refreshes_skipped_total",
+        COUNTER,
+        (),
+        "Periodic refreshes that read only the table version, found it unchanged and skipped the full read.",
+    ),
 )
 
 METRIC_NAMES: tuple[str, ...] = tuple(spec.name for spec in METRICS)

@@ -106,6 +106,9 @@ class SiloMetrics:
     def refresh_completed(self, seconds: float) -> None:
         self._histograms["silo_table_refresh_duration_seconds"].observe(seconds)
 
+    def refresh_skipped(self) -> None:
+        self._counters["silo_table_refreshes_skipped_total"].inc()
+
     def gossip_received(self, version: int, applied: bool) -> None:
         self._counters["silo_gossip_received_total"].inc()
         if applied:

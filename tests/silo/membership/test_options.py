@@ -35,6 +35,7 @@ def test_production_defaults_match_the_design() -> None:
     assert (options.defunct_silo_expiration, options.defunct_silo_cleanup_period) == (7 * 86400.0, 3600.0)
     assert options.detection_time == 15.0
     assert options.stale_after == 90.0
+    assert (options.full_refresh_every, options.full_refresh_interval) == (3, 180.0)
 
 
 def test_local_preset_is_derived_from_production_with_fast_timings() -> None:
@@ -92,3 +93,14 @@ def test_every_option_is_documented() -> None:
     documented = (Path(__file__).parents[3] / "docs" / "options.md").read_text()
     missing = [field.name for field in dataclasses.fields(SiloOptions) if f"| `{field.name}` |" not in documented]
     assert missing == []
+
+
+def test_the_local_preset_reads_the_whole_table_every_period() -> None:
+    assert SiloOptions.local().full_refresh_every == 1
+    assert SiloOptions.local().full_refresh_interval == SiloOptions.local().table_refresh_timeout
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "1.5", "often"])
+def test_full_refresh_every_must_be_a_positive_count_of_periods(value: str) -> None:
+    with pytest.raises(OptionsError, match="full_refresh_every"):
+        SiloOptions().with_overrides({"full_refresh_every": value})

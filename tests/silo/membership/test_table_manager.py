@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 from datetime import timedelta
@@ -17,6 +18,7 @@ from membership_tables import (
     TableVersion,
 )
 from silo.membership.clock import FakeClock
+from silo.membership.observer import NULL_OBSERVER, MembershipObserver, NullObserver
 from silo.membership.options import SiloOptions
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import backoff_bounds, run_inline
@@ -435,3 +437,170 @@ async def test_when_every_silo_monitors_all_others_the_majority_rule_alone_decid
     """No ring sampling (7 <= 10 + 1): correlated suspicions do not delay a death."""
     tables, _clock = await ring_of_seven(voted(PEER, OTHER), voted(address(5), address(6)), options=OPTIONS)
     assert await tables.try_vote(PEER) is VoteOutcome.DECLARED_DEAD
+
+
+# --- cheap refresh: version reads between full reads ---------------------------------------
+
+EVERY_THIRD = dataclasses.replace(OPTIONS, full_refresh_every=3)
+PERIOD = EVERY_THIRD.table_refresh_timeout
+
+
+class SkipCounter(NullObserver):
+    def __init__(self) -> None:
+        self.skipped = 0
+
+    def refresh_skipped(self) -> None:
+        self.skipped += 1
+
+
+async def refreshing_every_third(
+    *peers: SiloAddress, observer: MembershipObserver = NULL_OBSERVER
+) -> tuple[FlakyTable, FakeClock, MembershipTableManager]:
+    """Our silo joined beside ``peers`` and refreshing periodically, a full read every third period.
+
+    The join was a full read at time 0; the periodic rounds fall at d, d + PERIOD, ... (0 < d < PERIOD).
+    """
+    flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
+    seed(flaky.inner, *(row(peer) for peer in peers))
+    tables = MembershipTableManager(
+        table=flaky,
+        address=ME,
+        options=EVERY_THIRD,
+        clock=clock,
+        random=random.Random(7),
+        run_blocking=run_inline,
+        observer=observer,
+    )
+    await tables.insert_self(row(ME), tables.deadline_in(10))
+    tables.start()
+    flaky.calls.clear()
+    return flaky, clock, tables
+
+
+@async_test
+async def test_periodic_refresh_reads_only_the_version_while_it_is_unchanged() -> None:
+    observer = SkipCounter()
+    flaky, clock, tables = await refreshing_every_third(PEER, observer=observer)
+    for _ in range(9):
+        await clock.advance(PERIOD)
+        flaky.inner.update_i_am_alive(PEER, clock.now())  # heartbeats do not move the version
+    assert flaky.calls.count("read_version") == 6
+    assert flaky.calls.count("read_all") == 3  # every third period, for the heartbeats
+    assert observer.skipped == 6
+    await tables.stop()
+
+
+@async_test
+async def test_periodic_refresh_reads_in_full_as_soon_as_the_version_moved() -> None:
+    flaky, clock, tables = await refreshing_every_third(PEER)
+    await clock.advance(PERIOD)
+    assert flaky.calls == ["read_version"]
+    seed(flaky.inner, row(OTHER))
+    await clock.advance(PERIOD)
+    assert flaky.calls == ["read_version", "read_version", "read_all"]
+    assert tables.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
+    await tables.stop()
+
+
+@async_test
+async def test_with_one_full_read_every_period_no_version_is_read() -> None:
+    flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
+    seed(flaky.inner, row(PEER))
+    tables = manager(flaky, clock)
+    tables.start()
+    for _ in range(4):
+        await clock.advance(OPTIONS.table_refresh_timeout)
+    assert flaky.calls == ["read_all"] * 4
+    await tables.stop()
+
+
+@async_test
+async def test_a_failed_version_read_is_retried_and_counts_as_a_failed_call() -> None:
+    flaky, clock, tables = await refreshing_every_third(PEER)
+    flaky.down = True
+    await clock.advance(PERIOD)
+    assert flaky.calls.count("read_version") > 1  # retried with backoff
+    assert not tables.table_available
+    flaky.down = False
+    await clock.advance(PERIOD)
+    assert tables.table_available
+    assert flaky.calls[-1] == "read_all"  # after a failure: full reads while recovering
+    await tables.stop()
+
+
+async def heartbeat_and_watch(
+    flaky: FlakyTable,
+    clock: FakeClock,
+    tables: MembershipTableManager,
+    beating: list[SiloAddress],
+    *,
+    seconds: float,
+    beat_every: float,
+    first_beat_after: float = 0.0,
+    must_stay_fresh: bool = True,
+) -> None:
+    """Advance ``seconds`` in small steps; ``beating`` silos heartbeat every ``beat_every`` while the
+    table is up (a beat due during an outage is missed); with ``must_stay_fresh``, check each step
+    that we judge them all fresh."""
+    step = PERIOD / 20
+    next_beat = clock.monotonic() + first_beat_after
+    for _ in range(round(seconds / step)):
+        if clock.monotonic() >= next_beat:
+            next_beat += beat_every
+            if not flaky.down:
+                for silo in beating:
+                    flaky.inner.update_i_am_alive(silo, clock.now())
+        await clock.advance(step)
+        if must_stay_fresh:
+            stale = [silo for silo in beating if not tables.liveness.is_fresh(silo)]
+            assert stale == [], f"{stale} judged stale at {clock.monotonic():.2f}s"
+
+
+@async_test
+async def test_a_live_peer_stays_fresh_although_its_heartbeats_are_read_every_third_period() -> None:
+    flaky, clock, tables = await refreshing_every_third(PEER)
+    # The slowest heartbeat that is still not stale: just under stale_after between beats.
+    await heartbeat_and_watch(
+        flaky, clock, tables, [PEER], seconds=10 * EVERY_THIRD.full_refresh_interval,
+        beat_every=0.95 * EVERY_THIRD.stale_after,
+    )  # fmt: skip
+    assert flaky.calls.count("read_version") > flaky.calls.count("read_all")  # the saving is real
+    await tables.stop()
+
+
+@async_test
+async def test_a_crashed_peer_goes_stale_within_stale_after_plus_two_full_read_intervals() -> None:
+    flaky, clock, tables = await refreshing_every_third(PEER)
+    await heartbeat_and_watch(flaky, clock, tables, [PEER], seconds=2 * PERIOD, beat_every=EVERY_THIRD.stale_after / 3)
+    flaky.inner.update_i_am_alive(PEER, clock.now())  # its last heartbeat
+    crashed_at = clock.monotonic()
+    bound = EVERY_THIRD.stale_after + 2 * EVERY_THIRD.full_refresh_interval
+    while tables.liveness.is_fresh(PEER):
+        assert clock.monotonic() - crashed_at <= bound
+        await clock.advance(PERIOD / 20)
+    assert clock.monotonic() - crashed_at > EVERY_THIRD.stale_after  # not before its heartbeats lapsed
+    await tables.stop()
+
+
+@async_test
+async def test_an_outage_does_not_shrink_the_quorum_when_heartbeats_are_read_every_third_period() -> None:
+    peers = [PEER, OTHER, address(4), address(5)]
+    flaky, clock, tables = await refreshing_every_third(*peers)
+    beat = EVERY_THIRD.i_am_alive_table_publish_timeout
+    await heartbeat_and_watch(
+        flaky, clock, tables, peers, seconds=2 * EVERY_THIRD.full_refresh_interval, beat_every=beat
+    )
+    flaky.down = True  # nobody (us included) can read or heartbeat
+    await heartbeat_and_watch(
+        flaky, clock, tables, peers, seconds=10 * tables.liveness.limit, beat_every=beat, must_stay_fresh=False
+    )
+    flaky.down = False
+    # The worst case: our first read after the outage comes before any peer could heartbeat again.
+    # (Until that read the outage is not credited, but no vote happens before it: a vote reads first.)
+    await tables.refresh()
+    await heartbeat_and_watch(
+        flaky, clock, tables, peers, seconds=3 * EVERY_THIRD.full_refresh_interval, beat_every=beat,
+        first_beat_after=beat,
+    )  # fmt: skip
+    assert await tables.try_vote(PEER) is VoteOutcome.VOTED  # 5 fresh silos: 2 votes needed, not 1
+    await tables.stop()

@@ -35,13 +35,21 @@ def test_names_have_the_prefix_and_a_unit(spec: MetricSpec) -> None:
     assert (spec.kind is MetricKind.COUNTER) == name.endswith("_total")
 
 
-def gossip_sent(metrics: SiloMetrics) -> float:
+def counter_total(metrics: SiloMetrics, family_name: str) -> float:
     families = text_string_to_metric_families(generate_latest(metrics.registry).decode())
-    family = next(family for family in families if family.name == "silo_gossip_sent")
-    return next(sample.value for sample in family.samples if sample.name == "silo_gossip_sent_total")
+    family = next(family for family in families if family.name == family_name)
+    return next(sample.value for sample in family.samples if sample.name == f"{family_name}_total")
 
 
 def test_each_silo_has_a_registry_of_its_own() -> None:
     first, second = SiloMetrics("memory"), SiloMetrics("memory")
     first.gossip_sent()
-    assert (gossip_sent(first), gossip_sent(second)) == (1, 0)
+    assert (counter_total(first, "silo_gossip_sent"), counter_total(second, "silo_gossip_sent")) == (1, 0)
+
+
+def test_version_only_refreshes_are_counted_apart_from_full_ones() -> None:
+    metrics = SiloMetrics("memory")
+    metrics.refresh_skipped()
+    metrics.refresh_skipped()
+    metrics.refresh_completed(0.01)
+    assert counter_total(metrics, "silo_table_refreshes_skipped") == 2

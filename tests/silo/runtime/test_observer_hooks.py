@@ -25,6 +25,7 @@ class RecordingObserver:
     rounds: list[tuple[SiloAddress, int, bool]] = field(default_factory=list)
     votes: list[tuple[SiloAddress, VoteOutcome]] = field(default_factory=list)
     refreshes: list[float] = field(default_factory=list)
+    skipped_refreshes: int = 0
     gossip: list[tuple[int, bool]] = field(default_factory=list)
 
     def probe_completed(self, target: SiloAddress, outcome: ProbeOutcome, seconds: float) -> None:
@@ -42,6 +43,9 @@ class RecordingObserver:
 
     def refresh_completed(self, seconds: float) -> None:
         self.refreshes.append(seconds)
+
+    def refresh_skipped(self) -> None:
+        self.skipped_refreshes += 1
 
     def gossip_received(self, version: int, applied: bool) -> None:
         self.gossip.append((version, applied))
@@ -79,6 +83,7 @@ async def test_a_healthy_cluster_reports_answered_probes_refreshes_and_gossip_on
         assert all(seconds >= 0 for seconds in observer.round_trips)
         assert (observer.suspicions, observer.rounds, observer.votes) == ([], [], [])
         assert observer.refreshes
+        assert observer.skipped_refreshes == 0  # the local preset reads in full every period
     assert any(applied for observer in observers for _, applied in observer.gossip), "gossip of the joins applied"
     for silo in silos:
         await silo.stop()
