@@ -85,7 +85,12 @@ def time_from_db(value: Any) -> Any:
             return value
     if not isinstance(value, datetime):
         return value
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00+01:00, before datetime.min in UTC: the parser reports it
+        return value
 
 
 metadata = sa.MetaData()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from membership_tables import InvalidEntryError, MalformedRow, MembershipTable, TableVersion, open_table
@@ -90,6 +90,7 @@ def _row(entry: Any, etag: str, alive: datetime) -> tuple[object, ...]:
         max_size=4,
     )
 )
+@example(mutations=[{"i_am_alive_time": "0001-01-01T00:00:00+01:00"}])  # before datetime.min in UTC
 def test_the_sql_row_parser_never_raises(mutations: list[dict[str, Any]]) -> None:
     """Each row is parsed or reported; reusing a parser gives what a fresh one gives."""
     parser = RowParser("cluster-a")
