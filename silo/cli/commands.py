@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -184,9 +183,6 @@ def _run(args: argparse.Namespace) -> int:
     tls = tls_options.settings_from_args(args)
     if tls is not None:
         tls_options.check_own_certificate(tls, args.cluster, Role.SILO)
-    # gRPC's C core logs connection chatter (e.g. GOAWAY from a peer that stopped) at INFO to
-    # stderr; keep the silo's log to its own lines unless the user asks otherwise.
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     from silo.runtime.process import SiloProcessConfig, run_process  # the runtime and gRPC load only to run
 
     config = SiloProcessConfig(
