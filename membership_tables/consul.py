@@ -359,11 +359,7 @@ class ConsulMembershipTable(MembershipTable):
     def _snapshot(self, only: SiloAddress | None = None) -> MembershipTableData:
         tree = self._read_tree()
         read = [self._row(tree, silo) for silo in tree.members if only is None or silo == str(only)]
-        return MembershipTableData(
-            tuple(row for row in read if not isinstance(row, MalformedRow)),
-            self._version(tree.version),
-            tuple(row for row in read if isinstance(row, MalformedRow)),
-        )
+        return MembershipTableData.from_parsed(read, self._version(tree.version))
 
     # --- the contract --------------------------------------------------------------------------
 

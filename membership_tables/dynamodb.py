@@ -518,11 +518,7 @@ class DynamoDbMembershipTable(MembershipTable):
 
     def _snapshot(self, items: list[Item], version: TableVersion) -> MembershipTableData:
         read = [self._row_from_item(item) for item in items if item.get(RANGE_KEY, {}).get("S") != VERSION_KEY]
-        return MembershipTableData(
-            tuple(row for row in read if not isinstance(row, MalformedRow)),
-            version,
-            tuple(row for row in read if isinstance(row, MalformedRow)),
-        )
+        return MembershipTableData.from_parsed(read, version)
 
     def read_all(self) -> MembershipTableData:
         def fenced_read() -> MembershipTableData:

@@ -86,17 +86,18 @@ class InMemoryMembershipTable(MembershipTable):
         return self._store.clusters.setdefault(self.cluster_id, _ClusterState())
 
     def _snapshot(self, addresses: list[SiloAddress]) -> MembershipTableData:
-        rows = self._state.rows
-        good = [rows[address] for address in addresses if isinstance(rows[address][0], MembershipEntry)]
-        malformed = [
-            MalformedRow(
-                f"memory://{self.name} cluster {self.cluster_id!r} row {address}",
-                f"holds a {type(rows[address][0]).__name__}, not a MembershipEntry",
-            )
-            for address in addresses
-            if not isinstance(rows[address][0], MembershipEntry)
-        ]
-        return MembershipTableData(tuple(good), self._state.version or UNINITIALIZED_VERSION, tuple(malformed))
+        parsed = [self._stored(address) for address in addresses]
+        return MembershipTableData.from_parsed(parsed, self._state.version or UNINITIALIZED_VERSION)
+
+    def _stored(self, address: SiloAddress) -> tuple[MembershipEntry, str] | MalformedRow:
+        """The row of ``address``, or how it is malformed."""
+        row = self._state.rows[address]
+        if isinstance(row[0], MembershipEntry):
+            return row
+        return MalformedRow(
+            f"memory://{self.name} cluster {self.cluster_id!r} row {address}",
+            f"holds a {type(row[0]).__name__}, not a MembershipEntry",
+        )
 
     def _version_matches(self, version: TableVersion) -> bool:
         current = self._state.version

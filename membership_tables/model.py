@@ -301,6 +301,20 @@ class MembershipTableData:
         data.__dict__.update(rows=rows, version=version, malformed=tuple(sorted(malformed)))
         return data
 
+    @classmethod
+    def from_parsed(
+        cls, parsed: Iterable[tuple[MembershipEntry, str] | MalformedRow], version: TableVersion
+    ) -> MembershipTableData:
+        """A snapshot of what a store's read parsed: the well-formed rows, reporting the malformed ones."""
+        rows: list[tuple[MembershipEntry, str]] = []
+        malformed: list[MalformedRow] = []
+        for row in parsed:
+            if isinstance(row, MalformedRow):
+                malformed.append(row)
+            else:
+                rows.append(row)
+        return cls(tuple(rows), version, tuple(malformed))
+
     def get(self, silo_address: SiloAddress) -> tuple[MembershipEntry, str] | None:
         """The row of ``silo_address`` and its etag, or ``None`` if absent."""
         for entry, etag in self.rows:

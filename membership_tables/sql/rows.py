@@ -154,7 +154,7 @@ class RowParser:
         """The snapshot of ``rows`` at ``version``; ``full`` (every row of the cluster) is kept."""
         last = self._last
         if not full:
-            return _with_malformed(version, [self._parse(row, last) for row in rows])
+            return MembershipTableData.from_parsed((self._parse(row, last) for row in rows), version)
         rows = list(rows)
         if version == last.version and rows == last.rows:  # nothing changed: one comparison in C
             return last.data
@@ -177,7 +177,7 @@ class RowParser:
         if any(isinstance(pair, MalformedRow) for pair in parsed):
             good = [index for index, pair in enumerate(parsed) if not isinstance(pair, MalformedRow)]
             self._last = _Read(version, [rows[i] for i in good], [cast(Parsed, parsed[i]) for i in good], None)
-            return _with_malformed(version, parsed)
+            return MembershipTableData.from_parsed(parsed, version)
         read = self._last = _Read(version, rows, cast(list[Parsed], parsed), last.order if same_silos else None)
         return read.data
 
@@ -204,9 +204,3 @@ class RowParser:
 
     def _named(self, row: Row) -> dict[str, Any]:
         return {"cluster_id": self._cluster_id, **dict(zip(ROW_COLUMNS, row, strict=True))}
-
-
-def _with_malformed(version: TableVersion, parsed: list[Parsed | MalformedRow]) -> MembershipTableData:
-    """A snapshot of the well-formed rows, reporting the others."""
-    good = tuple(pair for pair in parsed if not isinstance(pair, MalformedRow))
-    return MembershipTableData(good, version, tuple(pair for pair in parsed if isinstance(pair, MalformedRow)))
