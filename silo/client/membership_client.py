@@ -39,7 +39,7 @@ from silo.client.errors import (
 )
 from silo.client.topology import ClusterView, ViewTracker, ViewUpdate
 from silo.client.view_sources import GatewaySource, TableSource, ViewSource, parse_endpoint
-from silo.wire.tls import TlsConfigError, TlsSettings
+from silo.wire.tls import TlsConfigError, TlsSettings, checked_tls
 
 T = TypeVar("T")
 
@@ -95,8 +95,10 @@ class AsyncMembershipClient:
         if endpoints and table is not None:
             raise ClientConfigError("give gateways or a table, not both")
         self._source: ViewSource
-        if tls is not None and not isinstance(tls, TlsSettings):
-            raise ClientConfigError(f"tls must be a TlsSettings(cert, key, ca) or None, got {tls!r}")
+        try:
+            tls = checked_tls(tls)
+        except TlsConfigError as exc:
+            raise ClientConfigError(str(exc)) from exc
         if tls is not None and table is not None:
             raise ClientConfigError("tls applies to gateways; a table is read with the store's own credentials")
         if endpoints:

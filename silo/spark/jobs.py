@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from membership_tables import open_table
 from silo.client.topology import ClusterView
-from silo.wire.tls import TlsSettings
+from silo.wire.tls import TlsSettings, checked_tls
 from silo.work.client import SyncWorkClient
 from silo.work.columnar_routing import (
     DEFAULT_COLUMNAR_BATCH_SIZE,
@@ -281,8 +281,7 @@ def view_source(
     cluster: str, table: str | None, gateways: Sequence[str] | str, tls: TlsSettings | None = None
 ) -> ViewSource:
     """Where to read the view: ``table``, or ``gateways`` as a list or a comma-separated string."""
-    if tls is not None and not isinstance(tls, TlsSettings):
-        raise ValueError(f"tls must be a TlsSettings(cert, key, ca) or None, got {tls!r}")
+    tls = checked_tls(tls)
     parts = gateways.split(",") if isinstance(gateways, str) else gateways
     return ViewSource(cluster, table, tuple(part.strip() for part in parts if part.strip()), tls)
 

@@ -61,6 +61,16 @@ class TlsSettings:
         object.__setattr__(self, "ca", Path(ca))
 
 
+def checked_tls(tls: object) -> TlsSettings | None:
+    """``tls`` as a caller passed it (client library, work clients, Spark): ``TlsSettings`` or None.
+
+    Anything else raises ``TlsConfigError`` (a ``ValueError``) at once, before a channel is opened.
+    """
+    if tls is not None and not isinstance(tls, TlsSettings):
+        raise TlsConfigError(f"tls must be a TlsSettings(cert, key, ca) or None, got {tls!r}")
+    return tls
+
+
 @dataclass(frozen=True)
 class TlsMaterial:
     """The contents of the three files, read together."""

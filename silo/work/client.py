@@ -38,7 +38,7 @@ from silo.errors import SiloError
 from silo.wire import codec
 from silo.wire.channels import CHANNEL_OPTIONS
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
-from silo.wire.tls import ChannelPool, TlsSettings
+from silo.wire.tls import ChannelPool, TlsSettings, checked_tls
 from silo.work import columns
 
 if TYPE_CHECKING:
@@ -161,9 +161,7 @@ class _ChannelCache:
     def __init__(self, cluster_id: str, sender: str | None, tls: TlsSettings | None, *, aio: bool) -> None:
         self._cluster_id = validate_cluster_id(cluster_id)
         self._sender = default_sender() if sender is None else sender
-        if tls is not None and not isinstance(tls, TlsSettings):
-            raise ValueError(f"tls must be a TlsSettings(cert, key, ca) or None, got {tls!r}")
-        self._channels = ChannelPool(self._cluster_id, tls, CHANNEL_OPTIONS, aio=aio)
+        self._channels = ChannelPool(self._cluster_id, checked_tls(tls), CHANNEL_OPTIONS, aio=aio)
 
     def _prepare(
         self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], timeout: float
