@@ -19,7 +19,9 @@ same rule to **every** fresh Active silo: it pings the fresh silos we do not mon
 random order, a bounded number at a time, stopping as soon as a majority answered) and
 counts the monitored ones we hear. A silo on the minority side of a symmetric partition
 that still reaches the table sees the majority's heartbeats, so it counts them as fresh,
-cannot reach them, and never votes: whatever its sample says.
+cannot reach them, and never votes: whatever its sample says. Conversely a majority silo
+whose sample sits wholly across the cut hears none of it: under ring sampling the rule over
+our monitors does not stop a vote (``may_try_vote``), the global check decides.
 """
 
 from __future__ import annotations
@@ -142,13 +144,22 @@ class ClusterHealthMonitor:
         fresh = self._fresh_monitors()
         return may_vote(sum(1 for monitor in fresh if monitor.heard_recently()), len(fresh))
 
+    def may_try_vote(self) -> bool:
+        """Whether a monitor may go on to a vote: ``may_vote``, except under ring sampling.
+
+        With ring sampling our sample can sit wholly on the other side of a cut from us: a
+        majority silo that hears none of its two targets must still vote, so there the
+        global rule of ``reaches_majority`` alone decides.
+        """
+        return self._sampling() or self.may_vote()
+
     async def reaches_majority(self) -> bool:
         """The majority rule over every fresh Active silo, for a vote (see the module docstring).
 
         Without ring sampling every fresh silo is monitored and this is ``may_vote``. Concurrent
         callers share one check; a confirmed majority holds for one probe interval.
         """
-        if not self.may_vote():
+        if not self._sampling() and not self.may_vote():
             return False
         now = self._clock.monotonic()
         confirmed = self._majority_confirmed_at
@@ -205,6 +216,13 @@ class ClusterHealthMonitor:
         (``MembershipTableManager.try_vote`` lets such a death settle under ring sampling).
         """
         return any(monitor.target != target and not monitor.heard_recently() for monitor in self._fresh_monitors())
+
+    def _sampling(self) -> bool:
+        """Whether some fresh Active silo is not monitored by us (ring sampling)."""
+        snapshot = self._publisher.current
+        if snapshot is None:
+            return False
+        return any(silo != self._local and silo not in self.monitors for silo in self._liveness.fresh(snapshot))
 
     def _fresh_monitors(self) -> list[SiloHealthMonitor]:
         return [monitor for silo, monitor in self.monitors.items() if self._liveness.is_fresh(silo)]

@@ -294,7 +294,7 @@ class Silo:
             prober=self._prober,
             local_health=self._health,
             intermediaries=cluster.intermediaries,
-            may_vote=cluster.may_vote,
+            may_vote=cluster.may_try_vote,
             vote=functools.partial(self._vote_against, cluster),
             random=self._random,
             observer=self._observer,

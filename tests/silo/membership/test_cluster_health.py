@@ -196,6 +196,19 @@ async def test_with_ring_sampling_the_majority_side_votes_after_pinging_only_eno
 
 
 @async_test
+async def test_with_ring_sampling_a_majority_silo_whose_sample_is_all_across_the_cut_still_votes() -> None:
+    """Our two targets on the minority side: they fall silent, yet we reach 8 of 12 and may vote."""
+    sample = probe_targets(ME, [ME, *TWELVE], RING_OF_TWO.num_probed_silos)
+    majority = {peer for peer in TWELVE if peer not in sample}  # 9 others + us of 12, none of our sample
+    rig = await ring_sampling_rig(majority)
+    await rig.clock.advance(RING_OF_TWO.detection_time)
+    assert not rig.cluster.may_vote()  # the monitored-silos rule alone would silence a majority silo
+    assert rig.cluster.may_try_vote()  # under ring sampling the global rule decides
+    assert await rig.cluster.reaches_majority()
+    await rig.cluster.stop()
+
+
+@async_test
 async def test_with_every_silo_monitored_the_majority_check_sends_no_extra_pings() -> None:
     rig = Rig(options=SiloOptions.local())
     snapshot = view(row(ME), *(row(peer) for peer in PEERS[:4]), version=1)
