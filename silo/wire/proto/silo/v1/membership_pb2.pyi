@@ -95,12 +95,26 @@ class ProbeIndirectlyResponse(_message.Message):
     def __init__(self, succeeded: _Optional[bool] = ..., intermediary_health_score: _Optional[int] = ..., response_time_seconds: _Optional[float] = ..., failure_message: _Optional[str] = ...) -> None: ...
 
 class GossipRequest(_message.Message):
-    __slots__ = ("header", "version")
+    __slots__ = ("header", "version", "delta", "relay_to")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    RELAY_TO_FIELD_NUMBER: _ClassVar[int]
     header: RequestHeader
     version: int
-    def __init__(self, header: _Optional[_Union[RequestHeader, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
+    delta: MembershipDelta
+    relay_to: _containers.RepeatedCompositeFieldContainer[SiloAddress]
+    def __init__(self, header: _Optional[_Union[RequestHeader, _Mapping]] = ..., version: _Optional[int] = ..., delta: _Optional[_Union[MembershipDelta, _Mapping]] = ..., relay_to: _Optional[_Iterable[_Union[SiloAddress, _Mapping]]] = ...) -> None: ...
+
+class MembershipDelta(_message.Message):
+    __slots__ = ("base_version", "version_etag", "rows")
+    BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_ETAG_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    base_version: int
+    version_etag: str
+    rows: _containers.RepeatedCompositeFieldContainer[MembershipRow]
+    def __init__(self, base_version: _Optional[int] = ..., version_etag: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[MembershipRow, _Mapping]]] = ...) -> None: ...
 
 class GossipResponse(_message.Message):
     __slots__ = ()
