@@ -1,21 +1,30 @@
-"""The gossiper: after each table write, tell every live silo to re-read the table.
+"""The gossiper: after each table write of ours, send the write (a delta) to every live silo.
 
-Fire-and-forget: one background send per target, failures logged at debug level (the
-periodic refresh is the safety net), and no relaying: only the writer gossips, so a
-write costs one message per silo. A silo the write declared Dead is told too, so it stops
-serving at once instead of at its next refresh.
+A receiver holding the write's base version applies it without reading the table (see
+``MembershipTableManager.on_gossip``). Fire-and-forget: failures are logged at debug level
+(the periodic refresh is the safety net). A silo the write declared Dead is told too, so it
+stops serving at once instead of at its next refresh.
+
+Bounded fan-out: a silo sends one message to at most ``gossip_fanout`` silos itself and has
+at most that many sends in flight. With more targets they are shuffled and dealt into
+``gossip_fanout`` groups; the first silo of each group gets the message with the rest of its
+group to relay, and deals them the same way (``relay_plan``). A write thus reaches N silos in
+about log_fanout(N) hops with N - 1 messages in all, and no silo opens N channels per write.
+A receiver relays only to silos its own snapshot knows, so a hostile sender cannot make it
+send to arbitrary endpoints.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+import random as random_module
+from collections.abc import Callable, Iterable, Sequence
 
 from membership_tables import SiloAddress, SiloStatus
 from silo.membership.clock import Clock
 from silo.membership.options import SiloOptions
-from silo.membership.probing import GossipSender
+from silo.membership.probing import GossipMessage, GossipSender
 from silo.membership.snapshot import MembershipSnapshot
 
 logger = logging.getLogger(__name__)
@@ -38,6 +47,20 @@ def gossip_targets(
     return live + [silo for silo in declared_dead if silo != local and silo not in live]
 
 
+def relay_plan(
+    targets: Sequence[SiloAddress], fanout: int
+) -> list[tuple[SiloAddress, tuple[SiloAddress, ...]]]:
+    """Whom to send to directly, each with the silos it relays to: at most ``fanout`` direct sends.
+
+    ``targets`` are dealt round-robin into ``fanout`` groups (the caller shuffles them); each
+    group's first silo relays to the rest of its group.
+    """
+    if len(targets) <= fanout:
+        return [(target, ()) for target in targets]
+    groups = [targets[start::fanout] for start in range(fanout)]
+    return [(group[0], tuple(group[1:])) for group in groups]
+
+
 class Gossiper:
     """Sends "the table is at version V" to the live silos after each write of ours."""
 
@@ -49,27 +72,68 @@ class Gossiper:
         clock: Clock,
         sender: GossipSender,
         is_fresh: Callable[[SiloAddress], bool],
+        random: random_module.Random | None = None,
     ) -> None:
         self._address = address
         self._options = options
         self._clock = clock
         self._sender = sender
         self._is_fresh = is_fresh
+        self._random = random or random_module.Random()
+        self._in_flight = asyncio.Semaphore(options.gossip_fanout)
         self._sends: set[asyncio.Task[None]] = set()
 
-    def publish(self, version: int, snapshot: MembershipSnapshot, declared_dead: tuple[SiloAddress, ...] = ()) -> None:
+    def publish(
+        self, message: GossipMessage, snapshot: MembershipSnapshot, declared_dead: tuple[SiloAddress, ...] = ()
+    ) -> None:
+        """Send ``message`` (our write) to every live silo of ``snapshot`` and to the silos it declared Dead."""
         if not self._options.use_liveness_gossip:
             return
-        for target in gossip_targets(snapshot, self._address, self._is_fresh, declared_dead):
-            task = asyncio.create_task(self._send(target, version))
-            self._sends.add(task)
-            task.add_done_callback(self._sends.discard)
+        targets = gossip_targets(snapshot, self._address, self._is_fresh, declared_dead)
+        relays = [silo for silo in targets if silo not in declared_dead]  # a dead silo relays nothing
+        self._random.shuffle(relays)
+        self._deal(message, relays)
+        for silo in targets:
+            if silo in declared_dead:
+                self._send_soon(silo, message)
 
-    async def _send(self, target: SiloAddress, version: int) -> None:
-        try:
-            await self._sender.send(target, version)
-        except Exception as exc:  # fire-and-forget: the periodic refresh covers a lost gossip
-            logger.debug("silo %s: gossip of version %d to %s failed: %r", self._address, version, target, exc)
+    def relay(self, message: GossipMessage, snapshot: MembershipSnapshot) -> None:
+        """Pass a received ``message`` on to the silos it asks us to relay to (those our ``snapshot`` knows)."""
+        if not message.relay_to:
+            return
+        in_delta = {entry.silo_address for entry, _ in message.delta.rows} if message.delta else set()
+        known = [
+            silo
+            for silo in message.relay_to
+            if silo != self._address and (silo in in_delta or snapshot.entry(silo) is not None)
+        ]
+        if len(known) < len(message.relay_to):
+            logger.debug(
+                "silo %s: gossip of version %d asked to relay to %d silos it does not know; skipped",
+                self._address, message.version, len(message.relay_to) - len(known),
+            )  # fmt: skip
+        self._deal(GossipMessage(message.version, message.delta), known)
+
+    def _deal(self, message: GossipMessage, targets: Sequence[SiloAddress]) -> None:
+        for target, relay_to in relay_plan(targets, self._options.gossip_fanout):
+            self._send_soon(target, GossipMessage(message.version, message.delta, relay_to))
+
+    def _send_soon(self, target: SiloAddress, message: GossipMessage) -> None:
+        task = asyncio.create_task(self._send(target, message))
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
+
+    async def _send(self, target: SiloAddress, message: GossipMessage) -> None:
+        async with self._in_flight:
+            try:
+                await self._sender.send(target, message)
+                return
+            except Exception as exc:  # fire-and-forget: the periodic refresh covers a lost gossip
+                logger.debug(
+                    "silo %s: gossip of version %d to %s failed: %r", self._address, message.version, target, exc
+                )
+        if message.relay_to:  # the relay is down or cut off: deal its group out ourselves
+            self._deal(GossipMessage(message.version, message.delta), message.relay_to)
 
     async def stop(self) -> None:
         for task in list(self._sends):

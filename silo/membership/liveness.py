@@ -23,11 +23,11 @@ after a failed call, so a peer's first heartbeat after the outage is seen within
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from membership_tables import SiloAddress, SiloStatus
+from membership_tables import MembershipEntry, SiloAddress, SiloStatus
 from silo.membership.options import SiloOptions
 from silo.membership.snapshot import MembershipSnapshot
 
@@ -72,16 +72,27 @@ class LivenessTracker:
                     paused.changed_at = min(now, paused.changed_at + blind)
                     paused.first_seen = min(now, paused.first_seen + blind)
         self._last_observed = now
-        present: set[SiloAddress] = set()
-        for entry in snapshot.entries:
-            present.add(entry.silo_address)
+        self.learn(snapshot.entries)
+        present = {entry.silo_address for entry in snapshot.entries}
+        for gone in self._watches.keys() - present:
+            del self._watches[gone]
+
+    def learn(self, entries: Iterable[MembershipEntry]) -> None:
+        """Record rows learned from a peer (delta gossip, or a peer's view), not read from the table.
+
+        A silo seen for the first time starts being watched, and a newer IAmAlive counts as
+        changed now. That is never later than a table read of ours would have seen it (a peer's
+        row cannot be newer than the table), so learning never keeps a silo fresh longer than
+        reading would. It does not end a blind gap (only our own table reads do) and drops no
+        watch (a row missing from a peer's view may just be one that peer has not seen yet).
+        """
+        now = self._monotonic()
+        for entry in entries:
             watch = self._watches.get(entry.silo_address)
             if watch is None:
                 self._watches[entry.silo_address] = _Watch(entry.i_am_alive_time, now, now)
             elif entry.i_am_alive_time > watch.i_am_alive:
                 watch.i_am_alive, watch.changed_at, watch.moved = entry.i_am_alive_time, now, True
-        for gone in self._watches.keys() - present:
-            del self._watches[gone]
 
     def silent_for(self, silo: SiloAddress) -> float | None:
         """Seconds since ``silo``'s heartbeat last changed in our reads (None if never seen)."""

@@ -99,8 +99,14 @@ class SiloOptions:
     giving up (exit code 4 or 5)."""
 
     use_liveness_gossip: bool = True
-    """After each table write, tell every live silo to re-read. Off: changes spread only by
-    periodic refresh (slower, but fewer RPCs)."""
+    """After each table write, send the write (a delta) to every live silo. Off: changes spread
+    only by periodic refresh (slower, but fewer RPCs)."""
+
+    gossip_fanout: int = 16
+    """The most silos one silo sends one gossip message to itself, and the most sends it has
+    in flight. With more targets, it sends to that many and each passes the message on to its
+    share of the rest (a relay tree of depth log_fanout N), so no writer opens N channels.
+    Lower: fewer channels and sends per silo, one more hop (a round trip) per power of it."""
 
     enable_indirect_probes: bool = True
     """Before voting, ask ``num_indirect_probes`` other silos to probe the target (SWIM);

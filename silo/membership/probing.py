@@ -13,6 +13,7 @@ from typing import Protocol
 
 from membership_tables import MembershipTableData, SiloAddress
 from silo.membership.local_health import MAX_SCORE, effective_timeout
+from silo.membership.snapshot import MembershipDelta
 
 
 class ProbeOutcome(enum.Enum):
@@ -65,11 +66,32 @@ class Prober(Protocol):
         ...
 
 
-class GossipSender(Protocol):
-    """Fire-and-forget "re-read the table, it is now at version V"."""
+@dataclass(frozen=True)
+class GossipMessage:
+    """"The table is now at ``version``", with the write that set it when the writer knows it.
 
-    async def send(self, target: SiloAddress, version: int) -> None:
-        """Deliver one notification; errors are swallowed by the caller."""
+    Without ``delta`` a receiver re-reads the table if ``version`` is newer than what it holds.
+    ``relay_to``: silos the receiver passes the message on to (bounded fan-out).
+    """
+
+    version: int
+    delta: MembershipDelta | None = None
+    relay_to: tuple[SiloAddress, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.delta is not None and self.delta.version.version != self.version:
+            raise ValueError(f"gossip of version {self.version} carries a delta to {self.delta.version.version}")
+
+
+class GossipSender(Protocol):
+    """Fire-and-forget gossip, and the pull a receiver that fell behind makes from its sender."""
+
+    async def send(self, target: SiloAddress, message: GossipMessage) -> None:
+        """Deliver one message; errors are swallowed by the caller."""
+        ...
+
+    async def fetch_membership(self, target: SiloAddress, timeout: float) -> MembershipTableData:
+        """``target``'s current view of the table (GetMembership); raises if it cannot be had."""
         ...
 
 
@@ -86,8 +108,8 @@ class MembershipRpcHandler(Protocol):
         """This silo's local-health score (0 = healthy, larger = worse)."""
         ...
 
-    async def on_gossip(self, version: int) -> None:
-        """A peer says the table is at ``version``: re-read if that is newer than ours."""
+    async def on_gossip(self, message: GossipMessage, sender: SiloAddress | None) -> None:
+        """A peer (``sender``, None if it did not say) says the table changed: catch up if we are behind."""
         ...
 
     async def probe_for_peer(self, target: SiloAddress, timeout: float) -> IndirectProbeResult:

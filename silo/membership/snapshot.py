@@ -5,11 +5,18 @@ accepts a snapshot only if its version is newer than the current one, so no cons
 sees an older view after a newer one. A re-read at the *same* version (only heartbeats
 changed) is merged into the current snapshot quietly, each row keeping the later of its
 two IAmAlive times (two reads can complete out of order): not a membership change.
+
+A ``MembershipDelta`` is one versioned write as its writer knows it. A conditional write that
+set version v+1 succeeded only if the table was still at v, so the table at v+1 is exactly the
+table at v with the delta's rows put in: a silo holding v builds v+1 without reading
+(``MembershipSnapshot.apply``). Heartbeats are not versioned, so a row the delta carries may hold
+an older IAmAlive than the store: the later of the two is kept, as for a re-read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,6 +24,25 @@ from datetime import datetime
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
 from silo.membership.options import SiloOptions
 from silo.membership.votes import fresh_votes
+
+
+@dataclass(frozen=True)
+class MembershipDelta:
+    """One versioned write: the table at ``base_version`` with ``rows`` put in is the table at ``version``."""
+
+    base_version: int
+    version: TableVersion
+    """The version the write set, with the version etag it left."""
+    rows: tuple[tuple[MembershipEntry, str], ...]
+    """Each row the write inserted or replaced, with the row etag it left."""
+
+    def __post_init__(self) -> None:
+        if self.version.version != self.base_version + 1:
+            raise ValueError(
+                f"a delta moves the table by one version; got {self.base_version} -> {self.version.version}"
+            )
+        if not self.rows:
+            raise ValueError("a delta changes at least one row")
 
 
 @dataclass(frozen=True)
@@ -62,6 +88,27 @@ class MembershipSnapshot:
     def older_generations_of(self, silo: SiloAddress) -> tuple[MembershipEntry, ...]:
         return tuple(entry for entry in self.entries if entry.silo_address.is_predecessor_of(silo))
 
+    def apply(self, delta: MembershipDelta) -> MembershipSnapshot | None:
+        """The snapshot at ``delta.version``, or None unless this one is at the delta's base version.
+
+        Each row of the delta replaces (or adds) its silo's row, keeping the later IAmAlive
+        of the two; every other row, and the malformed rows, are as in this snapshot.
+        """
+        if self.version != delta.base_version:
+            return None
+        rows = list(self.data.rows)  # sorted by address: keep it so, without sorting again
+        addresses = [entry.silo_address for entry, _ in rows]
+        for entry, etag in delta.rows:
+            at = bisect.bisect_left(addresses, entry.silo_address)
+            if at < len(rows) and addresses[at] == entry.silo_address:
+                before = rows[at][0]
+                if before.i_am_alive_time > entry.i_am_alive_time:
+                    entry = entry.replace(i_am_alive_time=before.i_am_alive_time)
+                rows[at] = (entry, etag)
+            else:
+                rows.insert(at, (entry, etag))
+                addresses.insert(at, entry.silo_address)
+        return MembershipSnapshot(MembershipTableData.of_sorted(tuple(rows), delta.version, self.data.malformed))
 
 def latest_heartbeats(current: MembershipSnapshot, reread: MembershipSnapshot) -> MembershipSnapshot:
     """``reread`` (same version as ``current``) with each row's IAmAlive never older than in ``current``."""

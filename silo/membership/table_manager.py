@@ -1,11 +1,13 @@
 """The table manager: the only role that writes to the membership table.
 
 It holds the latest snapshot and publishes only newer ones; refreshes every
-``table_refresh_timeout`` (first tick randomized) and re-reads when gossip announces a newer
-version; writes the silo's own row, suspicion votes and death declarations as
-read-modify-write with ``update_row(entry, row_etag, read.version.next())``; and decides
-when this silo must terminate itself (it reads itself Dead, finds a newer generation of
-itself, or its row vanished after it joined).
+``table_refresh_timeout`` (first tick randomized) and catches up when gossip announces a newer
+version (applying the gossiped write as a delta when it holds the base version, else pulling
+the sender's view, else re-reading); writes the silo's own row, suspicion votes and death
+declarations as read-modify-write with ``update_rows_with_etags(((entry, row_etag),),
+read.version.next())``, then builds the next snapshot from its own write (no re-read) and hands
+the write to the gossiper; and decides when this silo must terminate itself (it reads or
+learns itself Dead, finds a newer generation of itself, or its row vanished after it joined).
 
 The periodic refresh is cheap: it reads only the version, and the whole table when the
 version moved, every ``full_refresh_every`` periods (heartbeats do not move the version), and
@@ -38,11 +40,12 @@ import enum
 import functools
 import logging
 import random as random_module
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from membership_tables import (
     UNINITIALIZED_VERSION,
+    CommittedWrite,
     MalformedRow,
     MembershipEntry,
     MembershipTable,
@@ -55,7 +58,8 @@ from silo.membership.clock import Clock, Periodic
 from silo.membership.liveness import LivenessTracker
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
-from silo.membership.snapshot import MembershipSnapshot, SnapshotPublisher
+from silo.membership.probing import GossipMessage
+from silo.membership.snapshot import MembershipDelta, MembershipSnapshot, SnapshotPublisher
 from silo.membership.table_access import BlockingRunner, TableAccess, run_in_thread
 from silo.membership.votes import VoteKind, accusations, arbitrate_cut, correlated_suspicions, decide_vote
 
@@ -79,9 +83,12 @@ class VoteOutcome(enum.Enum):
     after ``settle_time`` on a fresh read (``try_vote`` waits and retries; never returned)."""
 
 
-OnWrite = Callable[[int, MembershipSnapshot, tuple[SiloAddress, ...]], None]
-"""Called after every successful versioned write with the version written, the snapshot
-after it and the silos it declared Dead (gossip must reach them too)."""
+OnWrite = Callable[[GossipMessage, MembershipSnapshot, tuple[SiloAddress, ...]], None]
+"""Called after every successful versioned write with the gossip that announces it (the write
+as a delta), the snapshot after it and the silos it declared Dead (gossip must reach them too)."""
+
+FetchView = Callable[[SiloAddress, float], Awaitable[MembershipTableData]]
+"""Ask a peer for its view of the table (GetMembership) within a timeout; raises if it cannot."""
 
 VOTE_ATTEMPTS = 3
 """Fresh read-and-write attempts of one vote when other writers win the race."""
@@ -100,6 +107,7 @@ class MembershipTableManager:
         random: random_module.Random,
         run_blocking: BlockingRunner = run_in_thread,
         on_write: OnWrite | None = None,
+        fetch_view: FetchView | None = None,
         observer: MembershipObserver = NULL_OBSERVER,
     ) -> None:
         self._table = table
@@ -108,6 +116,7 @@ class MembershipTableManager:
         self._clock = clock
         self._random = random
         self._on_write = on_write
+        self._fetch_view = fetch_view
         self._observer = observer
         self.publisher = SnapshotPublisher()
         self.terminated = asyncio.Event()
@@ -175,16 +184,37 @@ class MembershipTableManager:
         return await self._accept(data)
 
     async def _accept(self, data: MembershipTableData) -> MembershipSnapshot:
+        """Take in a full read of the table."""
         self._periods_since_full_read = 0
         self._report_malformed(data.malformed)
         snapshot = MembershipSnapshot(data)
         self.liveness.observe(snapshot)
+        return await self._publish(snapshot)
+
+    async def _accept_learned(self, snapshot: MembershipSnapshot, rows: tuple[MembershipEntry, ...]) -> None:
+        """Take in a snapshot not read from the table (a delta applied, a peer's view); ``rows`` are the new ones."""
+        if snapshot.version <= self.snapshot.version:
+            return
+        self.liveness.learn(rows)
+        await self._publish(snapshot)
+
+    async def _publish(self, snapshot: MembershipSnapshot) -> MembershipSnapshot:
         await self.publisher.publish(snapshot)
         self._check_own_row(snapshot.entry(self._address), snapshot.version)
         newer = snapshot.newer_generations_of(self._address)
         if newer:
             self.terminate(f"superseded by a newer generation of this endpoint: {newer[0]}")
         return self.snapshot
+
+    async def _apply(self, delta: MembershipDelta) -> bool:
+        """Build the next snapshot from ``delta`` if we hold its base version; True if we did (or were past it)."""
+        if self.snapshot.version >= delta.version.version:
+            return True
+        following = self.snapshot.apply(delta)
+        if following is None:
+            return False
+        await self._accept_learned(following, tuple(entry for entry, _ in delta.rows))
+        return True
 
     def _report_malformed(self, malformed: tuple[MalformedRow, ...]) -> None:
         """Log each malformed row once, when a read first reports it (again if it comes back after a repair).
@@ -207,34 +237,44 @@ class MembershipTableManager:
         elif entry is None and self._joined_version is not None and version > self._joined_version:
             self.terminate(f"this silo's row is gone from table version {version}")
 
-    async def on_gossip(self, version: int) -> None:
-        """A peer says the table is at ``version``: re-read if that is newer than ours.
+    async def on_gossip(self, message: GossipMessage, sender: SiloAddress | None = None) -> None:
+        """A peer says the table is at ``message.version``: catch up if that is newer than ours.
 
-        Reads for gossip are coalesced, so a flood of gossip cannot turn into a flood of
-        reads: at most one is in flight (later gossip waits for it and looks again), and
-        once a read found the table behind a version announced before it started (a
-        hostile or confused sender, or a store replica lagging), further reads for gossip
-        wait ``probe_timeout`` after it until one finds every announced version. The
-        periodic refresh still runs meanwhile.
+        A delta whose base version we hold is applied without reading anything. Further
+        behind, we ask the sender for its view (it holds at least that version), and read the
+        table only if that fails. Catching up is coalesced, so a flood of gossip cannot turn
+        into a flood of reads: at most one is in flight (later gossip waits for it and looks
+        again), and once a catch-up found the table behind a version announced before it
+        started (a hostile or confused sender, or a store replica lagging), further catch-ups
+        wait ``probe_timeout`` after it until one finds every announced version. The periodic
+        refresh still runs meanwhile.
         """
+        version = message.version
+        if message.delta is not None and await self._apply(message.delta):
+            return
         while version > self.snapshot.version:
             read = self._gossip_read
             if read is not None and not read.done():
                 await asyncio.shield(read)
+                if message.delta is not None and await self._apply(message.delta):
+                    return
                 continue
             unmet_at = self._gossip_unmet_at
             if unmet_at is not None and self._clock.monotonic() - unmet_at < self._options.probe_timeout:
                 logger.debug(
-                    "silo %s: no re-read for gossip of version %d yet (an earlier one was unmet)",
+                    "silo %s: no catch-up for gossip of version %d yet (an earlier one was unmet)",
                     self._address,
                     version,
                 )
                 return
-            self._gossip_read = asyncio.create_task(self._read_for_gossip(version))
+            self._gossip_read = asyncio.create_task(self._catch_up(version, sender))
             await asyncio.shield(self._gossip_read)
             return
 
-    async def _read_for_gossip(self, version: int) -> None:
+    async def _catch_up(self, version: int, sender: SiloAddress | None) -> None:
+        if sender is not None and sender != self._address and await self._pull_view(sender, version):
+            self._gossip_unmet_at = None
+            return
         try:
             await self.refresh()
         except TableUnavailableError:
@@ -248,6 +288,20 @@ class MembershipTableManager:
             )  # fmt: skip
         else:
             self._gossip_unmet_at = None
+
+    async def _pull_view(self, peer: SiloAddress, version: int) -> bool:
+        """Take ``peer``'s view if it holds ``version`` or later; False if it cannot be had or is older."""
+        if self._fetch_view is None:
+            return False
+        try:
+            data = await self._fetch_view(peer, self._options.probe_timeout)
+        except Exception as exc:  # any failure of a peer: read the table instead
+            logger.debug("silo %s: could not fetch %s's view of version %d: %r", self._address, peer, version, exc)
+            return False
+        if data.version.version < version:
+            return False
+        await self._accept_learned(MembershipSnapshot(data), data.entries)
+        return True
 
     def request_refresh(self) -> None:
         """Re-read the table soon, in the background: one such read at a time, one per ``probe_timeout``.
@@ -272,42 +326,65 @@ class MembershipTableManager:
 
     # --- writes --------------------------------------------------------------------------
 
-    async def _after_write(self, version: int, declared_dead: tuple[SiloAddress, ...] = ()) -> None:
-        try:
-            snapshot = await self.refresh()
-        except TableUnavailableError:
-            snapshot = self.snapshot
+    async def _after_write(self, committed: CommittedWrite, declared_dead: tuple[SiloAddress, ...] = ()) -> None:
+        """Take in our own write and announce it: the write as a delta, applied here if we hold its
+        base version (no re-read), else a full read; gossip goes out either way."""
+        delta = MembershipDelta(committed.version.version - 1, committed.version, committed.rows)
+        if not await self._apply(delta):
+            try:
+                await self.refresh()
+            except TableUnavailableError:
+                logger.debug("silo %s: could not re-read the table after its write", self._address)
         if self._on_write is not None:
-            self._on_write(version, snapshot, declared_dead)
+            self._on_write(GossipMessage(delta.version.version, delta), self.snapshot, declared_dead)
+
+    def _lost_race_pause(self, lost: int) -> float:
+        """Seconds to wait after the ``lost``-th lost race of one write of our own row: "full
+        jitter" exponential backoff, so a join storm of many silos spreads out instead of
+        colliding again and again (each retry costs every contender a read and a write)."""
+        first = self._options.probe_timeout / 20
+        return self._random.uniform(0, min(4 * self._options.probe_timeout, first * 2 ** (lost - 1)))
 
     async def insert_self(self, entry: MembershipEntry, deadline: float) -> None:
-        """Insert this silo's row (retried until ``deadline``); an existing row of ours counts as done."""
+        """Insert this silo's row (retried until ``deadline``); an existing row of ours counts as done.
+
+        Each attempt reads only our own row and the version (``read_row``, not the whole
+        table), and a lost race waits a jittered, growing pause before the next.
+        """
+        lost = 0
         while True:
-            data = await self._access.call(self._table.read_all, deadline)
-            await self._accept(data)
-            if data.get(self._address) is not None:
+            data = await self._access.call(functools.partial(self._table.read_row, self._address), deadline)
+            if data.get(self._address) is not None:  # an earlier attempt's outcome was unknown: it committed
                 self._joined_version = data.version.version
+                await self.refresh(deadline)
                 return
             written = data.version.next()
-            if await self._access.call(functools.partial(self._table.insert_row, entry, written), deadline):
+            committed = await self._access.call(
+                functools.partial(self._table.insert_row_with_etags, entry, written), deadline
+            )
+            if committed is not None:
                 self._joined_version = written.version
                 logger.info(
                     "silo %s inserted its row as %s at version %d", self._address, entry.status.name, written.version
                 )
-                await self._after_write(written.version)
+                await self._after_write(committed)
                 return
             if self._clock.monotonic() >= deadline:
                 raise TableUnavailableError("lost every race to insert this silo's row before the deadline")
+            lost += 1
+            await self._clock.sleep(self._lost_race_pause(lost))
 
     async def update_row(
         self, silo: SiloAddress, change: Callable[[MembershipEntry], MembershipEntry | None], deadline: float
     ) -> bool:
         """Read-modify-write one row until it sticks; ``change`` returns None for "nothing to do".
 
-        Lost races are retried on a fresh read; unavailability until ``deadline``. False if
-        the row is absent, ``change`` declined, or (for our own row) we must terminate.
+        Lost races are retried on a fresh read after a jittered pause; unavailability until
+        ``deadline``. False if the row is absent, ``change`` declined, or (for our own row)
+        we must terminate.
         """
         own = silo == self._address
+        lost = 0
         while not (own and self.terminated.is_set()):
             data = await self._access.call(functools.partial(self._table.read_row, silo), deadline)
             row = data.get(silo)
@@ -321,14 +398,19 @@ class MembershipTableManager:
             if entry is None:
                 return False
             written = data.version.next()
-            if await self._access.call(functools.partial(self._table.update_row, entry, row[1], written), deadline):
+            committed = await self._access.call(
+                functools.partial(self._table.update_rows_with_etags, ((entry, row[1]),), written), deadline
+            )
+            if committed is not None:
                 logger.info(
                     "silo %s wrote %s as %s at version %d", self._address, silo, entry.status.name, written.version
                 )
-                await self._after_write(written.version)
+                await self._after_write(committed)
                 return True
             if self._clock.monotonic() >= deadline:
                 return False
+            lost += 1
+            await self._clock.sleep(self._lost_race_pause(lost))
         return False
 
     async def update_own_status(self, status: SiloStatus, deadline: float) -> bool:
@@ -404,21 +486,24 @@ class MembershipTableManager:
             if held is not None:
                 decision = decide_vote(row[0], self._address, now, self._options, quorum_base, dead, may_declare=False)
         written = data.version.next()
-        if not await self._access.attempt(functools.partial(self._table.update_row, decision.entry, row[1], written)):
+        committed = await self._access.attempt(
+            functools.partial(self._table.update_rows_with_etags, ((decision.entry, row[1]),), written)
+        )
+        if committed is None:
             return VoteOutcome.LOST_RACE
         if held is not None:
-            await self._after_write(written.version)
+            await self._after_write(committed)
             return held
         if decision.kind is VoteKind.DECLARE_DEAD:
             logger.warning(
                 "silo %s declared %s Dead (%d of %d votes)", self._address, target, decision.votes, decision.required
             )
-            await self._after_write(written.version, declared_dead=(target,))
+            await self._after_write(committed, declared_dead=(target,))
             return VoteOutcome.DECLARED_DEAD
         logger.info(
             "silo %s voted against %s (%d of %d votes)", self._address, target, decision.votes, decision.required
         )
-        await self._after_write(written.version)
+        await self._after_write(committed)
         return VoteOutcome.VOTED
 
     def _hold_death(

@@ -27,7 +27,7 @@ from membership_tables import (
     SiloStatus,
     TableVersion,
 )
-from silo.membership.probing import GossipSender, ProbeOutcome
+from silo.membership.probing import GossipMessage, GossipSender, ProbeOutcome
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_manager import VoteOutcome
 from silo.observability.catalogue import METRICS, MetricKind, MetricSpec
@@ -241,9 +241,12 @@ class CountingGossipSender:
         self._inner = inner
         self._metrics = metrics
 
-    async def send(self, target: SiloAddress, version: int) -> None:
+    async def send(self, target: SiloAddress, message: GossipMessage) -> None:
         self._metrics.gossip_sent()
-        await self._inner.send(target, version)
+        await self._inner.send(target, message)
+
+    async def fetch_membership(self, target: SiloAddress, timeout: float) -> MembershipTableData:
+        return await self._inner.fetch_membership(target, timeout)
 
 
 class MetricsServer:

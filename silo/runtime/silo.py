@@ -42,6 +42,7 @@ from silo.membership.local_health import LocalHealth
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
 from silo.membership.probing import (
+    GossipMessage,
     GossipSender,
     IndirectProbeResult,
     ProbeOutcome,
@@ -103,6 +104,7 @@ class Silo:
             clock=self._clock,
             sender=gossip,
             is_fresh=lambda silo: self._manager.liveness.is_fresh(silo),
+            random=self._random,
         )
         self._manager = MembershipTableManager(
             table=table,
@@ -112,6 +114,7 @@ class Silo:
             random=self._random,
             run_blocking=run_blocking or run_in_thread,
             on_write=self._gossiper.publish,
+            fetch_view=gossip.fetch_membership,
             observer=observer,
         )
         self._health = LocalHealth(address=address, options=options, clock=self._clock, snapshot=self._current)
@@ -154,11 +157,12 @@ class Silo:
     def health_score(self) -> int:
         return self._health.score()
 
-    async def on_gossip(self, version: int) -> None:
+    async def on_gossip(self, message: GossipMessage, sender: SiloAddress | None) -> None:
         if not self._done.is_set():
             before = self._manager.snapshot.version
-            await self._manager.on_gossip(version)
-            self._observer.gossip_received(version, applied=self._manager.snapshot.version > before)
+            self._gossiper.relay(message, self._manager.snapshot)
+            await self._manager.on_gossip(message, sender)
+            self._observer.gossip_received(message.version, applied=self._manager.snapshot.version > before)
 
     async def probe_for_peer(self, target: SiloAddress, timeout: float) -> IndirectProbeResult:
         snapshot = self._manager.snapshot

@@ -13,9 +13,9 @@ import logging
 
 import grpc
 
-from membership_tables import InvalidEntryError, SiloAddress
+from membership_tables import InvalidEntryError, MembershipTableData, SiloAddress
 from silo.errors import SiloError
-from silo.membership.probing import IndirectProbeResult, ProbeOutcome
+from silo.membership.probing import GossipMessage, IndirectProbeResult, ProbeOutcome
 from silo.wire import codec
 from silo.wire.channels import CHANNEL_OPTIONS
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
@@ -127,13 +127,13 @@ class GrpcProber:
             failure_message=response.failure_message,
         )
 
-    async def send(self, target: SiloAddress, version: int) -> None:
-        """Tell ``target`` the table is at ``version``; failures are logged at debug level only."""
-        request = pb.GossipRequest(header=self._header(), version=version)
-        try:
-            await self._call(target, codec.GOSSIP, request, self._gossip_timeout)
-        except grpc.aio.AioRpcError as exc:
-            log.debug("gossip of version %d to %s failed: %s %s", version, target, exc.code().name, exc.details())
+    async def send(self, target: SiloAddress, message: GossipMessage) -> None:
+        """Send ``message`` to ``target``; raises ``grpc.aio.AioRpcError`` if it was not delivered."""
+        await self._call(target, codec.GOSSIP, codec.gossip_to_proto(message, self._header()), self._gossip_timeout)
+
+    async def fetch_membership(self, target: SiloAddress, timeout: float) -> MembershipTableData:
+        """``target``'s current view (raises ``grpc.aio.AioRpcError``, or ``InvalidEntryError`` for a bad row)."""
+        return codec.snapshot_from_proto(await self.get_membership(target, timeout))
 
     async def get_membership(self, target: SiloAddress, timeout: float) -> pb.GetMembershipResponse:
         """``target``'s current view (raises ``grpc.aio.AioRpcError`` on failure)."""

@@ -221,7 +221,12 @@ class MembershipServer:
 
     async def _gossip(self, request: pb.GossipRequest, context: Any) -> pb.GossipResponse:
         handler = await self._admit(request.header, context, "Gossip")
-        await handler.on_gossip(request.version)
+        try:
+            message = codec.gossip_from_proto(request)
+            sender = codec.address_from_proto(request.header.sender) if request.header.HasField("sender") else None
+        except (InvalidEntryError, ValueError) as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, clip(f"invalid gossip: {exc}"))
+        await handler.on_gossip(message, sender)
         return pb.GossipResponse()
 
     async def _get_membership(self, request: pb.GetMembershipRequest, context: Any) -> pb.GetMembershipResponse:

@@ -28,7 +28,14 @@ from membership_tables import (
 )
 from silo.membership.clock import FakeClock
 from silo.membership.options import SiloOptions
-from silo.membership.probing import GossipSender, IndirectProbeResult, MembershipRpcHandler, ProbeOutcome, Prober
+from silo.membership.probing import (
+    GossipMessage,
+    GossipSender,
+    IndirectProbeResult,
+    MembershipRpcHandler,
+    ProbeOutcome,
+    Prober,
+)
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import run_inline
 from silo.runtime.silo import Silo
@@ -166,15 +173,25 @@ class FunctionProber:
 
 @dataclass
 class RecordingGossip:
-    """A ``GossipSender`` that records (target, version) and optionally delivers it."""
+    """A ``GossipSender`` that records (target, version) and optionally delivers the message."""
 
-    deliver: Callable[[SiloAddress, int], Awaitable[None]] | None = None
+    deliver: Callable[[SiloAddress, GossipMessage], Awaitable[None]] | None = None
+    fetch: Callable[[SiloAddress], MembershipTableData] | None = None
     sent: list[tuple[SiloAddress, int]] = field(default_factory=list)
+    messages: list[tuple[SiloAddress, GossipMessage]] = field(default_factory=list)
+    fetched: list[SiloAddress] = field(default_factory=list)
 
-    async def send(self, target: SiloAddress, version: int) -> None:
-        self.sent.append((target, version))
+    async def send(self, target: SiloAddress, message: GossipMessage) -> None:
+        self.sent.append((target, message.version))
+        self.messages.append((target, message))
         if self.deliver is not None:
-            await self.deliver(target, version)
+            await self.deliver(target, message)
+
+    async def fetch_membership(self, target: SiloAddress, timeout: float) -> MembershipTableData:
+        self.fetched.append(target)
+        if self.fetch is None:
+            raise ConnectionError(f"no views to fetch in this test ({target})")
+        return self.fetch(target)
 
 
 @dataclass
@@ -196,12 +213,17 @@ class FakeNetwork:
         return FunctionProber(reachable=lambda target: self.connected(source, target), indirect=indirect)
 
     def gossip(self, source: SiloAddress) -> RecordingGossip:
-        async def deliver(target: SiloAddress, version: int) -> None:
+        async def deliver(target: SiloAddress, message: GossipMessage) -> None:
             if not self.connected(source, target):
                 raise ConnectionError(f"{target} is unreachable from {source}")
-            await self.nodes[target].on_gossip(version)
+            await self.nodes[target].on_gossip(message, source)
 
-        return RecordingGossip(deliver=deliver)
+        def fetch(target: SiloAddress) -> MembershipTableData:
+            if not self.connected(source, target):
+                raise ConnectionError(f"{target} is unreachable from {source}")
+            return self.nodes[target].membership_snapshot()
+
+        return RecordingGossip(deliver=deliver, fetch=fetch)
 
 
 LOCAL = SiloOptions.local()

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
-from silo.membership.probing import IndirectProbeResult
+from silo.membership.probing import GossipMessage, IndirectProbeResult
 from silo.membership.snapshot import MembershipSnapshot
 from silo.wire.server import MembershipServer
 from silo.wire.tls import TlsSettings
@@ -48,8 +48,8 @@ class FakeHandler:
     def health_score(self) -> int:
         return self.score
 
-    async def on_gossip(self, version: int) -> None:
-        self.gossiped.append(version)
+    async def on_gossip(self, message: GossipMessage, sender: SiloAddress | None) -> None:
+        self.gossiped.append(message.version)
 
     async def probe_for_peer(self, target: SiloAddress, timeout: float) -> IndirectProbeResult:
         return await self.probe(target, timeout)

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 
 from membership_tables import SiloAddress, SiloStatus
 from silo.membership.clock import FakeClock, settle
-from silo.membership.gossiper import Gossiper, gossip_targets
+from silo.membership.gossiper import Gossiper, gossip_targets, relay_plan
 from silo.membership.options import SiloOptions
+from silo.membership.probing import GossipMessage
 from tests.silo.harness import T0, RecordingGossip, address, async_test, row, view
 
 ME = address(1)
@@ -48,13 +50,13 @@ def test_a_silo_declared_dead_is_told_too() -> None:
 async def test_each_write_is_gossiped_fire_and_forget() -> None:
     clock = FakeClock(NOW)
 
-    async def deliver(target: SiloAddress, version: int) -> None:
+    async def deliver(target: SiloAddress, message: GossipMessage) -> None:
         if target == address(3):
             raise ConnectionError("unreachable")
 
     sender = RecordingGossip(deliver=deliver)
     gossiper = Gossiper(address=ME, options=SiloOptions(), clock=clock, sender=sender, is_fresh=is_fresh)
-    gossiper.publish(17, SNAPSHOT)
+    gossiper.publish(GossipMessage(17), SNAPSHOT)
     await settle()
     assert sorted(sender.sent) == [(address(2), 17), (address(3), 17), (address(4), 17), (address(5), 17)]
     await gossiper.stop()
@@ -64,6 +66,77 @@ async def test_each_write_is_gossiped_fire_and_forget() -> None:
 async def test_gossip_can_be_disabled() -> None:
     sender = RecordingGossip()
     options = SiloOptions(use_liveness_gossip=False)
-    Gossiper(address=ME, options=options, clock=FakeClock(NOW), sender=sender, is_fresh=is_fresh).publish(3, SNAPSHOT)
+    Gossiper(address=ME, options=options, clock=FakeClock(NOW), sender=sender, is_fresh=is_fresh).publish(GossipMessage(3), SNAPSHOT)
     await settle()
     assert sender.sent == []
+
+
+def test_a_relay_plan_sends_to_at_most_fanout_silos_and_covers_every_target_once() -> None:
+    targets = [address(port) for port in range(100, 150)]
+    assert relay_plan(targets[:4], 4) == [(silo, ()) for silo in targets[:4]]
+    plan = relay_plan(targets, 4)
+    assert len(plan) == 4
+    covered = [silo for head, rest in plan for silo in (head, *rest)]
+    assert sorted(covered) == targets
+    assert max(len(rest) for _, rest in plan) - min(len(rest) for _, rest in plan) <= 1
+
+
+class Cluster:
+    """In-process gossipers wired to each other: each one relays what it receives, as the runtime does."""
+
+    def __init__(self, size: int, fanout: int, down: frozenset[SiloAddress] = frozenset()) -> None:
+        self.silos = [address(port) for port in range(1, size + 1)]
+        self.snapshot = view(*(row(silo) for silo in self.silos))
+        self.options = SiloOptions(gossip_fanout=fanout)
+        self.received: dict[SiloAddress, int] = {}
+        self.direct_sends: dict[SiloAddress, int] = {}
+        self.down = down
+        self.gossipers = {silo: self.gossiper(silo) for silo in self.silos}
+
+    def gossiper(self, me: SiloAddress) -> Gossiper:
+        async def deliver(target: SiloAddress, message: GossipMessage) -> None:
+            self.direct_sends[me] = self.direct_sends.get(me, 0) + 1
+            if target in self.down:
+                raise ConnectionError(f"{target} is down")
+            self.received[target] = self.received.get(target, 0) + 1
+            self.gossipers[target].relay(message, self.snapshot)
+
+        return Gossiper(
+            address=me,
+            options=self.options,
+            clock=FakeClock(NOW),
+            sender=RecordingGossip(deliver=deliver),
+            is_fresh=lambda silo: True,
+            random=random.Random(3),
+        )
+
+
+@async_test
+async def test_past_the_fanout_a_write_reaches_every_silo_exactly_once_through_relays() -> None:
+    cluster = Cluster(size=200, fanout=8)
+    writer = cluster.silos[0]
+    cluster.gossipers[writer].publish(GossipMessage(5), cluster.snapshot)
+    await settle()
+    assert sorted(cluster.received) == cluster.silos[1:]
+    assert set(cluster.received.values()) == {1}, "199 messages in all: no silo hears a write twice"
+    assert max(cluster.direct_sends.values()) <= 8, "no silo sends one message to more than gossip_fanout silos"
+
+
+@async_test
+async def test_when_a_relay_is_down_the_sender_deals_its_group_out_itself() -> None:
+    down = frozenset({address(port) for port in range(2, 12)})
+    cluster = Cluster(size=60, fanout=4, down=down)
+    cluster.gossipers[address(1)].publish(GossipMessage(5), cluster.snapshot)
+    await settle()
+    assert sorted(cluster.received) == [silo for silo in cluster.silos[1:] if silo not in down]
+
+
+@async_test
+async def test_a_receiver_relays_only_to_silos_it_knows() -> None:
+    sender = RecordingGossip()
+    gossiper = Gossiper(address=ME, options=SiloOptions(), clock=FakeClock(NOW), sender=sender, is_fresh=is_fresh)
+    stranger = SiloAddress("10.9.9.9", 22, 1)
+    gossiper.relay(GossipMessage(9, relay_to=(address(2), stranger, ME)), SNAPSHOT)
+    await settle()
+    assert sender.sent == [(address(2), 9)]
+    assert sender.messages[0][1].relay_to == ()

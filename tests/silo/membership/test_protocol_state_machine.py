@@ -75,7 +75,7 @@ from silo.membership.gossiper import Gossiper
 from silo.membership.liveness import freshness_limit
 from silo.membership.local_health import LocalHealth
 from silo.membership.options import SiloOptions
-from silo.membership.probing import IndirectProbeResult, ProbeOutcome
+from silo.membership.probing import GossipMessage, IndirectProbeResult, ProbeOutcome
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import run_inline
@@ -264,6 +264,8 @@ class Member:
     leaving: bool = False
     writes: list[int] = field(default_factory=list)
     declared: list[SiloAddress] = field(default_factory=list)
+    last_gossip: GossipMessage | None = None
+    """What this silo gossiped after its latest write (a delta)."""
 
     @property
     def up(self) -> bool:
@@ -336,10 +338,13 @@ class ClusterMachine(RuleBasedStateMachine):
         table = RecordingTable(Gate(self.board, silo), str(silo), self.board)
         member: Member
 
-        def on_write(version: int, snapshot: MembershipSnapshot, declared_dead: tuple[SiloAddress, ...]) -> None:
-            member.writes.append(version)
+        def on_write(
+            message: GossipMessage, snapshot: MembershipSnapshot, declared_dead: tuple[SiloAddress, ...]
+        ) -> None:
+            member.writes.append(message.version)
+            member.last_gossip = message
             member.declared.extend(declared_dead)
-            self.after_write(member, version, declared_dead)
+            self.after_write(member, message, declared_dead)
 
         manager = MembershipTableManager(
             table=table,
@@ -360,7 +365,7 @@ class ClusterMachine(RuleBasedStateMachine):
         member = Member(index, silo, clock, manager)
         return member
 
-    def after_write(self, member: Member, version: int, declared_dead: tuple[SiloAddress, ...]) -> None:
+    def after_write(self, member: Member, message: GossipMessage, declared_dead: tuple[SiloAddress, ...]) -> None:
         """Hook for the machines (gossip)."""
 
     async def join_all(self) -> None:
@@ -635,7 +640,8 @@ class TableManagerMachine(ClusterMachine):
         sender, receiver = self.member(sender_index), self.member(receiver_index)
         if sender.up and receiver.up:
             written = len(self.board.written)
-            self.run(receiver.manager.on_gossip(sender.manager.snapshot.version))
+            message = sender.last_gossip or GossipMessage(sender.manager.snapshot.version)
+            self.run(receiver.manager.on_gossip(message, sender.address))
             assert len(self.board.written) == written, "gossip wrote something"
 
     @rule(seconds=st.sampled_from([0.25, 1.0, 2.0, 3.0, 5.0, 8.0, 15.0]))
@@ -811,11 +817,11 @@ class MonitorMachine(ClusterMachine):
             address=member.address, options=OPTIONS, clock=member.clock, snapshot=lambda: manager.snapshot
         )
 
-        async def deliver(target: SiloAddress, version: int) -> None:
+        async def deliver(target: SiloAddress, message: GossipMessage) -> None:
             peer = self.by_address(target)
             if not self.alive(peer) or self.link(member.index, peer.index) is not ProbeOutcome.ANSWERED:
                 raise ConnectionError(f"{target} is unreachable from {member.address}")
-            await peer.manager.on_gossip(version)
+            await peer.manager.on_gossip(message, member.address)
 
         gossiper = Gossiper(
             address=member.address,
@@ -887,10 +893,10 @@ class MonitorMachine(ClusterMachine):
         detector.watcher = asyncio.create_task(stop_when_terminated())
         return detector
 
-    def after_write(self, member: Member, version: int, declared_dead: tuple[SiloAddress, ...]) -> None:
+    def after_write(self, member: Member, message: GossipMessage, declared_dead: tuple[SiloAddress, ...]) -> None:
         detector = self.detectors.get(member.index)
         if detector is not None and not detector.stopped:
-            detector.gossiper.publish(version, member.manager.snapshot, declared_dead)
+            detector.gossiper.publish(message, member.manager.snapshot, declared_dead)
 
     def check_vote(self, member: Member, suspect: SiloAddress, cluster: ClusterHealthMonitor) -> None:
         """The rules a vote must follow, checked when the monitor casts it."""

@@ -20,6 +20,7 @@ from membership_tables import (
 from silo.membership.clock import FakeClock
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver, NullObserver
 from silo.membership.options import SiloOptions
+from silo.membership.probing import GossipMessage
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import backoff_bounds, run_inline
 from silo.membership.table_manager import VOTE_ATTEMPTS, MembershipTableManager, VoteOutcome
@@ -38,9 +39,9 @@ def manager(
     declared: list[SiloAddress] | None = None,
     options: SiloOptions = OPTIONS,
 ) -> MembershipTableManager:
-    def on_write(version: int, snapshot: MembershipSnapshot, declared_dead: tuple[SiloAddress, ...]) -> None:
+    def on_write(message: GossipMessage, snapshot: MembershipSnapshot, declared_dead: tuple[SiloAddress, ...]) -> None:
         if writes is not None:
-            writes.append(version)
+            writes.append(message.version)
         if declared is not None:
             declared.extend(declared_dead)
 
@@ -290,11 +291,11 @@ async def test_gossip_triggers_a_reread_only_for_newer_versions() -> None:
     await tables.refresh()
     version = tables.snapshot.version
     flaky.calls.clear()
-    await tables.on_gossip(version)
-    await tables.on_gossip(version - 1)
+    await tables.on_gossip(GossipMessage(version))
+    await tables.on_gossip(GossipMessage(version - 1))
     assert flaky.calls == []
     seed(flaky.inner, row(OTHER))
-    await tables.on_gossip(version + 1)
+    await tables.on_gossip(GossipMessage(version + 1))
     assert flaky.calls == ["read_all"]
     assert tables.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
 
@@ -308,19 +309,19 @@ async def test_gossip_of_a_version_far_ahead_does_not_cause_repeated_reads() -> 
     await tables.refresh()
     version = tables.snapshot.version
     flaky.calls.clear()
-    await asyncio.gather(*(tables.on_gossip(2**62) for _ in range(50)))
+    await asyncio.gather(*(tables.on_gossip(GossipMessage(2**62)) for _ in range(50)))
     assert flaky.calls == ["read_all"], "fifty gossips at once: one read in flight, the rest wait for it"
     for _ in range(50):
-        await tables.on_gossip(2**62 + 1)
-    await tables.on_gossip(version + 1)
+        await tables.on_gossip(GossipMessage(2**62 + 1))
+    await tables.on_gossip(GossipMessage(version + 1))
     assert flaky.calls == ["read_all"], "the table was behind an announced version: no re-read before probe_timeout"
     await clock.advance(OPTIONS.probe_timeout)
     seed(flaky.inner, row(OTHER))
-    await tables.on_gossip(version + 1)
+    await tables.on_gossip(GossipMessage(version + 1))
     assert flaky.calls == ["read_all", "read_all"]
     assert tables.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
     seed(flaky.inner, row(address(4)))
-    await tables.on_gossip(version + 2)
+    await tables.on_gossip(GossipMessage(version + 2))
     assert flaky.calls == ["read_all"] * 3, "the last read met its version: gossip re-reads at once again"
 
 

@@ -18,6 +18,7 @@ import grpc
 import pytest
 
 from membership_tables import MembershipTableData, SiloStatus
+from silo.membership.probing import GossipMessage
 from silo.client import MembershipClient
 from silo.exit_codes import ExitCode
 from silo.wire.admission import TRANSPORT_PROPERTY
@@ -112,10 +113,13 @@ def test_silos_the_cluster_would_refuse_exit_and_change_nothing_in_the_table(
                     await prober.ping_call(member.address, 10)
                 except grpc.aio.AioRpcError as exc:
                     codes.append(exc.code())
-                await prober.send(member.address, 10_000)
+                try:
+                    await prober.send(member.address, GossipMessage(10_000))
+                except grpc.aio.AioRpcError as exc:
+                    codes.append(exc.code())
         return codes
 
-    assert asyncio.run(intrude()) == [grpc.StatusCode.PERMISSION_DENIED] * 2
+    assert asyncio.run(intrude()) == [grpc.StatusCode.PERMISSION_DENIED] * 4
     assert table_state(cluster.read()) == before
     for member in members:
         assert "refused Ping" in member.log_text()

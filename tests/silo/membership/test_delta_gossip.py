@@ -1,0 +1,214 @@
+"""Delta gossip: a writer builds the next snapshot from its own write, receivers apply it without reading.
+
+Deterministic: in-memory tables wrapped in ``FlakyTable`` (which records every call), a fake clock,
+and table managers wired to each other by plain functions.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+from membership_tables import MembershipTable, MembershipTableData, SiloAddress, SiloStatus, TableVersion
+from silo.membership.clock import FakeClock
+from silo.membership.options import SiloOptions
+from silo.membership.probing import GossipMessage
+from silo.membership.snapshot import MembershipDelta, MembershipSnapshot
+from silo.membership.table_access import run_inline
+from silo.membership.table_manager import MembershipTableManager, VoteOutcome
+from tests.silo.harness import T0, FlakyTable, address, async_test, memory_table, row, seed, view
+
+ME, PEER, OTHER = address(1), address(2), address(3)
+OPTIONS = SiloOptions.local()
+
+
+class Node:
+    """One table manager with its own recording handle on the shared store, and what it gossiped."""
+
+    def __init__(self, store: MembershipTable, me: SiloAddress, clock: FakeClock, peers: dict[SiloAddress, Node]) -> None:
+        self.table = FlakyTable(store)
+        self.gossiped: list[tuple[GossipMessage, tuple[SiloAddress, ...]]] = []
+        self.pulls: list[SiloAddress] = []
+        self.peers = peers
+
+        def on_write(message: GossipMessage, snapshot: MembershipSnapshot, dead: tuple[SiloAddress, ...]) -> None:
+            self.gossiped.append((message, dead))
+
+        async def fetch_view(peer: SiloAddress, timeout: float) -> MembershipTableData:
+            self.pulls.append(peer)
+            if peer not in self.peers:
+                raise ConnectionError(f"{peer} does not answer")
+            return self.peers[peer].manager.snapshot.data
+
+        self.manager = MembershipTableManager(
+            table=self.table,
+            address=me,
+            options=OPTIONS,
+            clock=clock,
+            random=random.Random(5),
+            run_blocking=run_inline,
+            on_write=on_write,
+            fetch_view=fetch_view,
+        )
+        peers[me] = self
+
+    def table_calls(self) -> list[str]:
+        calls = list(self.table.calls)
+        self.table.calls.clear()
+        return calls
+
+
+def rows_without_heartbeats(data: MembershipTableData) -> list[tuple[object, ...]]:
+    return [(entry.replace(i_am_alive_time=T0), etag) for entry, etag in data.rows]
+
+
+async def cluster_of_three() -> tuple[MembershipTable, FakeClock, dict[SiloAddress, Node]]:
+    store, clock = memory_table(), FakeClock(T0)
+    seed(store, row(ME), row(PEER), row(OTHER))
+    nodes: dict[SiloAddress, Node] = {}
+    for silo in (ME, PEER, OTHER):
+        node = Node(store, silo, clock, nodes)
+        await node.manager.refresh()
+        node.table_calls()
+    return store, clock, nodes
+
+
+def test_a_delta_applies_only_at_its_base_version_and_keeps_the_later_heartbeat() -> None:
+    later = T0 + timedelta(seconds=30)
+    base = view(row(ME, when=later), row(PEER), version=4)
+    suspected = row(ME).replace(suspect_times=((PEER, T0),))
+    joiner = row(OTHER, SiloStatus.JOINING)
+    delta = MembershipDelta(4, TableVersion(5, "v5"), ((suspected, "e1"), (joiner, "e2")))
+    applied = base.apply(delta)
+    assert applied is not None
+    assert applied.version == 5 and applied.table_version.etag == "v5"
+    assert [entry.silo_address for entry in applied.entries] == [ME, PEER, OTHER]
+    assert applied.data.get(ME) == (suspected.replace(i_am_alive_time=later), "e1")
+    assert applied.data.get(PEER) == base.data.get(PEER)
+    assert applied.data.get(OTHER) == (joiner, "e2")
+    assert view(row(ME), version=3).apply(delta) is None
+    assert view(row(ME), version=5).apply(delta) is None
+
+
+@async_test
+async def test_a_vote_costs_one_read_and_one_write_and_the_writer_does_not_reread() -> None:
+    store, _, nodes = await cluster_of_three()
+    voter = nodes[ME]
+    assert await voter.manager.try_vote(OTHER) is VoteOutcome.VOTED
+    assert voter.table_calls() == ["read_all", "update_rows_with_etags"]
+    assert rows_without_heartbeats(voter.manager.snapshot.data) == rows_without_heartbeats(store.read_all())
+    assert voter.manager.snapshot.table_version == store.read_all().version
+    [(message, dead)] = voter.gossiped
+    assert message.delta is not None and dead == ()
+    assert message.delta.base_version == message.version - 1
+    [(entry, etag)] = message.delta.rows
+    assert entry.silo_address == OTHER and [voter for voter, _ in entry.suspect_times] == [ME]
+    assert store.read_all().get(OTHER) is not None and store.read_all().get(OTHER)[1] == etag  # type: ignore[index]
+
+
+@async_test
+async def test_a_receiver_at_the_base_version_applies_the_delta_without_touching_the_table() -> None:
+    store, _, nodes = await cluster_of_three()
+    assert await nodes[ME].manager.try_vote(OTHER) is VoteOutcome.VOTED
+    [(message, _)] = nodes[ME].gossiped
+    receiver = nodes[PEER]
+    await receiver.manager.on_gossip(message, ME)
+    assert receiver.table_calls() == [] and receiver.pulls == []
+    assert receiver.manager.snapshot.data == nodes[ME].manager.snapshot.data
+    assert rows_without_heartbeats(receiver.manager.snapshot.data) == rows_without_heartbeats(store.read_all())
+
+
+@async_test
+async def test_a_receiver_that_missed_a_write_pulls_the_senders_view_instead_of_reading_the_table() -> None:
+    _, _, nodes = await cluster_of_three()
+    assert await nodes[ME].manager.try_vote(OTHER) is VoteOutcome.VOTED
+    assert await nodes[ME].manager.try_vote(PEER) is VoteOutcome.VOTED
+    second = nodes[ME].gossiped[-1][0]
+    receiver = nodes[OTHER]  # never got the first delta: it holds the version before both votes
+    await receiver.manager.on_gossip(second, ME)
+    assert receiver.pulls == [ME] and receiver.table_calls() == []
+    assert receiver.manager.snapshot.version == second.version
+
+
+@async_test
+async def test_a_receiver_reads_the_table_when_the_sender_cannot_be_asked() -> None:
+    _, _, nodes = await cluster_of_three()
+    assert await nodes[ME].manager.try_vote(OTHER) is VoteOutcome.VOTED
+    assert await nodes[ME].manager.try_vote(PEER) is VoteOutcome.VOTED
+    second = nodes[ME].gossiped[-1][0]
+    receiver = nodes[OTHER]
+    stranger = address(9)
+    await receiver.manager.on_gossip(second, stranger)
+    assert receiver.pulls == [stranger] and receiver.table_calls() == ["read_all"]
+    assert receiver.manager.snapshot.version == second.version
+
+
+@async_test
+async def test_the_silo_a_delta_declares_dead_terminates_on_receiving_it() -> None:
+    store, clock, nodes = await cluster_of_three()
+    for voter in (ME, PEER):
+        assert await nodes[voter].manager.try_vote(OTHER) in (VoteOutcome.VOTED, VoteOutcome.DECLARED_DEAD)
+    message, dead = nodes[PEER].gossiped[-1]
+    assert dead == (OTHER,) and store.read_all().get(OTHER)[0].status is SiloStatus.DEAD  # type: ignore[index]
+    victim = nodes[OTHER]
+    await victim.manager.on_gossip(nodes[ME].gossiped[-1][0], ME)
+    await victim.manager.on_gossip(message, PEER)
+    assert victim.table_calls() == []
+    assert victim.manager.terminated.is_set()
+    assert "the table says this silo is Dead" in victim.manager.termination_reason
+
+
+@async_test
+async def test_a_delta_from_a_write_of_a_row_never_seen_makes_the_new_silo_watched_and_fresh() -> None:
+    store, clock, nodes = await cluster_of_three()
+    joiner = Node(store, address(4), clock, nodes)
+    await joiner.manager.refresh()
+    await joiner.manager.insert_self(row(address(4), SiloStatus.JOINING), joiner.manager.deadline_in(5))
+    [(message, _)] = joiner.gossiped
+    receiver = nodes[ME]
+    assert not receiver.manager.liveness.is_fresh(address(4))
+    await receiver.manager.on_gossip(message, address(4))
+    assert receiver.table_calls() == []
+    assert receiver.manager.snapshot.status_of(address(4)) is SiloStatus.JOINING
+    assert receiver.manager.liveness.is_fresh(address(4))
+
+
+@async_test
+async def test_a_join_storm_backs_off_with_jitter_and_never_reads_the_whole_table_per_lost_race() -> None:
+    store, clock = memory_table(), FakeClock(T0)
+    seed(store, row(PEER))
+    nodes: dict[SiloAddress, Node] = {}
+    joiner = Node(store, ME, clock, nodes)
+    rivals = iter(range(10, 14))
+
+    def lose_the_race() -> None:  # another silo inserts its row between our read and our write
+        store.insert_row(row(address(next(rivals))), store.read_version().next())
+
+    original = joiner.table.inner.read_row
+    losses = 0
+
+    def read_row_then_someone_writes(silo: SiloAddress) -> MembershipTableData:
+        nonlocal losses
+        data = original(silo)
+        if losses < 3:
+            losses += 1
+            lose_the_race()
+        return data
+
+    joiner.table.inner.read_row = read_row_then_someone_writes  # type: ignore[method-assign]
+    slept: list[float] = []
+    sleep = clock.sleep
+
+    async def recording_sleep(seconds: float) -> None:
+        slept.append(seconds)
+        await sleep(seconds)
+
+    clock.sleep = recording_sleep  # type: ignore[method-assign]
+    await joiner.manager.insert_self(row(ME, SiloStatus.JOINING), joiner.manager.deadline_in(60))
+    calls = joiner.table_calls()
+    assert calls.count("read_all") == 1, calls  # once, after the write that stuck (it missed the rivals' rows)
+    assert calls.count("read_row") == 4 and calls.count("insert_row_with_etags") == 4
+    assert len(slept) == 3 and all(0 <= pause <= OPTIONS.probe_timeout / 20 * 2**n for n, pause in enumerate(slept))
+    assert len(set(slept)) == 3, "the pauses are jittered"
+    assert joiner.manager.snapshot.status_of(ME) is SiloStatus.JOINING
+    assert rows_without_heartbeats(joiner.manager.snapshot.data) == rows_without_heartbeats(store.read_all())
