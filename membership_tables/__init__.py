@@ -18,6 +18,7 @@ from membership_tables.errors import (
     TableUnavailableError,
 )
 from membership_tables.model import (
+    CommittedWrite,
     MalformedRow,
     MembershipEntry,
     MembershipTableData,
@@ -32,6 +33,7 @@ __all__ = [
     "UNINITIALIZED_VERSION",
     "AccessDeniedError",
     "BackendNotInstalledError",
+    "CommittedWrite",
     "InvalidClusterIdError",
     "InvalidEntryError",
     "InvalidTableUriError",

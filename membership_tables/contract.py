@@ -12,8 +12,8 @@ Terms used below:
   (never on a heartbeat).
 * **fresh etag**: a token the row or version has never carried before.
 * **lost race**: a conditional write whose preconditions no longer hold. It returns
-  ``False`` and leaves the store exactly as it was: no row, column, version or etag
-  changed.
+  ``False`` (``None`` from the ``*_with_etags`` writes) and leaves the store exactly as it
+  was: no row, column, version or etag changed.
 * **infrastructure failure**: the store cannot be reached, times out, or fails in a
   way that says nothing about the preconditions. It raises ``TableUnavailableError``
   with the driver error as ``__cause__``; a write's outcome is then unknown.
@@ -41,7 +41,7 @@ from types import TracebackType
 from typing import Self
 
 from membership_tables.errors import InvalidUpdateError
-from membership_tables.model import MembershipEntry, MembershipTableData, SiloAddress, TableVersion
+from membership_tables.model import CommittedWrite, MembershipEntry, MembershipTableData, SiloAddress, TableVersion
 
 UNINITIALIZED_VERSION = TableVersion(0, "")
 """What reads return for a cluster whose version row does not exist (yet)."""
@@ -92,7 +92,9 @@ class MembershipTable(abc.ABC):
     """A cluster's membership table in some store.
 
     All methods are synchronous and may block on I/O; the silo runtime calls them off
-    its event loop.
+    its event loop. A backend implements the canonical writes once, as
+    ``insert_row_with_etags`` and ``update_rows_with_etags``; ``insert_row``, ``update_row``
+    and ``update_rows`` are those writes without the etags.
     """
 
     max_rows_per_update: int
@@ -117,7 +119,7 @@ class MembershipTable(abc.ABC):
         with a fresh etag if it does not exist. Idempotent and safe to run from many
         processes at once; never changes existing rows or an existing version.
         Before the version row exists, reads return ``UNINITIALIZED_VERSION`` and every
-        write returns ``False``.
+        write loses (``False``, or ``None``).
         """
 
     @abc.abstractmethod
@@ -150,44 +152,60 @@ class MembershipTable(abc.ABC):
         """
 
     @abc.abstractmethod
-    def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
-        """Add ``entry`` and set the version to ``version.version``, atomically.
+    def insert_row_with_etags(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
+        """Add ``entry`` and set the version to ``version.version``, atomically; say what it left.
 
-        The new row gets a fresh etag; the version row gets a fresh etag.
-        Returns ``False`` (lost race, no side effect) if a row for
-        ``entry.silo_address`` exists or ``version.etag`` is not the current version etag.
+        The new row gets a fresh etag; the version row gets a fresh etag. Returns those as a
+        ``CommittedWrite`` (``rows`` holds ``entry`` as given with its etag): exactly what a
+        ``read_all`` right after the write returns for that row and the version. Returns
+        ``None`` (lost race, no side effect) if a row for ``entry.silo_address`` exists or
+        ``version.etag`` is not the current version etag.
         """
 
-    @abc.abstractmethod
+    def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
+        """``insert_row_with_etags`` for a caller that needs only the outcome: ``False`` on a lost race."""
+        return self.insert_row_with_etags(entry, version) is not None
+
     def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
         """Replace the whole row of ``entry.silo_address`` and set the version, atomically.
 
-        The row gets a fresh etag and the version row a fresh etag. Returns ``False``
-        (lost race, no side effect) if the row does not exist, ``etag`` is not the
-        row's current etag, or ``version.etag`` is not the current version etag. An
-        update never re-creates a removed row.
+        ``update_rows_with_etags`` of the one pair ``(entry, etag)``: the row gets a fresh
+        etag and the version row a fresh etag. Returns ``False`` (lost race, no side effect)
+        if the row does not exist, ``etag`` is not the row's current etag, or
+        ``version.etag`` is not the current version etag. An update never re-creates a
+        removed row.
 
         The stored IAmAlive time never goes backwards: if the row's heartbeat is newer
         than ``entry.i_am_alive_time``, the newer one is kept.
         """
+        return self.update_rows_with_etags(((entry, etag),), version) is not None
+
+    def update_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+        """``update_rows_with_etags`` for a caller that needs only the outcome: ``False`` on a lost race."""
+        return self.update_rows_with_etags(updates, version) is not None
 
     @abc.abstractmethod
-    def update_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
-        """Replace several whole rows and set the version, all in one atomic step.
+    def update_rows_with_etags(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
+        """Replace several whole rows and set the version, all in one atomic step; say what it left.
 
         ``updates`` holds ``(entry, etag)`` pairs: each row of ``entry.silo_address`` is
         conditioned on its own ``etag`` and gets a fresh etag; the version row is set to
         ``version.version`` with a fresh etag, conditioned on ``version.etag``. So several
         silos declared Dead together cost one version, and every reader sees all of them
-        change at once or none. Returns ``False`` (lost race, no side effect at all, not
-        even on the other rows) if any row does not exist, any ``etag`` is not its row's
-        current etag, or ``version.etag`` is not the current version etag. Like
-        ``update_row``, it never re-creates a removed row and never moves a stored IAmAlive
-        time backwards.
+        change at once or none. Returns a ``CommittedWrite``: the new version and each
+        ``(entry, new etag)`` in the order of ``updates``, exactly the etags a ``read_all``
+        right after the write returns, so the writer can build the next snapshot and
+        gossip the change without reading the table again. Returns ``None`` (lost race, no
+        side effect at all, not even on the other rows) if any row does not exist, any
+        ``etag`` is not its row's current etag, or ``version.etag`` is not the current
+        version etag. It never re-creates a removed row and never moves a stored IAmAlive
+        time backwards: if a row's heartbeat is newer than its ``entry.i_am_alive_time``,
+        the newer one is kept, and ``rows`` still holds the entry as given (heartbeats are
+        seen on full reads).
 
-        Raises ``InvalidUpdateError`` before touching the store if ``updates`` is empty,
-        names a silo twice, or has more rows than ``max_rows_per_update``, the limit of
-        the store's native transaction:
+        Raises ``InvalidUpdateError`` (``checked_updates``) before touching the store if
+        ``updates`` is empty, names a silo twice, or has more rows than
+        ``max_rows_per_update``, the limit of the store's native transaction:
 
         * memory: 10,000 (one lock; the bound only keeps batches sane);
         * SQL (SQLite, PostgreSQL, MySQL/MariaDB): 1,000 (one transaction holding the

@@ -58,6 +58,7 @@ from membership_tables.codec import entry_from_document, entry_to_document, form
 from membership_tables.contract import MembershipTable, RowUpdate
 from membership_tables.errors import InvalidEntryError, MalformedRowError
 from membership_tables.model import (
+    CommittedWrite,
     MembershipEntry,
     MembershipTableData,
     SiloAddress,
@@ -306,9 +307,10 @@ class RecordingTable(MembershipTable):
     """A ``MembershipTable`` that records its successful versioned writes.
 
     Every call goes to ``inner`` unchanged, and nothing else touches the store: after an
-    ``insert_row``/``update_row`` that returns ``True`` it appends one record to ``sink``,
-    after an ``update_rows`` that returns ``True`` one per row (sharing a batch id). Writes
-    that return ``False`` or raise (their outcome is unknown) are not recorded, nor are
+    ``insert_row``/``update_row`` that returns ``True`` (or an ``insert_row_with_etags`` that
+    returns a ``CommittedWrite``) it appends one record to ``sink``, after an ``update_rows``
+    or ``update_rows_with_etags`` that succeeds one per row (sharing a batch id). Writes
+    that lose (``False``, ``None``) or raise (their outcome is unknown) are not recorded, nor are
     heartbeats, cleanup and deletes, which change no version. If the sink raises, the error
     propagates although the write happened. ``close()`` closes ``inner`` but not the sink,
     which may be shared.
@@ -346,6 +348,13 @@ class RecordingTable(MembershipTable):
             self._record("insert", entry, version, issued)
         return written
 
+    def insert_row_with_etags(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
+        issued = datetime.now(UTC)
+        written = self.inner.insert_row_with_etags(entry, version)
+        if written is not None:
+            self._record("insert", entry, version, issued)
+        return written
+
     def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
         issued = datetime.now(UTC)
         written = self.inner.update_row(entry, etag, version)
@@ -357,10 +366,20 @@ class RecordingTable(MembershipTable):
         issued = datetime.now(UTC)
         written = self.inner.update_rows(updates, version)
         if written:
-            batch = uuid.uuid4().hex
-            for entry, _ in updates:
-                self.sink.append(HistoryRecord(version.version, self.writer, "update_rows", entry, "", issued, batch))
+            self._record_batch(updates, version, issued)
         return written
+
+    def update_rows_with_etags(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
+        issued = datetime.now(UTC)
+        written = self.inner.update_rows_with_etags(updates, version)
+        if written is not None:
+            self._record_batch(updates, version, issued)
+        return written
+
+    def _record_batch(self, updates: Sequence[RowUpdate], version: TableVersion, at: datetime) -> None:
+        batch = uuid.uuid4().hex
+        for entry, _ in updates:
+            self.sink.append(HistoryRecord(version.version, self.writer, "update_rows", entry, "", at, batch))
 
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
         self.inner.update_i_am_alive(silo_address, when)

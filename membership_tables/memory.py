@@ -23,6 +23,7 @@ from membership_tables.codec import new_etag
 from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
 from membership_tables.errors import InvalidTableUriError
 from membership_tables.model import (
+    CommittedWrite,
     MalformedRow,
     MembershipEntry,
     MembershipTableData,
@@ -116,39 +117,38 @@ class InMemoryMembershipTable(MembershipTable):
         with self._store.lock:
             return self._snapshot([silo_address] if silo_address in self._state.rows else [])
 
-    def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
-        with self._store.lock:
-            state = self._state
-            if entry.silo_address in state.rows or not self._version_matches(version):
-                return False
-            state.rows[entry.silo_address] = (entry, new_etag())
-            state.version = TableVersion(version.version, new_etag())
-            return True
-
     def read_version(self) -> TableVersion:
         with self._store.lock:
             return self._state.version or UNINITIALIZED_VERSION
 
-    def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
-        return self._replace_rows(((entry, etag),), version)
+    def insert_row_with_etags(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
+        with self._store.lock:
+            state = self._state
+            if entry.silo_address in state.rows or not self._version_matches(version):
+                return None
+            row = (entry, new_etag())
+            state.rows[entry.silo_address] = row
+            state.version = TableVersion(version.version, new_etag())
+            return CommittedWrite(state.version, (row,))
 
-    def update_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
-        return self._replace_rows(checked_updates(updates, self.max_rows_per_update), version)
-
-    def _replace_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+    def update_rows_with_etags(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
+        updates = checked_updates(updates, self.max_rows_per_update)
         with self._store.lock:
             state = self._state
             current = [state.wellformed(entry.silo_address) for entry, _ in updates]
             if not self._version_matches(version) or any(
                 row is None or row[1] != etag for row, (_, etag) in zip(current, updates, strict=True)
             ):
-                return False
+                return None
+            written = []
             for row, (entry, _) in zip(current, updates, strict=True):
                 assert row is not None
                 alive = max(row[0].i_am_alive_time, entry.i_am_alive_time)
-                state.rows[entry.silo_address] = (entry.replace(i_am_alive_time=alive), new_etag())
+                etag = new_etag()
+                state.rows[entry.silo_address] = (entry.with_i_am_alive_time(alive), etag)
+                written.append((entry, etag))
             state.version = TableVersion(version.version, new_etag())
-            return True
+            return CommittedWrite(state.version, tuple(written))
 
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
         when = ensure_utc(when, "IAmAlive time")

@@ -243,6 +243,24 @@ class TableVersion:
         return TableVersion(self.version + 1, self.etag)
 
 
+@dataclass(frozen=True)
+class CommittedWrite:
+    """What a successful canonical write left in the store.
+
+    The writer can build the next snapshot from it without reading the table again, and
+    gossip the change with the etags a ``read_all`` right after the write returns.
+    """
+
+    version: TableVersion
+    """The version row after the write: the number written and its new etag."""
+    rows: tuple[tuple[MembershipEntry, str], ...]
+    """Each written row as given, with its new row etag, in the order given.
+
+    The entry is the one the caller wrote: the stored IAmAlive time may be newer (it never
+    goes backwards), and only full reads show heartbeats.
+    """
+
+
 def _row_address(row: tuple[MembershipEntry, str]) -> SiloAddress:
     return row[0].silo_address
 

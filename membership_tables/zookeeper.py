@@ -80,6 +80,7 @@ from membership_tables.errors import (
 )
 from membership_tables.model import (
     MAX_PORT,
+    CommittedWrite,
     MalformedRow,
     MembershipEntry,
     MembershipTableData,
@@ -305,6 +306,11 @@ def _row_etag(stat: Any) -> str:
     return f"{stat.czxid}.{stat.version}"
 
 
+def _version_of(version: TableVersion, cluster_stat: Any) -> TableVersion:
+    """The version a write set: its number, and the cluster node's data version after it as the etag."""
+    return TableVersion(version.version, str(cluster_stat.version))
+
+
 def _parse_row_etag(etag: str) -> tuple[int, int] | None:
     """``(czxid, data version)`` of a row etag, or ``None`` if no silo node could carry it."""
     czxid, dot, version = etag.partition(".")
@@ -419,8 +425,10 @@ class ZooKeeperMembershipTable(MembershipTable):
         """The result of one asynchronous kazoo request, waiting at most ``timeout``."""
         return pending.get(timeout=self.settings.timeout)
 
-    def _commit(self, transaction: Any) -> bool:
-        return self._outcome(self._wait(transaction.commit_async()))
+    def _commit(self, transaction: Any) -> list[Any] | None:
+        """The results of a multi-op that succeeded (stats of its ``set_data``), ``None`` for a lost race."""
+        results = self._wait(transaction.commit_async())
+        return list(results) if self._outcome(results) else None
 
     @staticmethod
     def _outcome(results: Sequence[object]) -> bool:
@@ -544,23 +552,25 @@ class ZooKeeperMembershipTable(MembershipTable):
                     continue
         raise TableUnavailableError(f"{self.cluster_path} kept changing while it was being initialized; try again")
 
-    def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
+    def insert_row_with_etags(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
         expected = _znode_version(version.etag)
         if expected is None:
-            return False
+            return None
         path = self.row_path(entry.silo_address)
         with self._driver_errors("insert_row"):
             transaction = self._connected().transaction()
             transaction.set_data(self.cluster_path, _version_document(version.version), version=expected)
             transaction.create(path, codec.dumps(entry))
             transaction.create(f"{path}/{ALIVE_NODE}", _alive_document(entry.i_am_alive_time))
-            return self._commit(transaction)
+            results = self._commit(transaction)
+        if results is None:
+            return None
+        # A multi-op commits at one zxid: the new node's czxid is the cluster node's new mzxid
+        # (a create in a multi-op returns only the path), and its data version is 0.
+        cluster = results[0]
+        return CommittedWrite(_version_of(version, cluster), ((entry, f"{cluster.mzxid}.0"),))
 
-    def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
-        with self._driver_errors("update_row"):
-            return self._replace_rows(((entry, etag),), version)
-
-    def update_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+    def update_rows_with_etags(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
         batch = checked_updates(updates, self.max_rows_per_update)
         size = sum(len(codec.dumps(entry)) for entry, _ in batch)
         if size > MAX_MULTI_ROW_BYTES:
@@ -571,12 +581,15 @@ class ZooKeeperMembershipTable(MembershipTable):
         with self._driver_errors("update_rows"):
             return self._replace_rows(batch, version)
 
-    def _replace_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
-        """One multi-op: the cluster node at ``version.etag`` and every row at its etag's data version."""
+    def _replace_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
+        """One multi-op: the cluster node at ``version.etag`` and every row at its etag's data version.
+
+        The etags it returns come from the stats the multi-op returns for each ``set_data``.
+        """
         expected_version = _znode_version(version.etag)
         tokens = [_parse_row_etag(etag) for _, etag in updates]
         if expected_version is None or None in tokens:
-            return False
+            return None
         client = self._connected()
         paths = [self.row_path(entry.silo_address) for entry, _ in updates]
         pending = [client.get_async(path) for path in paths]  # pipelined: one round trip for every row
@@ -586,11 +599,15 @@ class ZooKeeperMembershipTable(MembershipTable):
             assert token is not None
             stored = self._stored_row(client, path, token, result)
             if stored is None:
-                return False
+                return None
             # The multi-op checks the data version, so ``stored`` is exactly the row it replaces.
             alive = max(entry.i_am_alive_time, stored.i_am_alive_time)
             transaction.set_data(path, codec.dumps(entry.replace(i_am_alive_time=alive)), version=token[1])
-        return self._commit(transaction)
+        results = self._commit(transaction)
+        if results is None:
+            return None
+        rows = tuple((entry, _row_etag(stat)) for (entry, _), stat in zip(updates, results[1:], strict=True))
+        return CommittedWrite(_version_of(version, results[0]), rows)
 
     def _stored_row(self, client: Any, path: str, token: tuple[int, int], pending: Any) -> MembershipEntry | None:
         """The row at ``path`` if it is the incarnation and data version ``token`` names, else ``None``.
@@ -682,7 +699,7 @@ class ZooKeeperMembershipTable(MembershipTable):
                     for path in descendants:
                         transaction.delete(path)
                     transaction.set_data(self.cluster_path, _version_document(None), version=stat.version)
-                    if self._commit(transaction):
+                    if self._commit(transaction) is not None:
                         return
                 except NoNodeError:  # a row removed by a concurrent cleanup: look again
                     continue

@@ -28,6 +28,7 @@ from membership_tables.codec import new_etag
 from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
 from membership_tables.errors import SCHEMA_MISSING_FIX, AccessDeniedError, InvalidEntryError, TableUnavailableError
 from membership_tables.model import (
+    CommittedWrite,
     MembershipEntry,
     MembershipTableData,
     SiloAddress,
@@ -55,7 +56,6 @@ from membership_tables.sql.statements import (
 )
 
 T = TypeVar("T")
-C = TypeVar("C")
 
 _ATTEMPTS = 3
 """Tries of one transaction that keeps hitting deadlocks or lock timeouts."""
@@ -151,24 +151,19 @@ class SqlMembershipTable(MembershipTable):
             "check the user and password, and grant the privileges listed in docs/security.md"
         )
 
-    def _write(self, work: Callable[[sa.Connection], None]) -> bool:
-        """A conditional write: ``False`` (rolled back) if ``work`` raised ``_LostRaceError``."""
-        return self._conditionally(self._transaction, work)
-
-    def _fast_write(self, work: Callable[[Transaction], None]) -> bool:
-        """``_write`` on the pooled DB-API connection."""
-        return self._conditionally(self._fast_transaction, work)
-
-    @staticmethod
-    def _conditionally(transaction: Callable[..., bool], work: Callable[[C], None]) -> bool:
-        def run(connection: C) -> bool:
-            work(connection)
-            return True
-
+    def _write(self, work: Callable[[sa.Connection], T]) -> T | None:
+        """A conditional write: ``None`` (rolled back) if ``work`` raised ``_LostRaceError``."""
         try:
-            return transaction(run, write=True, if_no_schema=False)
+            return self._transaction(work, write=True, if_no_schema=None)
         except _LostRaceError:
-            return False
+            return None
+
+    def _fast_write(self, work: Callable[[Transaction], T]) -> T | None:
+        """``_write`` on the pooled DB-API connection."""
+        try:
+            return self._fast_transaction(work, write=True, if_no_schema=None)
+        except _LostRaceError:
+            return None
 
     def _key_params(self, silo_address: SiloAddress) -> dict[str, Any]:
         return key_params(self.cluster_id, silo_address)
@@ -211,50 +206,54 @@ class SqlMembershipTable(MembershipTable):
 
     # -- canonical writes --------------------------------------------------------------
 
-    def _bump_version(self, connection: sa.Connection | Transaction, version: TableVersion) -> None:
-        """Lock the version row if it still carries ``version.etag`` and set ``version``."""
-        result = connection.execute(BUMP_VERSION, bump_params(self.cluster_id, version, new_etag(), datetime.now(UTC)))
+    def _bump_version(self, connection: sa.Connection | Transaction, version: TableVersion) -> TableVersion:
+        """Lock the version row if it still carries ``version.etag`` and set ``version``; the new version."""
+        written = TableVersion(version.version, new_etag())
+        result = connection.execute(
+            BUMP_VERSION, bump_params(self.cluster_id, version, written.etag, datetime.now(UTC))
+        )
         if result.rowcount != 1:
             raise _LostRaceError
+        return written
 
-    def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
+    def insert_row_with_etags(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
         values = entry_to_values(entry)
 
-        def work(connection: sa.Connection) -> None:
-            self._bump_version(connection, version)
+        def work(connection: sa.Connection) -> CommittedWrite:
+            written = self._bump_version(connection, version)
             if connection.execute(sa.select(_members.etag).where(self._key(entry.silo_address))).first():
                 raise _LostRaceError
+            etag = new_etag()
             try:
                 connection.execute(
                     sa.insert(membership_table).values(
-                        cluster_id=self.cluster_id, etag=new_etag(), **key_of(entry.silo_address), **values
+                        cluster_id=self.cluster_id, etag=etag, **key_of(entry.silo_address), **values
                     )
                 )
             except sa.exc.IntegrityError as exc:  # a duplicate key proves the row exists
                 raise _LostRaceError from exc
+            return CommittedWrite(written, ((entry, etag),))
 
         return self._write(work)
 
-    def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
-        return self._replace_rows(((entry, etag),), version)
-
-    def update_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
-        return self._replace_rows(checked_updates(updates, self.max_rows_per_update), version)
-
-    def _replace_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+    def update_rows_with_etags(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
         """Bump the version, then replace each row at its etag (keeping a later IAmAlive time:
         ``UPDATE_ROW``); any miss rolls everything back."""
+        batch = checked_updates(updates, self.max_rows_per_update)
         rows = []
-        for entry, etag in updates:
+        etags = []
+        for entry, etag in batch:
+            etags.append(new_etag())
             params = self._key_params(entry.silo_address)
-            params.update(update_row_params(entry_to_values(entry), etag, new_etag()))
+            params.update(update_row_params(entry_to_values(entry), etag, etags[-1]))
             rows.append(params)
 
-        def work(transaction: Transaction) -> None:
-            self._bump_version(transaction, version)
+        def work(transaction: Transaction) -> CommittedWrite:
+            written = self._bump_version(transaction, version)
             for params in rows:
                 if transaction.execute(UPDATE_ROW, params).rowcount != 1:
                     raise _LostRaceError
+            return CommittedWrite(written, tuple(zip((entry for entry, _ in batch), etags, strict=True)))
 
         return self._fast_write(work)
 

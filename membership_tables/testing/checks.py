@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate
 from membership_tables.errors import InvalidUpdateError
 from membership_tables.model import (
+    CommittedWrite,
     MembershipEntry,
     MembershipTableData,
     SiloAddress,
@@ -761,14 +762,19 @@ def check_update_rows_refuses_bad_batches(open_cluster: OpenCluster) -> None:
         "a silo named twice": [(first, etag), (second, row_etag(before, second.silo_address)), (first, etag)],
         f"{limit + 1} rows (max_rows_per_update is {limit})": too_many,
     }
+    writes: dict[str, Callable[[list[RowUpdate], TableVersion], object]] = {
+        "update_rows": table.update_rows,
+        "update_rows_with_etags": table.update_rows_with_etags,
+    }
     for what, updates in batches.items():
-        try:
-            table.update_rows(updates, before.version.next())
-        except InvalidUpdateError as exc:
-            expect(bool(str(exc)), f"the error for {what} must say what is wrong")
-        else:
-            raise ConformanceError(f"update_rows with {what} must raise InvalidUpdateError")
-        assert_unchanged(table, before, f"an update_rows with {what}")
+        for name, write in writes.items():
+            try:
+                write(updates, before.version.next())
+            except InvalidUpdateError as exc:
+                expect(bool(str(exc)), f"the error of {name} for {what} must say what is wrong")
+            else:
+                raise ConformanceError(f"{name} with {what} must raise InvalidUpdateError")
+            assert_unchanged(table, before, f"an {name} with {what}")
 
 
 FULL_BATCH_CHECKED_UP_TO = 128
@@ -885,6 +891,104 @@ def check_update_rows_races_update_row(open_cluster: OpenCluster) -> None:
     expect(names == expected, f"only the winner's rows may change: expected names {expected}, got {names}")
 
 
+# --- the *_with_etags writes ----------------------------------------------------------------
+
+
+def _expect_read_back(table: MembershipTable, written: CommittedWrite | None, given: list[MembershipEntry]) -> None:
+    """``written`` holds the given entries in order, with the etags and version a read sees right after."""
+    expect(written is not None, "a write with current tokens must return a CommittedWrite, got None")
+    assert written is not None
+    after = table.read_all()
+    expect(
+        written.version == after.version,
+        f"the CommittedWrite's version must be what read_all returns: returned {written.version}, read {after.version}",
+    )
+    expected = tuple((entry, row_etag(after, entry.silo_address)) for entry in given)
+    expect(
+        written.rows == expected,
+        "the CommittedWrite must hold each row as given, in the order given, with the etag read_all returns:\n"
+        f"  returned={written.rows}\n  expected={expected}",
+    )
+
+
+def check_insert_with_etags_returns_what_a_read_sees(open_cluster: OpenCluster) -> None:
+    table = fresh_table(open_cluster)
+    before = table.read_all()
+    entry = make_entry(status=SiloStatus.JOINING)
+    written = table.insert_row_with_etags(entry, before.version.next())
+    _expect_read_back(table, written, [entry])
+    assert written is not None
+    expect(written.version.version == before.version.version + 1, f"insert must set version 1, got {written.version}")
+    active = entry.replace(status=SiloStatus.ACTIVE)
+    expect(
+        table.update_row(active, written.rows[0][1], written.version.next()),
+        "the etags an insert_row_with_etags returns must work for the next update_row",
+    )
+    after = table.read_all()
+    losers = {
+        "an existing silo": (entry, after.version.next()),
+        "a stale version": (make_entry(1002), written.version.next()),
+    }
+    for what, (loser, version) in losers.items():
+        expect(table.insert_row_with_etags(loser, version) is None, f"insert_row_with_etags of {what} must return None")
+        assert_unchanged(table, after, f"an insert_row_with_etags of {what}")
+
+
+def check_update_rows_with_etags_returns_what_a_read_sees(open_cluster: OpenCluster) -> None:
+    """In the order given, with each entry as given even when the stored IAmAlive time is newer."""
+    table = fresh_table(open_cluster)
+    (first, second, third), read = _three_rows(table)
+    given = [
+        third.replace(status=SiloStatus.DEAD, i_am_alive_time=T0),  # older than stored: the stored time stays
+        first.replace(silo_name="renamed"),
+    ]
+    written = table.update_rows_with_etags(_updates(read, given), read.version.next())
+    _expect_read_back(table, written, given)
+    assert written is not None
+    expect(written.version.version == read.version.version + 1, f"one batch is one version, got {written.version}")
+    again = [entry.replace(silo_name="again") for entry, _ in written.rows]
+    expect(
+        table.update_rows(list(zip(again, (etag for _, etag in written.rows), strict=True)), written.version.next()),
+        "the etags an update_rows_with_etags returns must work for the next update_rows",
+    )
+    read = table.read_all()
+    single = table.update_rows_with_etags([(second, row_etag(read, second.silo_address))], read.version.next())
+    _expect_read_back(table, single, [second])
+    assert single is not None
+    expect(
+        table.update_row(second.replace(silo_name="last"), single.rows[0][1], single.version.next()),
+        "the etag of a one-row update_rows_with_etags must work for the next update_row",
+    )
+
+
+def check_update_rows_with_etags_lost_race_returns_none(open_cluster: OpenCluster) -> None:
+    table = fresh_table(open_cluster)
+    (first, second, _), stale = _three_rows(table)
+    expect(
+        table.update_row(first.replace(silo_name="moved"), row_etag(stale, first.silo_address), stale.version.next()),
+        "update with current tokens must succeed",
+    )
+    before = table.read_all()
+    renamed = [first.replace(silo_name="batch"), second.replace(silo_name="batch")]
+    races: dict[str, tuple[list[RowUpdate], TableVersion]] = {
+        "a stale row etag": (_updates(stale, renamed), before.version.next()),
+        "a stale version etag": (_updates(before, renamed), stale.version.next()),
+        "a missing row": ([*_updates(before, renamed), (make_entry(1999), "never-issued-etag")], before.version.next()),
+    }
+    for what, (updates, version) in races.items():
+        expect(
+            table.update_rows_with_etags(updates, version) is None,
+            f"update_rows_with_etags with {what} must return None",
+        )
+        assert_unchanged(table, before, f"an update_rows_with_etags with {what}")
+    uninitialized = open_cluster(new_cluster_id())
+    uninitialized.initialize(try_init_version=False)
+    expect(
+        uninitialized.insert_row_with_etags(make_entry(), UNINITIALIZED_VERSION.next()) is None,
+        "insert_row_with_etags into a cluster without a version row must return None",
+    )
+
+
 CHECKS: tuple[Check, ...] = (
     check_empty_table_reads_version_zero,
     check_uninitialized_cluster_rejects_writes,
@@ -920,6 +1024,9 @@ CHECKS: tuple[Check, ...] = (
     check_update_rows_ordered_with_single_row_writes,
     check_parallel_update_rows_have_one_winner,
     check_update_rows_races_update_row,
+    check_insert_with_etags_returns_what_a_read_sees,
+    check_update_rows_with_etags_returns_what_a_read_sees,
+    check_update_rows_with_etags_lost_race_returns_none,
 )
 
 

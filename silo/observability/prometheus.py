@@ -20,6 +20,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from membership_tables import (
+    CommittedWrite,
     MembershipEntry,
     MembershipTable,
     MembershipTableData,
@@ -180,8 +181,8 @@ def _gauge(spec: MetricSpec) -> GaugeMetricFamily:
 class InstrumentedTable(MembershipTable):
     """Times and counts every call of ``inner`` into ``metrics``; changes nothing else.
 
-    A call that raises counts as an error (and is re-raised); an ``insert_row`` or
-    ``update_row`` that returns ``False`` counts as a lost race.
+    A call that raises counts as an error (and is re-raised); a conditional write that
+    returns ``False`` (or ``None``, from the ``*_with_etags`` writes) counts as a lost race.
     """
 
     def __init__(self, inner: MembershipTable, metrics: SiloMetrics) -> None:
@@ -190,14 +191,15 @@ class InstrumentedTable(MembershipTable):
         self.max_rows_per_update = inner.max_rows_per_update
         self._metrics = metrics
 
-    def _timed(self, operation: str, call: Callable[[], _T]) -> _T:
+    def _timed(self, operation: str, call: Callable[[], _T], lost_race: object = False) -> _T:
+        """``call()``, timed and counted; a result that ``is lost_race`` counts as a lost race."""
         started = time.perf_counter()
         try:
             result = call()
         except Exception:
             self._metrics.table_call(operation, time.perf_counter() - started, error=True)
             raise
-        self._metrics.table_call(operation, time.perf_counter() - started, lost_race=result is False)
+        self._metrics.table_call(operation, time.perf_counter() - started, lost_race=result is lost_race)
         return result
 
     def initialize(self, try_init_version: bool = True) -> None:
@@ -220,6 +222,18 @@ class InstrumentedTable(MembershipTable):
 
     def update_rows(self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion) -> bool:
         return self._timed("update_rows", lambda: self.inner.update_rows(updates, version))
+
+    def insert_row_with_etags(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
+        return self._timed(
+            "insert_row_with_etags", lambda: self.inner.insert_row_with_etags(entry, version), lost_race=None
+        )
+
+    def update_rows_with_etags(
+        self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion
+    ) -> CommittedWrite | None:
+        return self._timed(
+            "update_rows_with_etags", lambda: self.inner.update_rows_with_etags(updates, version), lost_race=None
+        )
 
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
         self._timed("update_i_am_alive", lambda: self.inner.update_i_am_alive(silo_address, when))

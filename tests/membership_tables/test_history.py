@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from membership_tables import (
+    CommittedWrite,
     MembershipEntry,
     MembershipTable,
     MembershipTableData,
@@ -481,6 +482,18 @@ class CountingTable(MembershipTable):
         self.calls.append("update_rows")
         self._write()
         return self.inner.update_rows(updates, version)
+
+    def insert_row_with_etags(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
+        self.calls.append("insert_row_with_etags")
+        self._write()
+        return self.inner.insert_row_with_etags(entry, version)
+
+    def update_rows_with_etags(
+        self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion
+    ) -> CommittedWrite | None:
+        self.calls.append("update_rows_with_etags")
+        self._write()
+        return self.inner.update_rows_with_etags(updates, version)
 
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
         self.calls.append("update_i_am_alive")

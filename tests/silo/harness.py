@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, ParamSpec
 
 from membership_tables import (
+    CommittedWrite,
     MembershipEntry,
     MembershipTable,
     MembershipTableData,
@@ -124,6 +125,16 @@ class FlakyTable(MembershipTable):
     def update_rows(self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion) -> bool:
         self._check()
         return self.inner.update_rows(updates, version)
+
+    def insert_row_with_etags(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
+        self._check()
+        return self.inner.insert_row_with_etags(entry, version)
+
+    def update_rows_with_etags(
+        self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion
+    ) -> CommittedWrite | None:
+        self._check()
+        return self.inner.update_rows_with_etags(updates, version)
 
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
         self._check()

@@ -58,6 +58,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from membership_tables import (
+    CommittedWrite,
     MembershipEntry,
     MembershipTable,
     MembershipTableData,
@@ -196,6 +197,18 @@ class Gate(MembershipTable):
         self._enter()
         self._intrude()
         return self.board.store.update_rows(updates, version)
+
+    def insert_row_with_etags(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
+        self._enter()
+        self._intrude()
+        return self.board.store.insert_row_with_etags(entry, version)
+
+    def update_rows_with_etags(
+        self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion
+    ) -> CommittedWrite | None:
+        self._enter()
+        self._intrude()
+        return self.board.store.update_rows_with_etags(updates, version)
 
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
         self._enter()
