@@ -47,9 +47,7 @@ def gossip_targets(
     return live + [silo for silo in declared_dead if silo != local and silo not in live]
 
 
-def relay_plan(
-    targets: Sequence[SiloAddress], fanout: int
-) -> list[tuple[SiloAddress, tuple[SiloAddress, ...]]]:
+def relay_plan(targets: Sequence[SiloAddress], fanout: int) -> list[tuple[SiloAddress, tuple[SiloAddress, ...]]]:
     """Whom to send to directly, each with the silos it relays to: at most ``fanout`` direct sends.
 
     ``targets`` are dealt round-robin into ``fanout`` groups (the caller shuffles them); each

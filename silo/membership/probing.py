@@ -68,7 +68,7 @@ class Prober(Protocol):
 
 @dataclass(frozen=True)
 class GossipMessage:
-    """"The table is now at ``version``", with the write that set it when the writer knows it.
+    """ "The table is now at ``version``", with the write that set it when the writer knows it.
 
     Without ``delta`` a receiver re-reads the table if ``version`` is newer than what it holds.
     ``relay_to``: silos the receiver passes the message on to (bounded fan-out).

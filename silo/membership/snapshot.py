@@ -110,6 +110,7 @@ class MembershipSnapshot:
                 addresses.insert(at, entry.silo_address)
         return MembershipSnapshot(MembershipTableData.of_sorted(tuple(rows), delta.version, self.data.malformed))
 
+
 def latest_heartbeats(current: MembershipSnapshot, reread: MembershipSnapshot) -> MembershipSnapshot:
     """``reread`` (same version as ``current``) with each row's IAmAlive never older than in ``current``."""
     rows = []

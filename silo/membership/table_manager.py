@@ -192,11 +192,34 @@ class MembershipTableManager:
         return await self._publish(snapshot)
 
     async def _accept_learned(self, snapshot: MembershipSnapshot, rows: tuple[MembershipEntry, ...]) -> None:
-        """Take in a snapshot not read from the table (a delta applied, a peer's view); ``rows`` are the new ones."""
+        """Take in a snapshot not read from the table (a delta applied, a peer's view); ``rows`` are the new ones.
+
+        If it would make this silo terminate (it says we are Dead, lost our row, or were
+        superseded), the table decides instead: we re-read it, and only if that fails do we
+        trust the peer. A hostile or buggy peer can then mislead our view until the next read
+        (writes always act on a fresh read), but never make us stop serving.
+        """
         if snapshot.version <= self.snapshot.version:
             return
+        if self._would_terminate(snapshot):
+            try:
+                await self.refresh()
+                return
+            except TableUnavailableError:
+                logger.warning(
+                    "silo %s: a peer says this silo must stop (table version %d) and the table is unreachable",
+                    self._address, snapshot.version,
+                )  # fmt: skip
         self.liveness.learn(rows)
         await self._publish(snapshot)
+
+    def _would_terminate(self, snapshot: MembershipSnapshot) -> bool:
+        own = snapshot.entry(self._address)
+        if own is None:
+            return self._joined_version is not None
+        return (own.status is SiloStatus.DEAD and not self._leaving) or bool(
+            snapshot.newer_generations_of(self._address)
+        )
 
     async def _publish(self, snapshot: MembershipSnapshot) -> MembershipSnapshot:
         await self.publisher.publish(snapshot)

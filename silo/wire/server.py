@@ -36,7 +36,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from membership_tables import InvalidEntryError, MembershipTableData, SiloStatus
+from membership_tables import InvalidEntryError, MembershipTableData, SiloAddress, SiloStatus
 from silo.events import membership_events
 from silo.membership.probing import MembershipRpcHandler
 from silo.membership.snapshot import MembershipSnapshot
@@ -223,10 +223,9 @@ class MembershipServer:
         handler = await self._admit(request.header, context, "Gossip")
         try:
             message = codec.gossip_from_proto(request)
-            sender = codec.address_from_proto(request.header.sender) if request.header.HasField("sender") else None
         except (InvalidEntryError, ValueError) as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, clip(f"invalid gossip: {exc}"))
-        await handler.on_gossip(message, sender)
+        await handler.on_gossip(message, _sender(request.header))
         return pb.GossipResponse()
 
     async def _get_membership(self, request: pb.GetMembershipRequest, context: Any) -> pb.GetMembershipResponse:
@@ -367,3 +366,13 @@ def _describe_sender(request_header: pb.RequestHeader) -> str:
         return clip(str(codec.address_from_proto(request_header.sender)))
     except InvalidEntryError:
         return "a client with an invalid address"
+
+
+def _sender(header: pb.RequestHeader) -> SiloAddress | None:
+    """The silo a request says it comes from, or None if it named none or an invalid one (a tool, or garbage)."""
+    if not header.HasField("sender"):
+        return None
+    try:
+        return codec.address_from_proto(header.sender)
+    except InvalidEntryError:
+        return None

@@ -39,6 +39,7 @@ class FakeHandler:
     probe: Callable[[SiloAddress, float], Awaitable[IndirectProbeResult]] = _never_probed
     snapshot: MembershipTableData = field(default_factory=lambda: MembershipTableData((), TableVersion(0, "")))
     gossiped: list[int] = field(default_factory=list)
+    messages: list[GossipMessage] = field(default_factory=list)
     status: SiloStatus = SiloStatus.ACTIVE
     stream: tuple[MembershipTableData, ...] = ()
     """What ``snapshots()`` yields before it ends (default: ``snapshot`` alone)."""
@@ -50,6 +51,7 @@ class FakeHandler:
 
     async def on_gossip(self, message: GossipMessage, sender: SiloAddress | None) -> None:
         self.gossiped.append(message.version)
+        self.messages.append(message)
 
     async def probe_for_peer(self, target: SiloAddress, timeout: float) -> IndirectProbeResult:
         return await self.probe(target, timeout)

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
 
-from membership_tables import MembershipEntry, SiloStatus, TableVersion
+from membership_tables import CommittedWrite, MembershipEntry, SiloStatus, TableVersion
+from membership_tables.contract import RowUpdate
 from silo.errors import DeclaredDeadError, JoinError, TableUnavailableAtStartError
 from silo.exit_codes import ExitCode
 from silo.membership.agent import join_heartbeat_watch
@@ -33,17 +35,17 @@ class StatusLog(FlakyTable):
         super().__init__(memory_table())
         self.statuses: list[SiloStatus] = []
 
-    def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
-        ok = super().insert_row(entry, version)
-        if ok and entry.silo_address == ME:
+    def insert_row_with_etags(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
+        committed = super().insert_row_with_etags(entry, version)
+        if committed and entry.silo_address == ME:
             self.statuses.append(entry.status)
-        return ok
+        return committed
 
-    def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
-        ok = super().update_row(entry, etag, version)
-        if ok and entry.silo_address == ME:
-            self.statuses.append(entry.status)
-        return ok
+    def update_rows_with_etags(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
+        committed = super().update_rows_with_etags(updates, version)
+        if committed:
+            self.statuses.extend(entry.status for entry, _ in updates if entry.silo_address == ME)
+        return committed
 
 
 @async_test

@@ -6,6 +6,7 @@ and table managers wired to each other by plain functions.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from datetime import timedelta
 
@@ -25,7 +26,9 @@ OPTIONS = SiloOptions.local()
 class Node:
     """One table manager with its own recording handle on the shared store, and what it gossiped."""
 
-    def __init__(self, store: MembershipTable, me: SiloAddress, clock: FakeClock, peers: dict[SiloAddress, Node]) -> None:
+    def __init__(
+        self, store: MembershipTable, me: SiloAddress, clock: FakeClock, peers: dict[SiloAddress, Node]
+    ) -> None:
         self.table = FlakyTable(store)
         self.gossiped: list[tuple[GossipMessage, tuple[SiloAddress, ...]]] = []
         self.pulls: list[SiloAddress] = []
@@ -81,7 +84,8 @@ def test_a_delta_applies_only_at_its_base_version_and_keeps_the_later_heartbeat(
     delta = MembershipDelta(4, TableVersion(5, "v5"), ((suspected, "e1"), (joiner, "e2")))
     applied = base.apply(delta)
     assert applied is not None
-    assert applied.version == 5 and applied.table_version.etag == "v5"
+    assert applied.version == 5
+    assert applied.table_version.etag == "v5"
     assert [entry.silo_address for entry in applied.entries] == [ME, PEER, OTHER]
     assert applied.data.get(ME) == (suspected.replace(i_am_alive_time=later), "e1")
     assert applied.data.get(PEER) == base.data.get(PEER)
@@ -99,11 +103,14 @@ async def test_a_vote_costs_one_read_and_one_write_and_the_writer_does_not_rerea
     assert rows_without_heartbeats(voter.manager.snapshot.data) == rows_without_heartbeats(store.read_all())
     assert voter.manager.snapshot.table_version == store.read_all().version
     [(message, dead)] = voter.gossiped
-    assert message.delta is not None and dead == ()
+    assert message.delta is not None
+    assert dead == ()
     assert message.delta.base_version == message.version - 1
     [(entry, etag)] = message.delta.rows
-    assert entry.silo_address == OTHER and [voter for voter, _ in entry.suspect_times] == [ME]
-    assert store.read_all().get(OTHER) is not None and store.read_all().get(OTHER)[1] == etag  # type: ignore[index]
+    assert entry.silo_address == OTHER
+    assert [voter for voter, _ in entry.suspect_times] == [ME]
+    assert store.read_all().get(OTHER) is not None
+    assert store.read_all().get(OTHER)[1] == etag
 
 
 @async_test
@@ -113,7 +120,8 @@ async def test_a_receiver_at_the_base_version_applies_the_delta_without_touching
     [(message, _)] = nodes[ME].gossiped
     receiver = nodes[PEER]
     await receiver.manager.on_gossip(message, ME)
-    assert receiver.table_calls() == [] and receiver.pulls == []
+    assert receiver.table_calls() == []
+    assert receiver.pulls == []
     assert receiver.manager.snapshot.data == nodes[ME].manager.snapshot.data
     assert rows_without_heartbeats(receiver.manager.snapshot.data) == rows_without_heartbeats(store.read_all())
 
@@ -126,7 +134,8 @@ async def test_a_receiver_that_missed_a_write_pulls_the_senders_view_instead_of_
     second = nodes[ME].gossiped[-1][0]
     receiver = nodes[OTHER]  # never got the first delta: it holds the version before both votes
     await receiver.manager.on_gossip(second, ME)
-    assert receiver.pulls == [ME] and receiver.table_calls() == []
+    assert receiver.pulls == [ME]
+    assert receiver.table_calls() == []
     assert receiver.manager.snapshot.version == second.version
 
 
@@ -139,23 +148,51 @@ async def test_a_receiver_reads_the_table_when_the_sender_cannot_be_asked() -> N
     receiver = nodes[OTHER]
     stranger = address(9)
     await receiver.manager.on_gossip(second, stranger)
-    assert receiver.pulls == [stranger] and receiver.table_calls() == ["read_all"]
+    assert receiver.pulls == [stranger]
+    assert receiver.table_calls() == ["read_all"]
     assert receiver.manager.snapshot.version == second.version
 
 
 @async_test
 async def test_the_silo_a_delta_declares_dead_terminates_on_receiving_it() -> None:
-    store, clock, nodes = await cluster_of_three()
+    store, _clock, nodes = await cluster_of_three()
     for voter in (ME, PEER):
         assert await nodes[voter].manager.try_vote(OTHER) in (VoteOutcome.VOTED, VoteOutcome.DECLARED_DEAD)
     message, dead = nodes[PEER].gossiped[-1]
-    assert dead == (OTHER,) and store.read_all().get(OTHER)[0].status is SiloStatus.DEAD  # type: ignore[index]
+    assert dead == (OTHER,)
+    assert store.read_all().get(OTHER)[0].status is SiloStatus.DEAD
     victim = nodes[OTHER]
     await victim.manager.on_gossip(nodes[ME].gossiped[-1][0], ME)
     await victim.manager.on_gossip(message, PEER)
-    assert victim.table_calls() == []
+    assert victim.table_calls() == ["read_all"], "a verdict against itself is checked with the table first"
     assert victim.manager.terminated.is_set()
     assert "the table says this silo is Dead" in victim.manager.termination_reason
+
+
+@async_test
+async def test_a_forged_delta_against_the_receiver_is_checked_with_the_table_and_dropped() -> None:
+    _, _, nodes = await cluster_of_three()
+    receiver = nodes[OTHER].manager
+    base = receiver.snapshot
+    forged = [(entry.replace(status=SiloStatus.DEAD), "forged") for entry in base.entries]
+    delta = MembershipDelta(base.version, TableVersion(base.version + 1, "forged"), tuple(forged))
+    await receiver.on_gossip(GossipMessage(base.version + 1, delta), ME)
+    assert not receiver.terminated.is_set()
+    assert receiver.snapshot.version == base.version
+    assert receiver.snapshot.status_of(ME) is SiloStatus.ACTIVE
+    assert nodes[OTHER].table_calls() == ["read_all"]
+
+
+@async_test
+async def test_a_verdict_from_a_peer_is_trusted_when_the_table_cannot_be_read() -> None:
+    _store, _, nodes = await cluster_of_three()
+    for voter in (ME, PEER):
+        await nodes[voter].manager.try_vote(OTHER)
+    victim = nodes[OTHER]
+    victim.table.down = True
+    await victim.manager.on_gossip(GossipMessage(nodes[PEER].manager.snapshot.version), PEER)
+    assert victim.pulls == [PEER]
+    assert victim.manager.terminated.is_set()
 
 
 @async_test
@@ -204,11 +241,18 @@ async def test_a_join_storm_backs_off_with_jitter_and_never_reads_the_whole_tabl
         await sleep(seconds)
 
     clock.sleep = recording_sleep  # type: ignore[method-assign]
-    await joiner.manager.insert_self(row(ME, SiloStatus.JOINING), joiner.manager.deadline_in(60))
+    joining = asyncio.create_task(
+        joiner.manager.insert_self(row(ME, SiloStatus.JOINING), joiner.manager.deadline_in(60))
+    )
+    while not joining.done():
+        await clock.advance(0.01)
+    await joining
     calls = joiner.table_calls()
     assert calls.count("read_all") == 1, calls  # once, after the write that stuck (it missed the rivals' rows)
-    assert calls.count("read_row") == 4 and calls.count("insert_row_with_etags") == 4
-    assert len(slept) == 3 and all(0 <= pause <= OPTIONS.probe_timeout / 20 * 2**n for n, pause in enumerate(slept))
+    assert calls.count("read_row") == 4
+    assert calls.count("insert_row_with_etags") == 4
+    assert len(slept) == 3
+    assert all(0 <= pause <= OPTIONS.probe_timeout / 20 * 2**n for n, pause in enumerate(slept))
     assert len(set(slept)) == 3, "the pauses are jittered"
     assert joiner.manager.snapshot.status_of(ME) is SiloStatus.JOINING
     assert rows_without_heartbeats(joiner.manager.snapshot.data) == rows_without_heartbeats(store.read_all())

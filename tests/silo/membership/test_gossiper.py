@@ -66,7 +66,9 @@ async def test_each_write_is_gossiped_fire_and_forget() -> None:
 async def test_gossip_can_be_disabled() -> None:
     sender = RecordingGossip()
     options = SiloOptions(use_liveness_gossip=False)
-    Gossiper(address=ME, options=options, clock=FakeClock(NOW), sender=sender, is_fresh=is_fresh).publish(GossipMessage(3), SNAPSHOT)
+    Gossiper(address=ME, options=options, clock=FakeClock(NOW), sender=sender, is_fresh=is_fresh).publish(
+        GossipMessage(3), SNAPSHOT
+    )
     await settle()
     assert sender.sent == []
 

@@ -5,11 +5,13 @@ import contextlib
 import dataclasses
 import logging
 import random
+from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
 
 from membership_tables import (
+    CommittedWrite,
     MembershipEntry,
     MembershipTable,
     SiloAddress,
@@ -17,6 +19,7 @@ from membership_tables import (
     TableUnavailableError,
     TableVersion,
 )
+from membership_tables.contract import RowUpdate
 from silo.membership.clock import FakeClock
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver, NullObserver
 from silo.membership.options import SiloOptions
@@ -251,10 +254,10 @@ async def test_votes_accumulate_until_the_last_voter_declares_death() -> None:
 class RacingTable(FlakyTable):
     """Another writer slips in between our read and our first update."""
 
-    def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
-        if not self.calls.count("update_row"):
+    def update_rows_with_etags(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
+        if not self.calls.count("update_rows_with_etags"):
             seed(self.inner, row(address(9)))
-        return super().update_row(entry, etag, version)
+        return super().update_rows_with_etags(updates, version)
 
 
 @async_test
@@ -263,15 +266,16 @@ async def test_a_lost_race_is_retried_at_once_on_a_fresh_read() -> None:
     seed(racing.inner, row(ME), row(PEER), row(OTHER))
     tables = manager(racing, clock)
     assert await tables.try_vote(PEER) is VoteOutcome.VOTED
-    assert racing.calls == ["read_all", "update_row", "read_all", "update_row", "read_all"]  # then the re-read
+    # and no re-read after the write that stuck: the vote's read was at its base version
+    assert racing.calls == ["read_all", "update_rows_with_etags", "read_all", "update_rows_with_etags"]
 
 
 class AlwaysRacedTable(FlakyTable):
     """Another writer wins every time."""
 
-    def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
+    def update_rows_with_etags(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
         seed(self.inner, row(SiloAddress("10.9.9.9", len(self.calls), 1)))
-        return super().update_row(entry, etag, version)
+        return super().update_rows_with_etags(updates, version)
 
 
 @async_test
@@ -280,7 +284,7 @@ async def test_a_vote_gives_up_after_losing_every_attempt() -> None:
     seed(racing.inner, row(ME), row(PEER), row(OTHER))
     tables = manager(racing, clock)
     assert await tables.try_vote(PEER) is VoteOutcome.LOST_RACE
-    assert racing.calls.count("update_row") == VOTE_ATTEMPTS
+    assert racing.calls.count("update_rows_with_etags") == VOTE_ATTEMPTS
 
 
 @async_test

@@ -18,9 +18,9 @@ import grpc
 import pytest
 
 from membership_tables import MembershipTableData, SiloStatus
-from silo.membership.probing import GossipMessage
 from silo.client import MembershipClient
 from silo.exit_codes import ExitCode
+from silo.membership.probing import GossipMessage
 from silo.wire.admission import TRANSPORT_PROPERTY
 from silo.wire.peer_identity import Role
 from silo.wire.prober import GrpcProber

@@ -182,6 +182,61 @@ def test_gossip(cluster: Cluster, channel: grpc.Channel, header: pb.RequestHeade
     assert cluster.table.read_version() == before, "gossip only makes a silo read, never write"
 
 
+def rows() -> st.SearchStrategy[pb.MembershipRow]:
+    return st.builds(
+        lambda silo, status, start, alive, voter, properties, etag: pb.MembershipRow(
+            address=silo,
+            status=status,
+            start_time_unix_micros=start,
+            i_am_alive_time_unix_micros=alive,
+            suspicions=[pb.SuspicionVote(by=voter, at_unix_micros=alive)],
+            properties=properties,
+            etag=etag,
+        ),
+        addresses(),
+        st.integers(0, 9),
+        INT64,
+        INT64,
+        addresses(),
+        st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=2),
+        st.text(max_size=8),
+    )
+
+
+@given(headers(), INT64, INT64, st.text(max_size=12), st.lists(rows(), max_size=3), st.lists(addresses(), max_size=3))
+def test_gossip_with_a_delta_and_relays(
+    cluster: Cluster,
+    channel: grpc.Channel,
+    header: pb.RequestHeader,
+    version: int,
+    base_version: int,
+    etag: str,
+    delta_rows: list[pb.MembershipRow],
+    relay_to: list[pb.SiloAddress],
+) -> None:
+    before = canonical(cluster.table)
+    delta = pb.MembershipDelta(base_version=base_version, version_etag=etag, rows=delta_rows)
+    request = pb.GossipRequest(header=header, version=version, delta=delta, relay_to=relay_to)
+    code = call(channel, codec.GOSSIP.path, request.SerializeToString())
+    if header.cluster_id != CLUSTER:
+        expect_proper(code, {grpc.StatusCode.FAILED_PRECONDITION})
+    else:
+        expect_proper(code, {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT})
+    assert canonical(cluster.table) == before, "gossip never makes a silo write"
+
+
+def test_a_forged_delta_that_declares_silos_dead_stops_no_one(cluster: Cluster, channel: grpc.Channel) -> None:
+    """A delta at exactly the silo's version, saying it and a peer are Dead: the silo checks with the table first."""
+    target = cluster.stacks[0].silo
+    current = target.snapshot
+    forged = [codec.entry_to_proto(entry.replace(status=SiloStatus.DEAD), "forged") for entry in current.entries[:2]]
+    delta = pb.MembershipDelta(base_version=current.version, version_etag="forged", rows=forged)
+    request = pb.GossipRequest(header=pb.RequestHeader(cluster_id=CLUSTER), version=current.version + 1, delta=delta)
+    assert call(channel, codec.GOSSIP.path, request.SerializeToString()) == grpc.StatusCode.OK
+    assert cluster.statuses() == [SiloStatus.ACTIVE] * 3
+    assert target.snapshot.status_of(target.silo_address) is SiloStatus.ACTIVE
+
+
 @given(headers())
 def test_get_membership(channel: grpc.Channel, header: pb.RequestHeader) -> None:
     code = call(channel, codec.GET_MEMBERSHIP.path, pb.GetMembershipRequest(header=header).SerializeToString())

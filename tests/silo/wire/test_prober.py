@@ -6,12 +6,15 @@ import contextlib
 import socket
 from collections.abc import Iterator
 
+import grpc
 import pytest
 
-from membership_tables import SiloAddress
-from silo.membership.probing import GossipSender, IndirectProbeResult, ProbeOutcome, Prober
+from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
+from silo.membership.probing import GossipMessage, GossipSender, IndirectProbeResult, ProbeOutcome, Prober
+from silo.membership.snapshot import MembershipDelta
 from silo.wire import codec
 from silo.wire.prober import GrpcProber, IntermediaryUnreachableError
+from tests.silo.harness import T0
 from tests.silo.rpc_fakes import CLUSTER, FakeHandler, run, serving
 
 pytestmark = pytest.mark.slow
@@ -107,14 +110,33 @@ def test_an_unreachable_intermediary_raises_instead_of_reporting_a_failed_probe(
         run(scenario())
 
 
-def test_gossip_is_delivered_and_failures_are_swallowed() -> None:
-    async def scenario() -> list[int]:
-        async with serving(FakeHandler) as (_, handler), GrpcProber(CLUSTER, ME, gossip_timeout=1.0) as prober:
-            await prober.send(handler.silo_address, 12)
-            await prober.send(closed_port(), 13)
-            return handler.gossiped
+def test_gossip_with_a_delta_and_relays_is_delivered_and_a_failure_raises() -> None:
+    delta = MembershipDelta(
+        11, TableVersion(12, "v12"), ((MembershipEntry(ME, SiloStatus.DEAD, start_time=T0, i_am_alive_time=T0), "e"),)
+    )
+    sent = GossipMessage(12, delta, relay_to=(SiloAddress("127.0.0.1", 7, 1),))
 
-    assert run(scenario()) == [12]
+    async def scenario() -> list[GossipMessage]:
+        async with serving(FakeHandler) as (_, handler), GrpcProber(CLUSTER, ME, gossip_timeout=1.0) as prober:
+            await prober.send(handler.silo_address, sent)
+            with pytest.raises(grpc.aio.AioRpcError):
+                await prober.send(closed_port(), GossipMessage(13))
+            return handler.messages
+
+    assert run(scenario()) == [sent]
+
+
+def test_fetch_membership_returns_a_peers_view_as_table_data() -> None:
+    view = MembershipTableData(
+        ((MembershipEntry(ME, SiloStatus.ACTIVE, start_time=T0, i_am_alive_time=T0), "etag-7"),), TableVersion(7, "v7")
+    )
+
+    async def scenario() -> MembershipTableData:
+        async with serving(FakeHandler) as (_, handler), GrpcProber(CLUSTER, ME) as prober:
+            handler.snapshot = view
+            return await prober.fetch_membership(handler.silo_address, 2.0)
+
+    assert run(scenario()) == view
 
 
 def test_get_membership_reads_a_peers_view() -> None:
