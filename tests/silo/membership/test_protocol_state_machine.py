@@ -100,6 +100,11 @@ INTRUDER = "operator"
 # --- the table the test controls ------------------------------------------------------------
 
 
+def canonical(entry: MembershipEntry) -> MembershipEntry:
+    """The row but for its heartbeat, which moves without a version."""
+    return entry.replace(i_am_alive_time=entry.start_time)
+
+
 @dataclass(frozen=True)
 class Written:
     """One successful versioned write, in the order the store took them."""
@@ -132,6 +137,12 @@ class Switchboard:
         self.intrusions: dict[SiloAddress, deque[Callable[[], None]]] = {}
         self.calls: Counter[SiloAddress] = Counter()
         self.sequence = itertools.count()
+        self.states: dict[int, dict[SiloAddress, MembershipEntry]] = {}
+        """The store's rows (heartbeats aside) right after each silo write, by the version it set."""
+
+    def record_state(self) -> None:
+        data = self.store.read_all()
+        self.states[data.version.version] = {entry.silo_address: canonical(entry) for entry in data.entries}
 
     def append(self, record: HistoryRecord) -> None:  # the HistorySink of every RecordingTable
         self.written.append(Written(next(self.sequence), record, self.clock.monotonic(), self.down))
@@ -201,14 +212,20 @@ class Gate(MembershipTable):
     def insert_row_with_etags(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
         self._enter()
         self._intrude()
-        return self.board.store.insert_row_with_etags(entry, version)
+        committed = self.board.store.insert_row_with_etags(entry, version)
+        if committed is not None:
+            self.board.record_state()
+        return committed
 
     def update_rows_with_etags(
         self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion
     ) -> CommittedWrite | None:
         self._enter()
         self._intrude()
-        return self.board.store.update_rows_with_etags(updates, version)
+        committed = self.board.store.update_rows_with_etags(updates, version)
+        if committed is not None:
+            self.board.record_state()
+        return committed
 
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
         self._enter()
@@ -559,6 +576,24 @@ class ClusterMachine(RuleBasedStateMachine):
         for member in self.members:
             versions = [w.record.version for w in self.board.written if w.record.writer == str(member.address)]
             assert member.writes == versions, f"{member.address} wrote {versions} but announced {member.writes}"
+
+    @invariant()
+    def every_snapshot_is_the_table_at_its_version(self) -> None:
+        """Snapshots built from deltas and peers' views hold exactly the rows the table held at that version.
+
+        Heartbeats aside; a Dead row may be missing (cleanup removes Dead rows without a version).
+        """
+        for member in self.members:
+            snapshot = member.manager.snapshot
+            state = self.board.states.get(snapshot.version)
+            if state is None:
+                continue  # a version set by an intruder, or before the first silo write
+            held = {entry.silo_address: canonical(entry) for entry in snapshot.entries}
+            for silo, entry in state.items():
+                if entry.status is SiloStatus.DEAD and silo not in held:
+                    continue
+                assert held.get(silo) == entry, f"{member.address} holds {held.get(silo)} at version {snapshot.version}"
+            assert held.keys() <= state.keys(), f"{member.address} holds rows the table never had at that version"
 
     @invariant()
     def snapshots_never_go_back(self) -> None:
