@@ -47,6 +47,7 @@ from membership_tables.errors import (
     TableUnavailableError,
 )
 from membership_tables.model import (
+    CommittedWrite,
     MalformedRow,
     MembershipEntry,
     MembershipTableData,
@@ -382,22 +383,46 @@ class ConsulMembershipTable(MembershipTable):
         )
         return self._version(item)
 
-    def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
+    def _committed(
+        self, what: str, ops: list[KVItem], version: TableVersion, rows: list[MembershipEntry]
+    ) -> CommittedWrite | None:
+        """Run the write ``ops``: ``None`` if rolled back, else the ModifyIndex of each key as its etag.
+
+        Consul answers a committed transaction with one result per ``set`` and ``cas``, each the
+        key's metadata after the write (its ``ModifyIndex`` is the transaction's raft index).
+        """
+        results, errors = self._txn_answer(what, ops)
+        if errors:
+            return None
+        written = {item.get("Key"): item.get("ModifyIndex") for item in results}
+
+        def etag(key: str) -> str:
+            index = written.get(key)
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise TableUnavailableError(
+                    f"Consul at {self.settings.address} committed the transaction to {what} but its answer "
+                    f"holds no ModifyIndex of {key!r}; read the table to learn the etags"
+                ) from consul.ConsulException(f"transaction results: {results!r}")
+            return str(index)
+
+        return CommittedWrite(
+            TableVersion(version.version, etag(self.layout.version)),
+            tuple((entry, etag(self.layout.member(entry.silo_address))) for entry in rows),
+        )
+
+    def insert_row_with_etags(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
         based_on = _modify_index(version.etag)
         if based_on is None:
-            return False
+            return None
         silo = entry.silo_address
         ops = [
             _op("cas", self.layout.version, _version_value(version.version), based_on, flags=based_on),
             _op("cas", self.layout.member(silo), codec.dumps(entry), 0, flags=based_on),
             _op("set", self.layout.alive(silo), codec.format_time(entry.i_am_alive_time).encode()),
         ]
-        return not self._txn(f"insert row {silo}", ops)
+        return self._committed(f"insert row {silo}", ops, version, [entry])
 
-    def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
-        return self._replace_rows(((entry, etag),), version)
-
-    def update_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+    def update_rows_with_etags(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
         batch = checked_updates(updates, self.max_rows_per_update)
         ops = [{"KV": _op("cas", self.layout.member(entry.silo_address), codec.dumps(entry))} for entry, _ in batch]
         size = len(json.dumps(ops))  # the write transaction's body, but for the version key's few bytes
@@ -408,7 +433,7 @@ class ConsulMembershipTable(MembershipTable):
             )
         return self._replace_rows(batch, version)
 
-    def _replace_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+    def _replace_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
         """One transaction: ``cas`` of the version key and of every member key at its etag.
 
         The member documents are read first (one read-only transaction) so that each new
@@ -419,21 +444,21 @@ class ConsulMembershipTable(MembershipTable):
         based_on = _modify_index(version.etag)
         indexes = [_modify_index(etag) for _, etag in updates]
         if based_on is None or None in indexes:
-            return False
+            return None
         members = [self.layout.member(entry.silo_address) for entry, _ in updates]
         stored, errors = self._txn_answer(f"read rows {_silos(updates)}", [_op("get", key) for key in members])
         if errors:  # "get" of a missing key rolls back: a row is gone
-            return False
+            return None
         by_key = {item["Key"]: item for item in stored}
         ops = [_op("cas", self.layout.version, _version_value(version.version), based_on, flags=based_on)]
         for (entry, _), key, index in zip(updates, members, indexes, strict=True):
             item = by_key.get(key)
             if item is None or index is None or item["ModifyIndex"] != index:
-                return False
+                return None
             current = codec.loads(base64.b64decode(item["Value"] or ""), f"at Consul key {key!r}")
             alive = max(entry.i_am_alive_time, current.i_am_alive_time)
             ops.append(_op("cas", key, codec.dumps(entry.replace(i_am_alive_time=alive)), index, flags=based_on))
-        return not self._txn(f"update rows {_silos(updates)}", ops)
+        return self._committed(f"update rows {_silos(updates)}", ops, version, [entry for entry, _ in updates])
 
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
         when = ensure_utc(when, "IAmAlive time")

@@ -49,6 +49,7 @@ from membership_tables.errors import (
     TableUnavailableError,
 )
 from membership_tables.model import (
+    CommittedWrite,
     MalformedRow,
     MembershipEntry,
     MembershipTableData,
@@ -198,6 +199,11 @@ def new_numeric_etag() -> int:
     2**-63, far below any other failure in the system.
     """
     return secrets.randbelow(_MAX_ETAG) + 1
+
+
+def _next_version(version: TableVersion) -> TableVersion:
+    """The version item a write based on ``version`` leaves: its number, with a fresh etag."""
+    return TableVersion(version.version, str(new_numeric_etag()))
 
 
 def parse_etag(etag: str) -> int | None:
@@ -567,15 +573,16 @@ class DynamoDbMembershipTable(MembershipTable):
         return put
 
     def _transact_write(
-        self, version: TableVersion, version_etag: int, row_puts: Sequence[dict[str, Any]]
+        self, written: TableVersion, version_etag: int, row_puts: Sequence[dict[str, Any]]
     ) -> list[tuple[str, Item | None]]:
-        """One transaction: the version item (its etag must match) and the rows. Returns [] on
-        success, else the cancellation reasons (version first, then the rows in order)."""
+        """One transaction: the version item (its etag must be ``version_etag``; it becomes
+        ``written``) and the rows. Returns [] on success, else the cancellation reasons
+        (version first, then the rows in order)."""
         table = self.settings.table_name
         version_item = {
             **self._key(VERSION_KEY),
-            "version": {"N": str(version.version)},
-            ETAG: {"N": str(new_numeric_etag())},
+            "version": {"N": str(written.version)},
+            ETAG: {"N": written.etag},
         }
         request: dict[str, Any] = {
             # The token makes a retry after a lost response idempotent for 10 minutes, so a
@@ -607,60 +614,59 @@ class DynamoDbMembershipTable(MembershipTable):
 
         return self._call("TransactWriteItems", transact)
 
-    def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
+    def insert_row_with_etags(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
         version_etag = parse_etag(version.etag)
         if version_etag is None:
-            return False
-        row = self._row_put(
-            self._row_item(entry, new_numeric_etag()), "attribute_not_exists(#silo)", {"#silo": RANGE_KEY}
-        )
-        return not self._transact_write(version, version_etag, [row])
+            return None
+        written, row_etag = _next_version(version), new_numeric_etag()
+        row = self._row_put(self._row_item(entry, row_etag), "attribute_not_exists(#silo)", {"#silo": RANGE_KEY})
+        if self._transact_write(written, version_etag, [row]):
+            return None
+        return CommittedWrite(written, ((entry, str(row_etag)),))
 
-    def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
-        return self._replace_rows(((entry, etag),), version)
-
-    def update_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
-        return self._replace_rows(checked_updates(updates, self.max_rows_per_update), version)
-
-    def _replace_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> bool:
+    def update_rows_with_etags(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
         """One transaction of the version item and every row, each conditioned on its etag.
 
         A row's condition also requires the stored IAmAlive to be no newer than the one
         written, so a newer heartbeat is never overwritten: if only that part failed, the
         stored time is adopted and the transaction tried again (at most ``_HEARTBEAT_RACES`` times).
         """
+        batch = checked_updates(updates, self.max_rows_per_update)
         version_etag = parse_etag(version.etag)
-        row_etags = [parse_etag(etag) for _, etag in updates]
+        row_etags = [parse_etag(etag) for _, etag in batch]
         if version_etag is None or None in row_etags:
-            return False
-        entries = [entry for entry, _ in updates]
+            return None
+        entries = [entry for entry, _ in batch]
         for _ in range(_HEARTBEAT_RACES):
+            written, new_etags = _next_version(version), [new_numeric_etag() for _ in entries]
             reasons = self._transact_write(
-                version,
+                written,
                 version_etag,
                 [
                     self._row_put(
-                        self._row_item(entry, new_numeric_etag()),
+                        self._row_item(entry, new_etag),
                         "#etag = :row_etag AND #alive <= :alive",
                         {"#etag": ETAG, "#alive": I_AM_ALIVE},
                         {":row_etag": {"N": str(row_etag)}, ":alive": {"S": format_time(entry.i_am_alive_time)}},
                     )
-                    for entry, row_etag in zip(entries, row_etags, strict=True)
+                    for entry, row_etag, new_etag in zip(entries, row_etags, new_etags, strict=True)
                 ],
             )
             if not reasons:
-                return True
+                return CommittedWrite(
+                    written, tuple((entry, str(etag)) for (entry, _), etag in zip(batch, new_etags, strict=True))
+                )
             (version_code, _), *row_reasons = reasons
             if version_code == "ConditionalCheckFailed":
-                return False
+                return None
             for position, (code, old) in enumerate(row_reasons):
                 if code != "ConditionalCheckFailed":
                     continue
                 newer = self._newer_heartbeat(entries[position], row_etags[position], old)
                 if newer is None:
-                    return False
+                    return None
                 entries[position] = newer
-        return False
+        return None
 
     def _newer_heartbeat(
         self, entry: MembershipEntry, row_etag: int | None, old: Item | None

@@ -240,12 +240,11 @@ class SqlMembershipTable(MembershipTable):
         """Bump the version, then replace each row at its etag (keeping a later IAmAlive time:
         ``UPDATE_ROW``); any miss rolls everything back."""
         batch = checked_updates(updates, self.max_rows_per_update)
+        new_etags = [new_etag() for _ in batch]
         rows = []
-        etags = []
-        for entry, etag in batch:
-            etags.append(new_etag())
+        for (entry, etag), new in zip(batch, new_etags, strict=True):
             params = self._key_params(entry.silo_address)
-            params.update(update_row_params(entry_to_values(entry), etag, etags[-1]))
+            params.update(update_row_params(entry_to_values(entry), etag, new))
             rows.append(params)
 
         def work(transaction: Transaction) -> CommittedWrite:
@@ -253,7 +252,7 @@ class SqlMembershipTable(MembershipTable):
             for params in rows:
                 if transaction.execute(UPDATE_ROW, params).rowcount != 1:
                     raise _LostRaceError
-            return CommittedWrite(written, tuple(zip((entry for entry, _ in batch), etags, strict=True)))
+            return CommittedWrite(written, tuple(zip((entry for entry, _ in batch), new_etags, strict=True)))
 
         return self._fast_write(work)
 

@@ -2,7 +2,8 @@
 
 The checks of ``membership_tables.testing.checks`` each try one rule on one hand-written
 scenario. This module lets hypothesis write the scenarios: random programs of
-``insert_row``, ``update_row``, ``update_rows``, ``update_i_am_alive``,
+``insert_row_with_etags``, ``update_row``, ``update_rows``, ``update_rows_with_etags`` (the
+read-modify-writes of several rows), ``update_i_am_alive``,
 ``read_all``/``read_row``/``read_version``, read-modify-writes (of one row or several),
 cleanups and re-creations of the cluster, passing current, stale or
 never-issued row and version tokens, some steps issued **concurrently** from several
@@ -22,7 +23,9 @@ must be new); the memory backend is itself one of the backends checked against t
 * **versions move by exactly one per successful write** (an ``update_rows`` of several rows
   too), and every write gives each row it writes and the version **fresh** etags: a read
   never reveals an etag that row (or the version row) carried before, not even across a
-  cleanup or a re-created cluster.
+  cleanup or a re-created cluster;
+* **a ``*_with_etags`` write says what it left**: its ``CommittedWrite`` holds the version
+  set and the rows as given, in order, with fresh etags that later reads must return.
 
 A write that raised ``TableUnavailableError`` has an unknown outcome: either is accepted.
 Reads inside concurrent steps are compared without their IAmAlive times (a heartbeat is
@@ -57,7 +60,14 @@ from hypothesis.database import ExampleDatabase
 
 from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate
 from membership_tables.errors import TableUnavailableError
-from membership_tables.model import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
+from membership_tables.model import (
+    CommittedWrite,
+    MembershipEntry,
+    MembershipTableData,
+    SiloAddress,
+    SiloStatus,
+    TableVersion,
+)
 from membership_tables.testing.checks import T0, ConformanceError, OpenCluster, make_entry, new_cluster_id
 
 __all__ = [
@@ -430,13 +440,30 @@ class Event:
     end: float = 0.0
     exact: bool = True
     """Reads only: compare IAmAlive times too (False inside concurrent steps)."""
+    with_etags: bool = False
+    """Writes only: called as ``insert_row_with_etags``/``update_rows_with_etags``, so ``result`` is a
+    ``CommittedWrite`` or ``None``, and the etags it returns are learnt like those of a read."""
+
+    @property
+    def call(self) -> str:
+        """The method this event called."""
+        name = {"insert": "insert_row", "update": "update_row"}.get(self.kind, self.kind)
+        return f"{name}_with_etags" if self.with_etags else name
+
+    def _succeeded(self) -> object:
+        """The write's outcome as ``True``/``False`` (anything else: the backend returned nonsense)."""
+        if not self.with_etags:
+            return self.result
+        if self.result is None:
+            return False
+        return True if isinstance(self.result, CommittedWrite) else self.result
 
     def describe(self, since: float | None = None) -> str:
         """One line for people; with ``since``, when the call ran, in ms after that moment."""
         if self.kind in ("insert", "update"):
             assert self.entry is not None
             what = (
-                f"{self.kind}_row({self.entry.silo_address} {self.entry.status.name} {self.entry.silo_name} "
+                f"{self.call}({self.entry.silo_address} {self.entry.status.name} {self.entry.silo_name} "
                 f"alive={self.entry.i_am_alive_time:%H:%M:%S} votes={len(self.entry.suspect_times)}, "
                 + (f"etag={self.etag!r}, " if self.kind == "update" else "")
                 + f"version={self.version})"
@@ -447,7 +474,7 @@ class Event:
                 f"votes={len(entry.suspect_times)} etag={etag!r}"
                 for entry, etag in self.updates
             )
-            what = f"update_rows([{rows}], version={self.version})"
+            what = f"{self.call}([{rows}], version={self.version})"
         elif self.kind == "heartbeat":
             what = f"update_i_am_alive({self.address}, {self.when:%H:%M:%S})"
         elif self.kind == "read_row":
@@ -496,7 +523,8 @@ class Event:
         etag, model = model.fresh()
         return [replace(model, version=(0, etag))], ""
 
-    def _commit(self, model: Model, *entries: MembershipEntry) -> Model:
+    def _commit(self, model: Model, *entries: MembershipEntry) -> tuple[list[Model], str]:
+        """The model after this write stored ``entries``, with the etags it returned (if any) learnt."""
         assert self.version is not None
         assert model.version is not None
         rows = dict(model.rows)
@@ -504,7 +532,12 @@ class Event:
             row_etag, model = model.fresh()
             rows[entry.silo_address] = (entry, row_etag)
         version_etag, model = model.fresh()
-        return replace(model, rows=rows, version=(self.version.version, version_etag))
+        model = replace(model, rows=rows, version=(self.version.version, version_etag))
+        if not isinstance(self.result, CommittedWrite):
+            return [model], ""
+        given = (self.entry,) if self.entry is not None else tuple(entry for entry, _ in self.updates)
+        learnt, why = _learn_committed(model, self.result, given)
+        return ([learnt] if learnt is not None else []), why
 
     def _insert(self, model: Model) -> tuple[list[Model], str]:
         assert self.entry is not None
@@ -517,9 +550,9 @@ class Event:
             expected, why = True, "its version etag is current and the row is absent"
         if expected and not _is_next(self.version, model):
             return [], _reused_version(self.version, model)
-        if self.result is not expected:
-            return [], f"insert_row returned {self.result}, but {why}"
-        return [self._commit(model, self.entry) if expected else model], ""
+        if self._succeeded() is not expected:
+            return [], f"{self.call} returned {self.result}, but {why}"
+        return self._commit(model, self.entry) if expected else ([model], "")
 
     def _update(self, model: Model) -> tuple[list[Model], str]:
         assert self.entry is not None
@@ -535,13 +568,13 @@ class Event:
             expected, why = True, "its row and version etags are current"
         if expected and not _is_next(self.version, model):
             return [], _reused_version(self.version, model)
-        if self.result is not expected:
-            return [], f"update_row returned {self.result}, but {why}"
+        if self._succeeded() is not expected:
+            return [], f"{self.call} returned {self.result}, but {why}"
         if not expected:
             return [model], ""
         assert current is not None
         alive = max(current[0].i_am_alive_time, self.entry.i_am_alive_time)
-        return [self._commit(model, self.entry.replace(i_am_alive_time=alive))], ""
+        return self._commit(model, self.entry.replace(i_am_alive_time=alive))
 
     def _update_rows(self, model: Model) -> tuple[list[Model], str]:
         assert self.version is not None
@@ -561,15 +594,15 @@ class Event:
                 )
         if expected and not _is_next(self.version, model):
             return [], _reused_version(self.version, model)
-        if self.result is not expected:
-            return [], f"update_rows returned {self.result}, but {why}"
+        if self._succeeded() is not expected:
+            return [], f"{self.call} returned {self.result}, but {why}"
         if not expected:
             return [model], ""
         written = []
         for (entry, _), row in zip(self.updates, current, strict=True):
             assert row is not None
             written.append(entry.replace(i_am_alive_time=max(row[0].i_am_alive_time, entry.i_am_alive_time)))
-        return [self._commit(model, *written)], ""
+        return self._commit(model, *written)
 
     def _cleanup(self, model: Model) -> tuple[list[Model], str]:
         assert self.when is not None
@@ -581,6 +614,30 @@ class Event:
         if self.result != len(defunct):
             return [], f"cleanup reported {self.result} removed rows, the reference removes {len(defunct)}"
         return [replace(model, rows={a: row for a, row in model.rows.items() if a not in defunct})], ""
+
+
+def _learn_committed(
+    model: Model, written: CommittedWrite, given: tuple[MembershipEntry, ...]
+) -> tuple[Model | None, str]:
+    """Match what a ``*_with_etags`` write returned against the model just after it, learning its
+    fresh etags (they must be new, and later reads must return them)."""
+    assert model.version is not None
+    if written.version.version != model.version[0]:
+        return None, f"the write returned version {written.version.version}, the reference {model.version[0]}"
+    returned = tuple(entry for entry, _ in written.rows)
+    if returned != given:
+        return None, f"the write returned the rows {returned}, but was given {given} (as given, in that order)"
+    learnt, why = model.bind(VERSION_KEY, model.version[1], written.version.etag)
+    if learnt is None:
+        return None, why
+    learnt = learnt.with_version(written.version.etag)
+    for entry, etag in written.rows:
+        address = entry.silo_address
+        bound, why = learnt.bind(f"row {address}", learnt.rows[address][1], etag)
+        if bound is None:
+            return None, why
+        learnt = bound.with_row_etag(address, etag)
+    return learnt, ""
 
 
 def _observe_version(model: Model, version: TableVersion) -> tuple[Model | None, str]:
@@ -626,6 +683,9 @@ def _describe_result(result: object) -> str:
             for entry, etag in result.rows
         )
         return f"v{result.version.version} etag {result.version.etag!r} [{rows}]"
+    if isinstance(result, CommittedWrite):
+        rows = ", ".join(f"{entry.silo_address} etag={etag!r}" for entry, etag in result.rows)
+        return f"committed v{result.version.version} etag {result.version.etag!r} [{rows}]"
     return repr(result)
 
 
@@ -745,15 +805,16 @@ def _run_op(table: MembershipTable, thread: int, op: Op, reads: _Reads, exact: b
         updates = tuple(
             (row.entry(), found[1] if (found := data.get(slot_address(row.slot))) else BOGUS_ETAG) for row in present
         )
-        event = Event(thread, "update_rows", updates=updates, version=data.version.next())
-        return [read, _timed(event, lambda: table.update_rows(updates, data.version.next()))]
+        event = Event(thread, "update_rows", updates=updates, version=data.version.next(), with_etags=True)
+        return [read, _timed(event, lambda: table.update_rows_with_etags(updates, data.version.next()))]
     if isinstance(op, Heartbeat):
         address, when = slot_address(op.slot), T0 + timedelta(seconds=op.seconds)
         event = Event(thread, "heartbeat", address=address, when=when)
         return [_timed(event, lambda: table.update_i_am_alive(address, when))]
     if isinstance(op, Insert):
         entry, version = op.row.entry(), reads.version(op.version)
-        return [_timed(Event(thread, "insert", entry=entry, version=version), lambda: table.insert_row(entry, version))]
+        event = Event(thread, "insert", entry=entry, version=version, with_etags=True)
+        return [_timed(event, lambda: table.insert_row_with_etags(entry, version))]
     if isinstance(op, Update):
         entry, version = op.row.entry(), reads.version(op.version)
         etag = reads.etag(entry.silo_address, op.etag)

@@ -584,6 +584,27 @@ def test_a_lost_race_is_not_recorded(store: str) -> None:
     assert_history_ok(sink.records, min_voters=2)
 
 
+def test_the_with_etags_writes_are_recorded_and_return_the_inner_result(store: str) -> None:
+    counting = CountingTable(open_table(store, "c"))
+    sink = ListSink()
+    table = RecordingTable(counting, str(A), sink)
+    table.initialize()
+    start = table.read_all().version
+    inserted = table.insert_row_with_etags(row(A, SiloStatus.JOINING), start.next())
+    assert inserted is not None
+    assert table.insert_row_with_etags(row(B), start.next()) is None, "stale version: not recorded"
+    updated = table.update_rows_with_etags([(row(A), inserted.rows[0][1])], inserted.version.next())
+    assert updated is not None
+    assert table.update_rows_with_etags([(row(A), inserted.rows[0][1])], updated.version.next()) is None
+    assert updated.version == counting.inner.read_all().version, "the inner write's result, unchanged"
+    assert counting.calls[-4:] == ["insert_row_with_etags", "insert_row_with_etags"] + ["update_rows_with_etags"] * 2
+    assert [(r.version, r.operation, r.entry) for r in sink.records] == [
+        (1, "insert", row(A, SiloStatus.JOINING)),
+        (2, "update_rows", row(A)),
+    ]
+    assert sink.records[1].batch
+
+
 def test_a_cluster_run_recorded_per_writer_passes_the_checks(store: str, tmp_path: Path) -> None:
     sinks = {silo: JsonLinesSink(tmp_path / f"{silo}.jsonl") for silo in (A, B, C)}
     tables = {silo: RecordingTable(open_table(store, "c"), str(silo), sinks[silo]) for silo in (A, B, C)}

@@ -16,6 +16,7 @@ def test_public_names_are_exactly_the_intended_ones() -> None:
             "UNINITIALIZED_VERSION",
             "AccessDeniedError",
             "BackendNotInstalledError",
+            "CommittedWrite",
             "InvalidClusterIdError",
             "InvalidEntryError",
             "InvalidUpdateError",
