@@ -70,7 +70,12 @@ async def test_each_write_is_gossiped_to_the_live_silos_only() -> None:
     await settle()
     version = table.read_all().version.version
     # just joined: a row whose heartbeat we have not watched long enough counts as live
-    assert gossip.sent == [(PEER, version - 1), (stale, version - 1), (PEER, version), (stale, version)]
+    assert sorted(gossip.sent) == sorted([(PEER, version - 1), (stale, version - 1), (PEER, version), (stale, version)])
+    [joined, activated] = [message for _, message in gossip.messages[::2]]
+    assert joined.delta is not None
+    assert activated.delta is not None
+    assert [entry.status for entry, _ in joined.delta.rows] == [SiloStatus.JOINING]
+    assert [entry.status for entry, _ in activated.delta.rows] == [SiloStatus.ACTIVE]
     limit = freshness_limit(LOCAL)
     while clock.monotonic() < limit + LOCAL.table_refresh_timeout:  # PEER heartbeats, the stale silo never
         await clock.advance(LOCAL.i_am_alive_table_publish_timeout)
