@@ -23,7 +23,8 @@ lapsed during an outage do not shrink the quorum: the ``LivenessTracker`` does n
 time during which we could not read.
 
 Lost races are normal: a vote that loses is retried at once on a fresh read, up to
-``VOTE_ATTEMPTS`` times, so a quorum is not delayed by a whole probe round.
+``VOTE_ATTEMPTS`` times, so a quorum is not delayed by a whole probe round. Votes of ours that
+come together are cast in one read and one ``update_rows`` (several deaths, one version).
 
 With ring sampling (more fresh Active silos than ``num_probed_silos + 1``) the majority rule
 sees only a sample, so the table arbitrates a death (``votes.arbitrate_cut``): a vote that
@@ -36,6 +37,7 @@ larger side of a cut is withheld.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import functools
 import logging
@@ -61,7 +63,14 @@ from silo.membership.options import SiloOptions
 from silo.membership.probing import GossipMessage
 from silo.membership.snapshot import MembershipDelta, MembershipSnapshot, SnapshotPublisher
 from silo.membership.table_access import BlockingRunner, TableAccess, run_in_thread
-from silo.membership.votes import VoteKind, accusations, arbitrate_cut, correlated_suspicions, decide_vote
+from silo.membership.votes import (
+    VoteDecision,
+    VoteKind,
+    accusations,
+    arbitrate_cut,
+    correlated_suspicions,
+    decide_vote,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +98,16 @@ as a delta), the snapshot after it and the silos it declared Dead (gossip must r
 
 FetchView = Callable[[SiloAddress, float], Awaitable[MembershipTableData]]
 """Ask a peer for its view of the table (GetMembership) within a timeout; raises if it cannot."""
+
+@dataclasses.dataclass
+class _Ballot:
+    """One queued vote of ours (``try_vote``'s attempt) and where its outcome goes."""
+
+    target: SiloAddress
+    others_unheard: bool
+    settled: bool
+    outcome: asyncio.Future[VoteOutcome]
+
 
 VOTE_ATTEMPTS = 3
 """Fresh read-and-write attempts of one vote when other writers win the race."""
@@ -135,6 +154,8 @@ class MembershipTableManager:
         """When a read for gossip last found the table behind the announced version (monotonic)."""
         self._periods_since_full_read = 0
         """Periodic refreshes since the last full read (of any cause)."""
+        self._ballots: list[_Ballot] = []
+        self._casting: asyncio.Task[None] | None = None
         self._empty = MembershipSnapshot(MembershipTableData((), UNINITIALIZED_VERSION))
         self.liveness = LivenessTracker(options, clock.monotonic)
         """Which peers are fresh, on our own monotonic clock (fed by every read)."""
@@ -489,45 +510,101 @@ class MembershipTableManager:
         return outcome
 
     async def _vote_once(self, target: SiloAddress, *, others_unheard: bool, settled: bool) -> VoteOutcome:
+        """One read-and-write attempt of a vote, cast together with the votes of ours queued beside it."""
+        ballot = _Ballot(target, others_unheard, settled, asyncio.get_running_loop().create_future())
+        self._ballots.append(ballot)
+        if self._casting is None or self._casting.done():
+            self._casting = asyncio.create_task(self._cast_queued_ballots())
+        return await asyncio.shield(ballot.outcome)
+
+    async def _cast_queued_ballots(self) -> None:
+        """Cast queued votes, as many as one write of the store takes, in one read and one conditional write.
+
+        Votes that come while a batch is in flight wait for the next: when a rack or a zone
+        is lost, this silo's monitors of its silos vote at about the same moment, and instead
+        of racing each other for the version row (one write each, all but one lost), they
+        share one read and one ``update_rows``, and the silos whose quorum they complete are
+        declared Dead in one version.
+        """
+        while self._ballots:
+            await asyncio.sleep(0)  # votes of this same moment join the batch
+            batch = self._ballots[: self._table.max_rows_per_update]
+            del self._ballots[: len(batch)]
+            try:
+                outcomes = await self._cast(batch)
+            except Exception as exc:
+                for ballot in batch:
+                    if not ballot.outcome.done():
+                        ballot.outcome.set_exception(exc)
+                continue
+            except asyncio.CancelledError:
+                for ballot in (*batch, *self._ballots):
+                    ballot.outcome.cancel()
+                raise
+            for ballot in batch:
+                if not ballot.outcome.done():
+                    ballot.outcome.set_result(outcomes[ballot.target])
+
+    async def _cast(self, batch: list[_Ballot]) -> dict[SiloAddress, VoteOutcome]:
         data = await self._access.attempt(self._table.read_all)
         snapshot = await self._accept(data)
         if snapshot.status_of(self._address) not in (SiloStatus.JOINING, SiloStatus.ACTIVE):
-            return VoteOutcome.NOT_ALLOWED
-        row = data.get(target)
-        if row is None or row[0].status is SiloStatus.DEAD:
-            return VoteOutcome.ALREADY_GONE
+            return dict.fromkeys((ballot.target for ballot in batch), VoteOutcome.NOT_ALLOWED)
         now = self._clock.now()
         read = MembershipSnapshot(data)
         quorum_base = len(self.liveness.fresh(read))
         dead = {entry.silo_address for entry in read.with_status(SiloStatus.DEAD)}
-        decision = decide_vote(row[0], self._address, now, self._options, quorum_base, dead)
-        held: VoteOutcome | None = None
-        if decision.kind is VoteKind.DECLARE_DEAD:
-            held = self._hold_death(
-                decision.entry, read, now, quorum_base, others_unheard=others_unheard, settled=settled
-            )
-            if held is not None:
-                decision = decide_vote(row[0], self._address, now, self._options, quorum_base, dead, may_declare=False)
-        written = data.version.next()
+        outcomes: dict[SiloAddress, VoteOutcome] = {}
+        decisions: dict[SiloAddress, tuple[VoteDecision, str]] = {}
+        for ballot in batch:
+            target = ballot.target
+            row = data.get(target)
+            if target in outcomes:
+                continue  # two monitors' votes against one silo: one vote
+            if row is None or row[0].status is SiloStatus.DEAD:
+                outcomes[target] = VoteOutcome.ALREADY_GONE
+                continue
+            decision = decide_vote(row[0], self._address, now, self._options, quorum_base, dead)
+            outcome = VoteOutcome.DECLARED_DEAD if decision.kind is VoteKind.DECLARE_DEAD else VoteOutcome.VOTED
+            if decision.kind is VoteKind.DECLARE_DEAD:
+                held = self._hold_death(
+                    decision.entry,
+                    read,
+                    now,
+                    quorum_base,
+                    others_unheard=ballot.others_unheard,
+                    settled=ballot.settled,
+                )  # fmt: skip
+                if held is not None:
+                    outcome = held
+                    decision = decide_vote(
+                        row[0], self._address, now, self._options, quorum_base, dead, may_declare=False
+                    )
+            outcomes[target] = outcome
+            decisions[target] = (decision, row[1])
+        if not decisions:
+            return outcomes
+        updates = [(decision.entry, etag) for decision, etag in decisions.values()]
         committed = await self._access.attempt(
-            functools.partial(self._table.update_rows_with_etags, ((decision.entry, row[1]),), written)
+            functools.partial(self._table.update_rows_with_etags, updates, data.version.next())
         )
         if committed is None:
-            return VoteOutcome.LOST_RACE
-        if held is not None:
-            await self._after_write(committed)
-            return held
-        if decision.kind is VoteKind.DECLARE_DEAD:
-            logger.warning(
-                "silo %s declared %s Dead (%d of %d votes)", self._address, target, decision.votes, decision.required
-            )
-            await self._after_write(committed, declared_dead=(target,))
-            return VoteOutcome.DECLARED_DEAD
-        logger.info(
-            "silo %s voted against %s (%d of %d votes)", self._address, target, decision.votes, decision.required
-        )
-        await self._after_write(committed)
-        return VoteOutcome.VOTED
+            return {target: VoteOutcome.LOST_RACE if target in decisions else outcomes[target] for target in outcomes}
+        declared = []
+        for target, (decision, _) in decisions.items():
+            if outcomes[target] is VoteOutcome.DECLARED_DEAD:
+                declared.append(target)
+                logger.warning(
+                    "silo %s declared %s Dead (%d of %d votes)",
+                    self._address, target, decision.votes, decision.required,
+                )  # fmt: skip
+            elif outcomes[target] is VoteOutcome.VOTED:
+                logger.info(
+                    "silo %s voted against %s (%d of %d votes)",
+                    self._address, target, decision.votes, decision.required,
+                )  # fmt: skip
+        await self._after_write(committed, declared_dead=tuple(declared))
+        return outcomes
 
     def _hold_death(
         self,
@@ -610,6 +687,9 @@ class MembershipTableManager:
     async def stop(self) -> None:
         if self._refresher is not None:
             await self._refresher.stop()
+        if self._casting is not None:
+            self._casting.cancel()
+            await asyncio.gather(self._casting, return_exceptions=True)
         if self._requested is not None:
             self._requested.cancel()
             await asyncio.gather(self._requested, return_exceptions=True)

@@ -8,9 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Sequence
 from datetime import timedelta
 
-from membership_tables import MembershipTable, MembershipTableData, SiloAddress, SiloStatus, TableVersion
+from membership_tables import (
+    CommittedWrite,
+    MembershipTable,
+    MembershipTableData,
+    SiloAddress,
+    SiloStatus,
+    TableVersion,
+)
+from membership_tables.contract import RowUpdate
 from silo.membership.clock import FakeClock
 from silo.membership.options import SiloOptions
 from silo.membership.probing import GossipMessage
@@ -256,3 +265,51 @@ async def test_a_join_storm_backs_off_with_jitter_and_never_reads_the_whole_tabl
     assert len(set(slept)) == 3, "the pauses are jittered"
     assert joiner.manager.snapshot.status_of(ME) is SiloStatus.JOINING
     assert rows_without_heartbeats(joiner.manager.snapshot.data) == rows_without_heartbeats(store.read_all())
+
+
+@async_test
+async def test_votes_of_one_moment_are_cast_in_one_write_and_several_deaths_take_one_version() -> None:
+    """A lost rack: our monitors of two silos vote together; each vote completes a quorum; one update_rows."""
+    store, clock = memory_table(), FakeClock(T0)
+    lost = (address(4), address(5))
+    seed(store, row(ME), row(PEER), row(OTHER), *(row(silo).replace(suspect_times=((PEER, T0),)) for silo in lost))
+    nodes: dict[SiloAddress, Node] = {}
+    voter = Node(store, ME, clock, nodes)
+    await voter.manager.refresh()
+    voter.table_calls()
+    version = store.read_version().version
+    outcomes = await asyncio.gather(*(voter.manager.try_vote(silo) for silo in (*lost, OTHER)))
+    assert outcomes == [VoteOutcome.DECLARED_DEAD, VoteOutcome.DECLARED_DEAD, VoteOutcome.VOTED]
+    assert voter.table_calls() == ["read_all", "update_rows_with_etags"]
+    assert store.read_version().version == version + 1
+    assert [store.read_all().get(silo)[0].status for silo in lost] == [SiloStatus.DEAD] * 2  # type: ignore[index]
+    [(message, declared)] = voter.gossiped
+    assert declared == lost
+    assert message.delta is not None
+    assert sorted(entry.silo_address for entry, _ in message.delta.rows) == [OTHER, *lost]
+
+
+@async_test
+async def test_a_batch_that_loses_the_race_is_retried_by_each_vote() -> None:
+    store, clock = memory_table(), FakeClock(T0)
+    seed(store, row(ME), row(PEER), row(OTHER), row(address(4)))
+    nodes: dict[SiloAddress, Node] = {}
+    voter = Node(store, ME, clock, nodes)
+    await voter.manager.refresh()
+    original = voter.table.inner.update_rows_with_etags
+    raced = False
+
+    def someone_writes_first(updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
+        nonlocal raced
+        if not raced:
+            raced = True
+            store.insert_row(row(address(9)), store.read_version().next())
+        return original(updates, version)
+
+    voter.table.inner.update_rows_with_etags = someone_writes_first  # type: ignore[method-assign]
+    voter.table_calls()
+    outcomes = await asyncio.gather(voter.manager.try_vote(OTHER), voter.manager.try_vote(address(4)))
+    assert outcomes == [VoteOutcome.VOTED, VoteOutcome.VOTED]
+    assert voter.table_calls() == ["read_all", "update_rows_with_etags"] * 2
+    for silo in (OTHER, address(4)):
+        assert [by for by, _ in store.read_all().get(silo)[0].suspect_times] == [ME]  # type: ignore[index]
