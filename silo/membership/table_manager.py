@@ -99,6 +99,7 @@ as a delta), the snapshot after it and the silos it declared Dead (gossip must r
 FetchView = Callable[[SiloAddress, float], Awaitable[MembershipTableData]]
 """Ask a peer for its view of the table (GetMembership) within a timeout; raises if it cannot."""
 
+
 @dataclasses.dataclass
 class _Ballot:
     """One queued vote of ours (``try_vote``'s attempt) and where its outcome goes."""
