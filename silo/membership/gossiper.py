@@ -12,6 +12,14 @@ group to relay, and deals them the same way (``relay_plan``). A write thus reach
 about log_fanout(N) hops with N - 1 messages in all, and no silo opens N channels per write.
 A receiver relays only to silos its own snapshot knows, so a hostile sender cannot make it
 send to arbitrary endpoints.
+
+Join storms: a silo's writes of its own join (its Joining row, then Active) go to everyone
+while few silos are joining. Once more than ``gossip_fanout`` rows are Joining (many silos
+starting at once), they go to ``gossip_fanout`` silos chosen at random, with no relay: N joins
+would otherwise cost N x N messages, every receiver would be off the base version of most of
+them, and the cluster would spend its CPU on gossip instead of on joining. The others see the
+joins at their next periodic refresh (the version moved, so they read in full). Deaths,
+votes, leaves and property changes always go to everyone.
 """
 
 from __future__ import annotations
@@ -90,10 +98,23 @@ class Gossiper:
         targets = gossip_targets(snapshot, self._address, self._is_fresh, declared_dead)
         relays = [silo for silo in targets if silo not in declared_dead]  # a dead silo relays nothing
         self._random.shuffle(relays)
+        fanout = self._options.gossip_fanout
+        if self._is_own_join(message) and len(snapshot.with_status(SiloStatus.JOINING)) > fanout:
+            for silo in relays[:fanout]:
+                self._send_soon(silo, message)
+            return
         self._deal(message, relays)
         for silo in targets:
             if silo in declared_dead:
                 self._send_soon(silo, message)
+
+    def _is_own_join(self, message: GossipMessage) -> bool:
+        """Whether ``message`` is our own write of our row as Joining or Active."""
+        rows = message.delta.rows if message.delta is not None else ()
+        return bool(rows) and all(
+            entry.silo_address == self._address and entry.status in (SiloStatus.JOINING, SiloStatus.ACTIVE)
+            for entry, _ in rows
+        )
 
     def relay(self, message: GossipMessage, snapshot: MembershipSnapshot) -> None:
         """Pass a received ``message`` on to the silos it asks us to relay to (those our ``snapshot`` knows)."""

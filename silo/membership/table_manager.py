@@ -151,8 +151,8 @@ class MembershipTableManager:
         self._requested_at = 0.0
         self._reported_malformed: frozenset[MalformedRow] = frozenset()
         self._gossip_read: asyncio.Task[None] | None = None
-        self._gossip_unmet_at: float | None = None
-        """When a read for gossip last found the table behind the announced version (monotonic)."""
+        self._caught_up_at: float | None = None
+        """When the last catch-up for gossip ended (monotonic)."""
         self._periods_since_full_read = 0
         """Periodic refreshes since the last full read (of any cause)."""
         self._ballots: list[_Ballot] = []
@@ -288,11 +288,13 @@ class MembershipTableManager:
         A delta whose base version we hold is applied without reading anything. Further
         behind, we ask the sender for its view (it holds at least that version), and read the
         table only if that fails. Catching up is coalesced, so a flood of gossip cannot turn
-        into a flood of reads: at most one is in flight (later gossip waits for it and looks
-        again), and once a catch-up found the table behind a version announced before it
-        started (a hostile or confused sender, or a store replica lagging), further catch-ups
-        wait ``probe_timeout`` after it until one finds every announced version. The periodic
-        refresh still runs meanwhile.
+        into a flood of pulls or reads: at most one is in flight (later gossip waits for it and
+        looks again), and after one, the next waits ``probe_timeout`` (gossip that comes
+        meanwhile is dropped; the next gossip or the periodic refresh catches up). A silo at the
+        base version of each delta, the normal case, never catches up; one in a storm of joins
+        (every delta off its base) pulls at most once per ``probe_timeout``, and a sender
+        announcing versions the table does not have (hostile, confused, or a lagging replica)
+        costs one read per ``probe_timeout``.
         """
         version = message.version
         if message.delta is not None and await self._apply(message.delta):
@@ -304,35 +306,30 @@ class MembershipTableManager:
                 if message.delta is not None and await self._apply(message.delta):
                     return
                 continue
-            unmet_at = self._gossip_unmet_at
-            if unmet_at is not None and self._clock.monotonic() - unmet_at < self._options.probe_timeout:
-                logger.debug(
-                    "silo %s: no catch-up for gossip of version %d yet (an earlier one was unmet)",
-                    self._address,
-                    version,
-                )
+            caught_up_at = self._caught_up_at
+            if caught_up_at is not None and self._clock.monotonic() - caught_up_at < self._options.probe_timeout:
+                logger.debug("silo %s: no catch-up for gossip of version %d yet", self._address, version)
                 return
             self._gossip_read = asyncio.create_task(self._catch_up(version, sender))
             await asyncio.shield(self._gossip_read)
             return
 
     async def _catch_up(self, version: int, sender: SiloAddress | None) -> None:
-        if sender is not None and sender != self._address and await self._pull_view(sender, version):
-            self._gossip_unmet_at = None
-            return
         try:
-            await self.refresh()
-        except TableUnavailableError:
-            logger.debug("silo %s: gossip of version %d but the table is unreachable", self._address, version)
-            return
-        if self.snapshot.version < version:
-            self._gossip_unmet_at = self._clock.monotonic()
-            logger.info(
-                "silo %s: gossip announced table version %d but the table is at %d; re-reads for gossip slow down",
-                self._address, version, self.snapshot.version,
-            )  # fmt: skip
-        else:
-            self._gossip_unmet_at = None
+            if sender is not None and sender != self._address and await self._pull_view(sender, version):
+                return
+            try:
+                await self.refresh()
+            except TableUnavailableError:
+                logger.debug("silo %s: gossip of version %d but the table is unreachable", self._address, version)
+                return
+            if self.snapshot.version < version:
+                logger.info(
+                    "silo %s: gossip announced table version %d but the table is at %d",
+                    self._address, version, self.snapshot.version,
+                )  # fmt: skip
+        finally:
+            self._caught_up_at = self._clock.monotonic()
 
     async def _pull_view(self, peer: SiloAddress, version: int) -> bool:
         """Take ``peer``'s view if it holds ``version`` or later; False if it cannot be had or is older."""

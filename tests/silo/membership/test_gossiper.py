@@ -3,11 +3,12 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
-from membership_tables import SiloAddress, SiloStatus
+from membership_tables import SiloAddress, SiloStatus, TableVersion
 from silo.membership.clock import FakeClock, settle
 from silo.membership.gossiper import Gossiper, gossip_targets, relay_plan
 from silo.membership.options import SiloOptions
 from silo.membership.probing import GossipMessage
+from silo.membership.snapshot import MembershipDelta
 from tests.silo.harness import T0, RecordingGossip, address, async_test, row, view
 
 ME = address(1)
@@ -20,6 +21,7 @@ STATUSES = {
     address(7): SiloStatus.CREATED,
 }
 STALE = address(8)
+PEER_ACTIVE = address(9)
 NOW = T0 + timedelta(seconds=10)
 SNAPSHOT = view(
     row(ME),
@@ -142,3 +144,45 @@ async def test_a_receiver_relays_only_to_silos_it_knows() -> None:
     await settle()
     assert sender.sent == [(address(2), 9)]
     assert sender.messages[0][1].relay_to == ()
+
+
+def own_join_write(me: SiloAddress, status: SiloStatus) -> GossipMessage:
+    delta = MembershipDelta(4, TableVersion(5, "v5"), ((row(me, status), "e"),))
+    return GossipMessage(5, delta)
+
+
+@async_test
+async def test_in_a_join_storm_a_silos_own_join_goes_to_fanout_silos_without_relays() -> None:
+    joining = [row(address(port), SiloStatus.JOINING) for port in range(100, 110)]
+    active = [row(address(port)) for port in range(200, 240)]
+    storm = view(row(ME, SiloStatus.JOINING), *joining, *active)
+    sender = RecordingGossip()
+    options = SiloOptions(gossip_fanout=4)
+    gossiper = Gossiper(address=ME, options=options, clock=FakeClock(NOW), sender=sender, is_fresh=lambda silo: True)
+    gossiper.publish(own_join_write(ME, SiloStatus.ACTIVE), storm)
+    await settle()
+    assert len(sender.messages) == 4
+    assert all(message.relay_to == () for _, message in sender.messages)
+    calm = view(row(ME, SiloStatus.JOINING), *joining[:3], *active)  # 4 joining: not more than the fanout
+    gossiper.publish(own_join_write(ME, SiloStatus.ACTIVE), calm)
+    await settle()
+    relayed = sender.messages[4:]
+    assert len(relayed) == 4
+    assert sum(1 + len(message.relay_to) for _, message in relayed) == 43, "few joining: everyone hears it"
+
+
+@async_test
+async def test_in_a_join_storm_a_death_still_reaches_everyone() -> None:
+    joining = [row(address(port), SiloStatus.JOINING) for port in range(100, 110)]
+    storm = view(row(ME), *joining, row(PEER_ACTIVE))
+    sender = RecordingGossip()
+    gossiper = Gossiper(
+        address=ME, options=SiloOptions(gossip_fanout=4), clock=FakeClock(NOW), sender=sender, is_fresh=lambda s: True
+    )
+    dead = row(address(100), SiloStatus.DEAD)
+    gossiper.publish(GossipMessage(5, MembershipDelta(4, TableVersion(5, "v"), ((dead, "e"),))), storm, (address(100),))
+    await settle()
+    reached = {target for target, message in sender.messages} | {
+        silo for _, message in sender.messages for silo in message.relay_to
+    }
+    assert reached == {address(port) for port in range(100, 110)} | {PEER_ACTIVE}
