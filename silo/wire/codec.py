@@ -17,8 +17,6 @@ from google.protobuf.message import Message
 
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
 from silo.events import EventKind, MembershipEvent
-from silo.membership.probing import GossipMessage
-from silo.membership.snapshot import MembershipDelta
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Membership"].full_name
@@ -173,36 +171,6 @@ def entry_from_proto(row: pb.MembershipRow) -> tuple[MembershipEntry, str]:
         properties=dict(row.properties),
     )
     return entry, row.etag
-
-
-def gossip_to_proto(message: GossipMessage, request_header: pb.RequestHeader) -> pb.GossipRequest:
-    request = pb.GossipRequest(
-        header=request_header,
-        version=message.version,
-        relay_to=[address_to_proto(silo) for silo in message.relay_to],
-    )
-    delta = message.delta
-    if delta is not None:
-        request.delta.CopyFrom(
-            pb.MembershipDelta(
-                base_version=delta.base_version,
-                version_etag=delta.version.etag,
-                rows=[entry_to_proto(entry, etag) for entry, etag in delta.rows],
-            )
-        )
-    return request
-
-
-def gossip_from_proto(request: pb.GossipRequest) -> GossipMessage:
-    """The message a peer sent; raises ``InvalidEntryError`` or ``ValueError`` if it is not one we could send."""
-    delta = None
-    if request.HasField("delta"):
-        delta = MembershipDelta(
-            base_version=request.delta.base_version,
-            version=TableVersion(request.version, request.delta.version_etag),
-            rows=tuple(entry_from_proto(row) for row in request.delta.rows),
-        )
-    return GossipMessage(request.version, delta, tuple(address_from_proto(silo) for silo in request.relay_to))
 
 
 def snapshot_to_proto(snapshot: MembershipTableData, responder: SiloAddress) -> pb.GetMembershipResponse:

@@ -16,7 +16,7 @@ import grpc
 from membership_tables import InvalidEntryError, MembershipTableData, SiloAddress
 from silo.errors import SiloError
 from silo.membership.probing import GossipMessage, IndirectProbeResult, ProbeOutcome
-from silo.wire import codec
+from silo.wire import codec, gossip_codec
 from silo.wire.channels import CHANNEL_OPTIONS
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.wire.tls import ChannelPool, TlsSettings
@@ -129,7 +129,9 @@ class GrpcProber:
 
     async def send(self, target: SiloAddress, message: GossipMessage) -> None:
         """Send ``message`` to ``target``; raises ``grpc.aio.AioRpcError`` if it was not delivered."""
-        await self._call(target, codec.GOSSIP, codec.gossip_to_proto(message, self._header()), self._gossip_timeout)
+        await self._call(
+            target, codec.GOSSIP, gossip_codec.gossip_to_proto(message, self._header()), self._gossip_timeout
+        )
 
     async def fetch_membership(self, target: SiloAddress, timeout: float) -> MembershipTableData:
         """``target``'s current view (raises ``grpc.aio.AioRpcError``, or ``InvalidEntryError`` for a bad row)."""

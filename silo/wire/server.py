@@ -40,7 +40,7 @@ from membership_tables import InvalidEntryError, MembershipTableData, SiloAddres
 from silo.events import membership_events
 from silo.membership.probing import MembershipRpcHandler
 from silo.membership.snapshot import MembershipSnapshot
-from silo.wire import codec
+from silo.wire import codec, gossip_codec
 from silo.wire.channels import MESSAGE_SIZE_OPTIONS
 from silo.wire.peer_identity import PeerIdentity, authorize, identity_from_sans
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
@@ -222,7 +222,7 @@ class MembershipServer:
     async def _gossip(self, request: pb.GossipRequest, context: Any) -> pb.GossipResponse:
         handler = await self._admit(request.header, context, "Gossip")
         try:
-            message = codec.gossip_from_proto(request)
+            message = gossip_codec.gossip_from_proto(request)
         except (InvalidEntryError, ValueError) as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, clip(f"invalid gossip: {exc}"))
         await handler.on_gossip(message, _sender(request.header))

@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from membership_tables import SiloAddress
+from silo.membership.probing import GossipMessage
 from silo.wire import codec
 from silo.wire.channels import CHANNEL_OPTIONS
 from silo.wire.peer_identity import Role
@@ -77,7 +78,7 @@ def test_a_silo_certificate_may_call_every_rpc(ca: TestCa) -> None:
         async with serving(FakeHandler, tls=server_tls) as (server, handler):
             async with GrpcProber(CLUSTER, ME, tls=peer) as prober:
                 assert (await prober.ping(handler.silo_address, 10)).name == "ANSWERED"
-                await prober.send(handler.silo_address, 7)
+                await prober.send(handler.silo_address, GossipMessage(7))
                 await prober.get_membership(handler.silo_address, 10)
             assert handler.gossiped == [7]
             assert server.port == handler.silo_address.port
