@@ -2,7 +2,7 @@
 
 Join: initialize the table, read it, declare Dead any older generation of this endpoint
 that is still alive (a crashed predecessor), insert our row as Joining, ping every Active
-silo until all answer (so we never join a cluster we cannot talk to), then become Active.
+silo until each has answered once (so we never join a cluster we cannot talk to), then become Active.
 Every step retries until ``max_join_attempt_time``. While Active it writes IAmAlive every
 ``i_am_alive_table_publish_timeout``. Leaving writes ShuttingDown, then Dead.
 All writes go through the table manager.
@@ -22,6 +22,11 @@ from silo.membership.probing import ProbeOutcome, Prober
 from silo.membership.table_manager import MembershipTableManager
 
 logger = logging.getLogger(__name__)
+
+
+JOIN_PINGS_IN_FLIGHT = 32
+"""At most this many connectivity pings of one joining silo in flight at once: a silo joining a
+cluster of a thousand must not open a thousand calls (and channels) in one burst."""
 
 
 def join_heartbeat_watch(options: SiloOptions) -> float:
@@ -88,8 +93,11 @@ class MembershipAgent:
         logger.info("silo %s is Active", self._address)
 
     async def _validate_connectivity(self, deadline: float) -> None:
-        """Ping every live Active silo each ``probe_timeout`` until all answer or the deadline passes.
+        """Ping every live Active silo until each has answered once, or the deadline passes.
 
+        A silo that answered is not pinged again: the rounds (one each ``probe_timeout``, on a
+        fresh read) ping only the silos that have not answered yet, so joining a cluster of N
+        costs about N pings, not N per round. At most ``JOIN_PINGS_IN_FLIGHT`` are in flight.
         A silo that does not answer blocks the join only while it may be alive: a row whose
         heartbeat we watched for a whole ``join_heartbeat_watch`` without seeing it move is
         a crashed silo nobody has declared Dead yet (e.g. after a whole-cluster crash), and
@@ -97,15 +105,18 @@ class MembershipAgent:
         """
         liveness = self._manager.liveness
         watch = join_heartbeat_watch(self._options)
+        answered: set[SiloAddress] = set()
+        in_flight = asyncio.Semaphore(JOIN_PINGS_IN_FLIGHT)
         while True:
             self._check_not_terminated()
             snapshot = self._manager.snapshot
-            peers = [s for s in liveness.fresh(snapshot) if s != self._address]
-            answers = await asyncio.gather(*(self._ping(peer) for peer in peers))
+            peers = [s for s in liveness.fresh(snapshot) if s != self._address and s not in answered]
+            answers = await asyncio.gather(*(self._ping(peer, in_flight) for peer in peers))
+            answered.update(peer for peer, answer in zip(peers, answers, strict=True) if answer)
             unreachable = [
                 peer
-                for peer, answered in zip(peers, answers, strict=True)
-                if not answered and liveness.seen_heartbeating(peer, watch) is not False
+                for peer, answer in zip(peers, answers, strict=True)
+                if not answer and liveness.seen_heartbeating(peer, watch) is not False
             ]
             if not unreachable:
                 return
@@ -124,14 +135,15 @@ class MembershipAgent:
             except TableUnavailableError:
                 logger.debug("silo %s: table unreachable while validating connectivity", self._address)
 
-    async def _ping(self, peer: SiloAddress) -> bool:
+    async def _ping(self, peer: SiloAddress, in_flight: asyncio.Semaphore) -> bool:
         timeout = self._options.probe_timeout
-        try:
-            outcome = await with_timeout(self._clock, self._prober.ping(peer, timeout), timeout)
-            return outcome is ProbeOutcome.ANSWERED
-        except Exception as exc:
-            logger.debug("silo %s: join ping of %s failed: %r", self._address, peer, exc)
-            return False
+        async with in_flight:
+            try:
+                outcome = await with_timeout(self._clock, self._prober.ping(peer, timeout), timeout)
+                return outcome is ProbeOutcome.ANSWERED
+            except Exception as exc:
+                logger.debug("silo %s: join ping of %s failed: %r", self._address, peer, exc)
+                return False
 
     async def _give_up(self) -> None:
         """Best effort: leave no Joining row behind after a failed join."""

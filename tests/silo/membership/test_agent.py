@@ -131,6 +131,28 @@ async def test_join_succeeds_once_the_peer_answers() -> None:
 
 
 @async_test
+async def test_join_pings_a_silo_that_answered_only_once() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table, row(PEER, when=T0), row(OTHER, when=T0))
+    reachable = {PEER: False, OTHER: True}
+    prober = FunctionProber(reachable=lambda target: reachable[target])
+    silo = make_silo(table, ME, clock, prober=prober)
+    joining = asyncio.create_task(silo.start())
+    for _ in range(4):
+        await clock.advance(LOCAL.probe_timeout)
+        for peer in (PEER, OTHER):
+            table.update_i_am_alive(peer, clock.now())
+    assert not joining.done()
+    assert prober.pings.count(PEER) >= 4  # every round
+    assert prober.pings.count(OTHER) == 1  # answered in the first round: not pinged again
+    reachable[PEER] = True
+    await clock.advance(LOCAL.probe_timeout)
+    await joining
+    assert silo.status is SiloStatus.ACTIVE
+    await silo.stop()
+
+
+@async_test
 async def test_an_active_row_that_never_heartbeats_does_not_block_the_join_for_long() -> None:
     # e.g. the whole cluster crashed: nobody declared PEER Dead, and it never answers
     table, clock = memory_table(), FakeClock(T0 + timedelta(hours=1))
