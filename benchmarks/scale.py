@@ -59,15 +59,23 @@ from tests.services.process import ServerProcess
 NAME = "scale"
 OVERRIDES = {
     "probe_timeout": "2s",
+    "probe_interval": "2s",
     "num_probed_silos": "3",
     "death_vote_expiration": "60s",
     "i_am_alive_table_publish_timeout": "10s",
     "table_refresh_timeout": "30s",
     "full_refresh_every": "3",
     "max_join_attempt_time": "600s",
+    "defunct_silo_cleanup_period": "600s",
 }
 """Per silo: 3 probes every 2 s, a heartbeat every 10 s, a version read every 30 s and a full
-re-read every 90 s (or when the version moved); gossip on or off by ``Config.gossip``."""
+re-read every 90 s (or when the version moved), a defunct-row cleanup every 10 minutes; gossip
+on or off by ``Config.gossip``.
+
+``probe_interval`` must be set with the timeout: the local preset probes every 0.25 s, which
+made each silo send 12 pings and answer 12 a second (runs before 2026-11-25 did): gRPC's cost
+per call was then most of a silo's CPU (0.55% of a core per silo, 5.5 s a second at 1,000).
+The local preset's cleanup every 10 s was a DELETE per silo every 10 s."""
 OVERLOAD = 30.0 * (os.cpu_count() or 1)
 """A one-minute load average above this (after ``OVERLOAD_GRACE`` s) stops a join that does not fit."""
 OVERLOAD_GRACE = 60.0
