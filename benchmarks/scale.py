@@ -344,13 +344,14 @@ def plot(results: dict[str, Any], path: Path) -> None:
     axes[0].set_xlabel("seconds after all silo processes were started")
     axes[0].set_ylabel("Active silos in the table")
     axes[0].set_title(f"silos joining at once (gossip {'on' if results['gossip'] else 'off'})")
-    axes[0].legend(fontsize=7)
-    grouped_bars(
-        axes[1],
-        names,
-        {f"{size} silos": [entry["steady_ops_per_s"][name] for name in names] for size, entry in done.items()},
-        "per second, steady state",
-    )
+    if done:  # else every size failed: empty axes, no legend
+        axes[0].legend(fontsize=7)
+        grouped_bars(
+            axes[1],
+            names,
+            {f"{size} silos": [entry["steady_ops_per_s"][name] for name in names] for size, entry in done.items()},
+            "per second, steady state",
+        )
     axes[1].set_title("store load (pg_stat_statements)")
     save_figure(figure, path)
 
