@@ -69,13 +69,13 @@ OVERRIDES = {
     "defunct_silo_cleanup_period": "600s",
 }
 """Per silo: 3 probes every 2 s, a heartbeat every 10 s, a version read every 30 s and a full
-re-read every 90 s (or when the version moved), a defunct-row cleanup every 10 minutes; gossip
+re-read every 90 s (or when the version moved), a defunct-row cleanup round every 10 minutes; gossip
 on or off by ``Config.gossip``.
 
 ``probe_interval`` must be set with the timeout: the local preset probes every 0.25 s, which
 made each silo send 12 pings and answer 12 a second (runs before 2026-11-25 did): gRPC's cost
 per call was then most of a silo's CPU (0.55% of a core per silo, 5.5 s a second at 1,000).
-The local preset's cleanup every 10 s was a DELETE per silo every 10 s."""
+The local preset's cleanup period (10 s) woke every silo every 10 s to find the cleanup leader."""
 OVERLOAD = 30.0 * (os.cpu_count() or 1)
 """A one-minute load average above this (after ``OVERLOAD_GRACE`` s) stops a join that does not fit."""
 OVERLOAD_GRACE = 60.0
