@@ -67,10 +67,12 @@ OVERRIDES = {
     "full_refresh_every": "3",
     "max_join_attempt_time": "600s",
     "defunct_silo_cleanup_period": "600s",
+    "max_join_validation_pings": "100",
 }
 """Per silo: 3 probes every 2 s, a heartbeat every 10 s, a version read every 30 s and a full
 re-read every 90 s (or when the version moved), a defunct-row cleanup round every 10 minutes; gossip
-on or off by ``Config.gossip``.
+on or off by ``Config.gossip``. A joining silo validates its connectivity to 100 Active silos
+(its probe targets and a random sample), not to all of them: N^2 / 2 pings in a join storm.
 
 ``probe_interval`` must be set with the timeout: the local preset probes every 0.25 s, which
 made each silo send 12 pings and answer 12 a second (runs before 2026-11-25 did): gRPC's cost
