@@ -178,6 +178,14 @@ def dead_silos(data: MembershipTableData) -> list[str]:
     return sorted(str(entry.silo_address) for entry in data.entries if entry.status is SiloStatus.DEAD)
 
 
+class JoinDidNotFinishError(RuntimeError):
+    """The join stopped (timeout, overload, a host exited); ``curve`` is how far it got."""
+
+    def __init__(self, message: str, curve: list[tuple[float, int, int, int]]) -> None:
+        super().__init__(message)
+        self.curve = curve
+
+
 def wait_all_active(
     uri: str, silos: int, config: Config, started: float, hosts: list[ServerProcess]
 ) -> list[tuple[float, int, int, int]]:
@@ -200,13 +208,17 @@ def wait_all_active(
         progress = f"{dict(statuses)} of {silos} silos after {elapsed:.0f}s"
         load = os.getloadavg()[0]
         if elapsed > OVERLOAD_GRACE and load > OVERLOAD:
-            raise RuntimeError(f"stopped: load average {load:.0f} on {os.cpu_count()} cores with {progress}")
+            raise JoinDidNotFinishError(
+                f"stopped: load average {load:.0f} on {os.cpu_count()} cores with {progress}", curve
+            )
         if elapsed > config.join_timeout:
-            raise RuntimeError(f"not all Active: {progress}")
+            raise JoinDidNotFinishError(f"not all Active: {progress}", curve)
         exited = [host for host in hosts if not host.running]
         if exited:
             tail = "\n".join(exited[0].log.read_text(errors="replace").splitlines()[-40:])
-            raise RuntimeError(f"a silo host exited during the join ({progress}); its log ends:\n{tail}")
+            raise JoinDidNotFinishError(
+                f"a silo host exited during the join ({progress}); its log ends:\n{tail}", curve
+            )
         time.sleep(1.0)
 
 
@@ -250,6 +262,8 @@ async def run(config: Config, root: Path) -> dict[str, Any]:
             results["sizes"][str(silos)] = await one_size(silos, config, root / str(silos))
         except (RuntimeError, AssertionError) as exc:  # this size did not fit: say so, try no larger one
             results["sizes"][str(silos)] = {"silos": silos, "error": str(exc)[:3000]}
+            if isinstance(exc, JoinDidNotFinishError):
+                results["sizes"][str(silos)]["join_curve"] = exc.curve
             print(f"[scale] {silos} silos failed: {str(exc)[:300]}", flush=True)
             break
     return results
@@ -338,16 +352,20 @@ def plot(results: dict[str, Any], path: Path) -> None:
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     names = ["full_reads", "all_reads", "version_writes", "heartbeats", "statements"]
     done = {size: entry for size, entry in results["sizes"].items() if "error" not in entry}
-    for size, entry in done.items():
+    curves = {size: entry for size, entry in results["sizes"].items() if entry.get("join_curve")}
+    for size, entry in curves.items():
         times = [point[0] for point in entry["join_curve"]]
         active = [point[1] for point in entry["join_curve"]]
-        axes[0].plot(times, active, marker=".", label=f"{size} silos")
+        stopped = "error" in entry
+        label = f"{size} silos" + (" (stopped)" if stopped else "")
+        axes[0].plot(times, active, marker=".", linestyle=":" if stopped else "-", label=label)
         axes[0].axhline(entry["silos"], color="grey", linestyle="--", linewidth=0.8)
     axes[0].set_xlabel("seconds after all silo processes were started")
     axes[0].set_ylabel("Active silos in the table")
     axes[0].set_title(f"silos joining at once (gossip {'on' if results['gossip'] else 'off'})")
-    if done:  # else every size failed: empty axes, no legend
+    if curves:
         axes[0].legend(fontsize=7)
+    if done:  # else every size failed: no steady state to show
         grouped_bars(
             axes[1],
             names,
