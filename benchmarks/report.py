@@ -287,20 +287,24 @@ def _network_loss(network: dict[str, Any] | None) -> list[str]:
 
 def scale(document: dict[str, Any]) -> list[str]:
     results = document["results"]
-    lines = header("silos", "processes", "all Active after s", "RSS MB per silo", "full reads/s", "writes/s",
-                   "heartbeats/s", "statements/s", "crash to Dead median s", "p99 s", "median/floor")  # fmt: skip
+    lines = header("silos", "processes", "all Active after s", "live silos declared Dead joining", "... steady",
+                   "RSS MB per silo", "CPU % per silo", "full reads/s", "writes/s", "heartbeats/s", "statements/s",
+                   "crash to Dead median s", "p99 s", "median/floor")  # fmt: skip
     for size, r in results["sizes"].items():
         if "error" in r:
-            lines.append(row(size, "-", "failed: " + r["error"].splitlines()[0][:120], *["-"] * 8))
+            lines.append(row(size, "-", "failed: " + r["error"].splitlines()[0][:120], *["-"] * 11))
             continue
         ops, dead = r["steady_ops_per_s"], r["detection_table_dead"]
         lines.append(
-            row(r["silos"], r["processes"], r["all_active_s"], r["rss_mb_per_silo"], ops["full_reads"],
-                ops["version_writes"], ops["heartbeats"], ops["statements"], dead["median"], dead["p99"],
-                r["detection_ratio_to_floor"]["median"])
+            row(r["silos"], r["processes"], r["all_active_s"], r.get("false_deaths_joining", "-"),
+                r.get("false_deaths_steady", "-"), r["rss_mb_per_silo"], r.get("cpu_percent_per_silo", "-"),
+                ops["full_reads"], ops["version_writes"], ops["heartbeats"], ops["statements"], dead["median"],
+                dead["p99"], r["detection_ratio_to_floor"]["median"])
         )  # fmt: skip
     overrides = ", ".join(f"{k}={v}" for k, v in document["config"]["overrides"].items())
-    return [*lines, "", f"Options: {overrides} over the local preset (floor {results['floor_s']} s)."]
+    steady = document["config"].get("steady_window")
+    return [*lines, "", f"Options: {overrides} over the local preset (floor {results['floor_s']} s); steady "
+            f"window {steady} s."]  # fmt: skip
 
 
 def spark_routing(document: dict[str, Any]) -> list[str]:

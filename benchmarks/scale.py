@@ -1,23 +1,28 @@
-"""Scale: as many silos as this machine holds, joining one PostgreSQL table at once.
+"""Scale: hundreds to a thousand silos joining one PostgreSQL table at once, gossip on.
 
-``benchmarks.silo_host`` processes hold several silos each (full Silo runtime, own gRPC
-server and port per silo). All start together; the benchmark polls the table until every
-silo is Active (time to all Active, and the curve), then counts the silos' statements in
-steady state with ``pg_stat_statements`` (reads, full reads, canonical writes, heartbeats
-per second), measures resident memory per silo, and finally starts one more silo as its
-own ``silo run`` process and SIGKILLs it, a few times, timing crash to Dead at that size.
+``benchmarks.silo_host`` processes hold many silos each (full Silo runtime, own gRPC server
+and port per silo). All start together; the benchmark polls the table until every silo is
+Active (time to all Active, and the curve), counts the live silos declared Dead while joining
+and over a steady window (every hosted silo is live until the end, so any Dead row of one is a
+false death), counts the silos' statements in that window with ``pg_stat_statements`` (reads,
+full reads, canonical writes, heartbeats per second), measures resident memory and CPU per
+silo, and finally starts one more silo as its own ``silo run`` process and SIGKILLs it, a few
+times, timing crash to Dead at that size.
 
 Timings are scaled up from the local preset so that probing fits two cores (see
 ``OVERRIDES``; the JSON records them), so the detection floor here is
 ``num_missed_probes_limit x probe_timeout`` of those options.
 
-    python -m benchmarks.scale [--quick]
+    python -m benchmarks.scale [--quick] [--sizes 200,500,1000] [--gossip on|off] [--steady SECONDS]
+                               [--per-process N]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import dataclasses
 import math
 import os
 import random
@@ -33,11 +38,13 @@ from typing import Any
 from benchmarks import services
 from benchmarks.common import (
     ROOT,
-    benchmark_main,
+    RunSettings,
+    common_arguments,
     grouped_bars,
     print_table,
     pyplot,
     ratio,
+    run_benchmark,
     save_figure,
     summarize,
     wall,
@@ -45,42 +52,54 @@ from benchmarks.common import (
 )
 from benchmarks.propagation import statement_counts
 from benchmarks.silo_cluster import BenchCluster, KillTrial
-from membership_tables import TableUnavailableError, open_table
+from membership_tables import MembershipTableData, SiloStatus, TableUnavailableError, open_table
 from silo.membership.options import SiloOptions
 from tests.services.process import ServerProcess
 
 NAME = "scale"
 OVERRIDES = {
     "probe_timeout": "2s",
+    "probe_interval": "2s",
     "num_probed_silos": "3",
     "death_vote_expiration": "60s",
     "i_am_alive_table_publish_timeout": "10s",
     "table_refresh_timeout": "30s",
     "full_refresh_every": "3",
     "max_join_attempt_time": "600s",
-    "use_liveness_gossip": "false",
+    "defunct_silo_cleanup_period": "600s",
+    "max_join_validation_pings": "100",
 }
 """Per silo: 3 probes every 2 s, a heartbeat every 10 s, a version read every 30 s and a full
-re-read every 90 s (or when the version moved), no gossip.
+re-read every 90 s (or when the version moved), a defunct-row cleanup round every 10 minutes; gossip
+on or off by ``Config.gossip``. A joining silo validates its connectivity to 100 Active silos
+(its probe targets and a random sample), not to all of them: N^2 / 2 pings in a join storm.
 
-With gossip on, every one of the ~400 writes of a 200-silo join storm makes every live silo
-re-read the whole table: on this two-core machine that drove the load average to 85 within
-four minutes, with silos still joining and the first live silos being declared dead, and the
-run was stopped (see docs/benchmarks.md). Without gossip, silos learn of changes by their
-own reads (join, votes) and the periodic refresh."""
+``probe_interval`` must be set with the timeout: the local preset probes every 0.25 s, which
+made each silo send 12 pings and answer 12 a second (runs before 2026-11-25 did): gRPC's cost
+per call was then most of a silo's CPU (0.55% of a core per silo, 5.5 s a second at 1,000).
+The local preset's cleanup period (10 s) woke every silo every 10 s to find the cleanup leader."""
 OVERLOAD = 30.0 * (os.cpu_count() or 1)
 """A one-minute load average above this (after ``OVERLOAD_GRACE`` s) stops a join that does not fit."""
 OVERLOAD_GRACE = 60.0
+PROCESSES_PER_CORE = 10
+"""Host processes per core at most (``hosts_for``): enough event loops that none holds more than
+~50 silos at 1,000 on two cores (its loop lag counts against every silo it holds), few enough
+that interpreters (~35 MB and a few gRPC threads each) do not crowd the machine."""
+MIN_PER_PROCESS = 10
 
 
 @dataclass(frozen=True)
 class Config:
-    sizes: tuple[int, ...] = (200, 400)
+    sizes: tuple[int, ...] = (200, 500, 1000)
     """Cluster sizes tried in turn (a fresh cluster each); the run stops at the first that fails."""
-    per_process: int = 20
+    gossip: bool = True
+    """``use_liveness_gossip`` of every silo (``--gossip off`` to compare)."""
+    per_process: int | None = None
+    """Silos per host process; ``None`` = ``hosts_for`` chooses for this machine's cores."""
     join_timeout: float = 300.0
-    steady_window: float = 20.0
-    detection_trials: int = 5
+    steady_window: float = 300.0
+    """Seconds of steady state watched for false deaths and counted for store load (``--steady``)."""
+    detection_trials: int = 3
     seed: int = 3
 
     @classmethod
@@ -88,12 +107,32 @@ class Config:
         return cls(sizes=(20,), per_process=10, join_timeout=120.0, steady_window=5.0, detection_trials=1)
 
 
-def options() -> SiloOptions:
-    return SiloOptions.local().with_overrides(OVERRIDES)
+def overrides(config: Config) -> dict[str, str]:
+    return {**OVERRIDES, "use_liveness_gossip": "true" if config.gossip else "false"}
 
 
-def set_arguments() -> list[str]:
-    return [argument for name, value in OVERRIDES.items() for argument in ("--set", f"{name}={value}")]
+def options(config: Config) -> SiloOptions:
+    return SiloOptions.local().with_overrides(overrides(config))
+
+
+def set_arguments(config: Config) -> list[str]:
+    return [argument for name, value in overrides(config).items() for argument in ("--set", f"{name}={value}")]
+
+
+def hosts_for(silos: int, config: Config, cores: int | None = None) -> list[int]:
+    """How many silos each host process holds: ``config.per_process`` each if set, else spread
+    over at most ``PROCESSES_PER_CORE`` processes per core with at least ``MIN_PER_PROCESS`` each."""
+    if config.per_process is not None:
+        per_process = config.per_process
+    else:
+        processes = max(1, min(PROCESSES_PER_CORE * (cores or os.cpu_count() or 1), silos // MIN_PER_PROCESS))
+        per_process = math.ceil(silos / processes)
+    counts = []
+    remaining = silos
+    while remaining > 0:
+        counts.append(min(per_process, remaining))
+        remaining -= counts[-1]
+    return counts
 
 
 def rss_mb(pid: int) -> float:
@@ -106,12 +145,18 @@ def rss_mb(pid: int) -> float:
     return math.nan
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process has used so far (``/proc/PID/stat``)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def start_hosts(uri: str, silos: int, config: Config, root: Path) -> list[ServerProcess]:
     hosts = []
-    remaining = silos
-    index = 0
-    while remaining > 0:
-        count = min(config.per_process, remaining)
+    for index, count in enumerate(hosts_for(silos, config)):
         argv = [
             sys.executable,
             "-m",
@@ -124,55 +169,85 @@ def start_hosts(uri: str, silos: int, config: Config, root: Path) -> list[Server
             str(count),
         ]
         env = {"PYTHONPATH": str(ROOT), "GRPC_VERBOSITY": "ERROR"}
-        hosts.append(ServerProcess([*argv, *set_arguments()], root / f"host-{index}.log", env=env))
-        remaining -= count
-        index += 1
+        hosts.append(ServerProcess([*argv, *set_arguments(config)], root / f"host-{index}.log", env=env))
     return hosts
+
+
+def dead_silos(data: MembershipTableData) -> list[str]:
+    """The Dead rows: every hosted silo is live until the benchmark kills the hosts, so each is a false death."""
+    return sorted(str(entry.silo_address) for entry in data.entries if entry.status is SiloStatus.DEAD)
+
+
+class JoinDidNotFinishError(RuntimeError):
+    """The join stopped (timeout, overload, a host exited); ``curve`` is how far it got."""
+
+    def __init__(self, message: str, curve: list[tuple[float, int, int, int]]) -> None:
+        super().__init__(message)
+        self.curve = curve
 
 
 def wait_all_active(
     uri: str, silos: int, config: Config, started: float, hosts: list[ServerProcess]
-) -> list[tuple[float, int]]:
-    """(seconds since start, Active silos) once a second until all are Active.
+) -> list[tuple[float, int, int, int]]:
+    """(seconds since start, Active, Joining, Dead silos) once a second until all are Active.
 
     Raises (saying how far the join got) on timeout, if a host exits, or if the machine is
     overloaded (``OVERLOAD``) after ``OVERLOAD_GRACE`` seconds: a size that does not fit is
     recorded as such instead of starving everything else on the machine for minutes.
     """
     table = open_table(uri, "scale")
-    curve: list[tuple[float, int]] = []
+    curve: list[tuple[float, int, int, int]] = []
     statuses: Counter[str] = Counter()
     while True:
         elapsed = wall() - started
         with contextlib.suppress(TableUnavailableError):
             statuses = Counter(entry.status.name for entry in table.read_all().entries)
-        curve.append((elapsed, statuses["ACTIVE"]))
+        curve.append((elapsed, statuses["ACTIVE"], statuses["JOINING"], statuses["DEAD"]))
         if statuses["ACTIVE"] >= silos:
             return curve
         progress = f"{dict(statuses)} of {silos} silos after {elapsed:.0f}s"
         load = os.getloadavg()[0]
         if elapsed > OVERLOAD_GRACE and load > OVERLOAD:
-            raise RuntimeError(f"stopped: load average {load:.0f} on {os.cpu_count()} cores with {progress}")
+            raise JoinDidNotFinishError(
+                f"stopped: load average {load:.0f} on {os.cpu_count()} cores with {progress}", curve
+            )
         if elapsed > config.join_timeout:
-            raise RuntimeError(f"not all Active: {progress}")
+            raise JoinDidNotFinishError(f"not all Active: {progress}", curve)
         exited = [host for host in hosts if not host.running]
         if exited:
             tail = "\n".join(exited[0].log.read_text(errors="replace").splitlines()[-40:])
-            raise RuntimeError(f"a silo host exited during the join ({progress}); its log ends:\n{tail}")
+            raise JoinDidNotFinishError(
+                f"a silo host exited during the join ({progress}); its log ends:\n{tail}", curve
+            )
         time.sleep(1.0)
+
+
+def watch_steady(uri: str, config: Config, hosts: list[ServerProcess]) -> list[tuple[float, int, float]]:
+    """(seconds into the window, Dead rows, load average) every 5 s for ``steady_window`` seconds."""
+    table = open_table(uri, "scale")
+    samples: list[tuple[float, int, float]] = []
+    began = wall()
+    while (elapsed := wall() - began) < config.steady_window:
+        with contextlib.suppress(TableUnavailableError):
+            samples.append((elapsed, len(dead_silos(table.read_all())), os.getloadavg()[0]))
+        exited = [host for host in hosts if not host.running]
+        if exited:
+            raise RuntimeError(f"a silo host exited in steady state after {elapsed:.0f}s (log {exited[0].log})")
+        time.sleep(min(5.0, max(0.0, config.steady_window - elapsed)))
+    return samples
 
 
 async def detection_at_scale(uri: str, config: Config, root: Path) -> list[KillTrial]:
     """Start one separate ``silo run`` and SIGKILL it, ``detection_trials`` times; the table's view of it."""
-    # The victim alone gossips, so that its join reaches every hosted silo at once (one re-read each).
-    arguments = [*set_arguments(), "--set", "use_liveness_gossip=true"]
+    # The victim gossips even with --gossip off, so that its join reaches every hosted silo at once.
+    arguments = [*set_arguments(config), "--set", "use_liveness_gossip=true"]
     bench = BenchCluster(root, uri, "scale", arguments)
     rng = random.Random(config.seed)
     trials = []
     try:
         for _ in range(config.detection_trials):
             await asyncio.to_thread(bench.cluster.start_active, 1, *arguments, timeout=config.join_timeout)
-            await asyncio.sleep(2 * options().probe_timeout)  # its probers have started
+            await asyncio.sleep(2 * options(config).probe_timeout)  # its probers have started
             trials.append(await bench.kill_one(rng))
     finally:
         await bench.close()
@@ -180,13 +255,15 @@ async def detection_at_scale(uri: str, config: Config, root: Path) -> list[KillT
 
 
 async def run(config: Config, root: Path) -> dict[str, Any]:
-    results: dict[str, Any] = {"floor_s": options().detection_time, "sizes": {}}
+    results: dict[str, Any] = {"floor_s": options(config).detection_time, "gossip": config.gossip, "sizes": {}}
     for silos in config.sizes:
-        print(f"[scale] {silos} silos", flush=True)
+        print(f"[scale] {silos} silos, gossip {'on' if config.gossip else 'off'}", flush=True)
         try:
             results["sizes"][str(silos)] = await one_size(silos, config, root / str(silos))
         except (RuntimeError, AssertionError) as exc:  # this size did not fit: say so, try no larger one
             results["sizes"][str(silos)] = {"silos": silos, "error": str(exc)[:3000]}
+            if isinstance(exc, JoinDidNotFinishError):
+                results["sizes"][str(silos)]["join_curve"] = exc.curve
             print(f"[scale] {silos} silos failed: {str(exc)[:300]}", flush=True)
             break
     return results
@@ -199,33 +276,47 @@ async def one_size(silos: int, config: Config, root: Path) -> dict[str, Any]:
         uri = server.create_database(database)
         with server.connect(database) as connection:
             connection.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        open_table(uri, "scale").initialize()
+        table = open_table(uri, "scale")
+        table.initialize()
         started = wall()
         hosts = start_hosts(uri, silos, config, root)
         try:
             curve = await asyncio.to_thread(wait_all_active, uri, silos, config, started, hosts)
             all_active = curve[-1][0]
-            print(f"[scale] {silos} silos Active after {all_active:.1f}s", flush=True)
-            await asyncio.sleep(5.0)
+            dead_joining = dead_silos(table.read_all())
+            print(
+                f"[scale] {silos} silos Active after {all_active:.1f}s, {len(dead_joining)} declared Dead", flush=True
+            )
             before = statement_counts(server, database)
-            await asyncio.sleep(config.steady_window)
+            cpu_before = [cpu_seconds(host.process.pid) for host in hosts]
+            steady = await asyncio.to_thread(watch_steady, uri, config, hosts)
             after = statement_counts(server, database)
+            cpu = sum(cpu_seconds(host.process.pid) for host in hosts) - sum(cpu_before)
             per_second = {key: (after[key] - before[key]) / config.steady_window for key in after}
             host_rss = [rss_mb(host.process.pid) for host in hosts]
+            dead_steady = sorted(set(dead_silos(table.read_all())) - set(dead_joining))
+            print(f"[scale] {silos} silos: {len(dead_steady)} declared Dead in {config.steady_window:.0f}s steady",
+                  flush=True)  # fmt: skip
             trials = await detection_at_scale(uri, config, root)
         finally:
             for host in hosts:  # SIGKILL: a graceful leave of hundreds of silos is not measured, only slow
                 host.signal(signal.SIGKILL)
                 host.stop()
-    floor = options().detection_time
+    floor = options(config).detection_time
     dead = summarize([t.table_dead for t in trials if t.table_dead is not None])
     return {
         "silos": silos,
         "processes": len(hosts),
         "all_active_s": all_active,
         "join_curve": curve,
+        "false_deaths_joining": len(dead_joining),
+        "false_deaths_steady": len(dead_steady),
+        "declared_dead": {"joining": dead_joining, "steady": dead_steady},
+        "steady_window_s": config.steady_window,
+        "steady_samples": steady,
         "steady_ops_per_s": per_second,
         "steady_ops_per_s_per_silo": {key: value / silos for key, value in per_second.items()},
+        "cpu_percent_per_silo": 100 * cpu / config.steady_window / silos,
         "rss_mb_per_process": host_rss,
         "rss_mb_per_silo": sum(host_rss) / silos,
         "detection_table_dead": dead,
@@ -238,18 +329,20 @@ def report(results: dict[str, Any]) -> None:
     rows: list[list[object]] = []
     for size, entry in results["sizes"].items():
         if "error" in entry:
-            rows.append([size, "-", "failed", "-", "-", "-", "-", "-", "-", "-"])
+            rows.append([size, "-", "failed", *["-"] * 11])
             continue
         ops = entry["steady_ops_per_s"]
         rows.append(
-            [size, entry["processes"], entry["all_active_s"], entry["rss_mb_per_silo"], ops["full_reads"],
-             ops["all_reads"], ops["version_writes"], ops["heartbeats"], ops["statements"],
-             entry["detection_table_dead"]["median"]]
+            [size, entry["processes"], entry["all_active_s"], entry["false_deaths_joining"],
+             entry["false_deaths_steady"], entry["rss_mb_per_silo"], entry["cpu_percent_per_silo"],
+             ops["full_reads"], ops["all_reads"], ops["version_writes"], ops["heartbeats"], ops["statements"],
+             entry["detection_table_dead"]["median"], entry["detection_ratio_to_floor"]["median"]]
         )  # fmt: skip
+    gossip = "on" if results["gossip"] else "off"
     print_table(
-        f"Silos on one PostgreSQL table (floor {results['floor_s']}s)",
-        ["silos", "processes", "all Active s", "MB/silo", "full reads/s", "reads/s", "writes/s", "heartbeats/s",
-         "statements/s", "Dead median s"],
+        f"Silos on one PostgreSQL table, gossip {gossip} (floor {results['floor_s']}s)",
+        ["silos", "processes", "all Active s", "Dead joining", "Dead steady", "MB/silo", "CPU %/silo",
+         "full reads/s", "reads/s", "writes/s", "heartbeats/s", "statements/s", "Dead median s", "median/floor"],
         rows,
     )  # fmt: skip
 
@@ -259,32 +352,79 @@ def plot(results: dict[str, Any], path: Path) -> None:
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     names = ["full_reads", "all_reads", "version_writes", "heartbeats", "statements"]
     done = {size: entry for size, entry in results["sizes"].items() if "error" not in entry}
-    for size, entry in done.items():
+    curves = {size: entry for size, entry in results["sizes"].items() if entry.get("join_curve")}
+    for size, entry in curves.items():
         times = [point[0] for point in entry["join_curve"]]
         active = [point[1] for point in entry["join_curve"]]
-        axes[0].plot(times, active, marker=".", label=f"{size} silos")
+        stopped = "error" in entry
+        label = f"{size} silos" + (" (stopped)" if stopped else "")
+        axes[0].plot(times, active, marker=".", linestyle=":" if stopped else "-", label=label)
         axes[0].axhline(entry["silos"], color="grey", linestyle="--", linewidth=0.8)
     axes[0].set_xlabel("seconds after all silo processes were started")
     axes[0].set_ylabel("Active silos in the table")
-    axes[0].set_title("silos joining at once")
-    axes[0].legend(fontsize=7)
-    grouped_bars(
-        axes[1],
-        names,
-        {f"{size} silos": [entry["steady_ops_per_s"][name] for name in names] for size, entry in done.items()},
-        "per second, steady state",
-    )
+    axes[0].set_title(f"silos joining at once (gossip {'on' if results['gossip'] else 'off'})")
+    if curves:
+        axes[0].legend(fontsize=7)
+    if done:  # else every size failed: no steady state to show
+        grouped_bars(
+            axes[1],
+            names,
+            {f"{size} silos": [entry["steady_ops_per_s"][name] for name in names] for size, entry in done.items()},
+            "per second, steady state",
+        )
     axes[1].set_title("store load (pg_stat_statements)")
     save_figure(figure, path)
 
 
+def positive(text: str, flag: str, kind: type[int] | type[float] = int, least: float = 1) -> Any:
+    """``text`` as a number of at least ``least``, or a clear exit naming ``flag``."""
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or value < least:
+        raise SystemExit(f"{flag} must be a number of at least {least:g}, got {text!r}")
+    return value
+
+
+def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
+    """The common flags plus ``--sizes``, ``--gossip``, ``--steady`` and ``--per-process``, over the preset."""
+    extra = argparse.ArgumentParser(add_help=False)
+    extra.add_argument("--sizes", default=None)
+    extra.add_argument("--gossip", default=None)
+    extra.add_argument("--steady", default=None)
+    extra.add_argument("--per-process", default=None)
+    known, rest = extra.parse_known_args(argv)
+    settings = common_arguments(__doc__ or NAME, rest)
+    config = Config.quick() if settings.quick else Config()
+    changes: dict[str, Any] = {}
+    if known.sizes is not None:
+        changes["sizes"] = tuple(positive(size, "--sizes", least=2) for size in known.sizes.split(",") if size.strip())
+        if not changes["sizes"]:
+            raise SystemExit(
+                f"--sizes must list cluster sizes, comma-separated (e.g. 200,500,1000), got {known.sizes!r}"
+            )
+    if known.gossip is not None:
+        if known.gossip not in ("on", "off"):
+            raise SystemExit(f"--gossip must be on or off, got {known.gossip!r}")
+        changes["gossip"] = known.gossip == "on"
+    if known.steady is not None:
+        changes["steady_window"] = positive(known.steady, "--steady", float)
+    if known.per_process is not None:
+        changes["per_process"] = positive(known.per_process, "--per-process")
+    return settings, dataclasses.replace(config, **changes)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    def measure(config: Config) -> dict[str, Any]:
+    settings, config = parse(argv)
+
+    def measure() -> dict[str, Any]:
         with workdir(NAME) as root:
             return asyncio.run(run(config, root))
 
-    extra = {"overrides": OVERRIDES, "options": asdict(options())}
-    return benchmark_main(NAME, __doc__, argv, Config, measure, report, plot, extra)
+    arguments = list(argv if argv is not None else sys.argv[1:])  # the recorded command omits the extra flags
+    extra = {"overrides": overrides(config), "options": asdict(options(config)), "arguments": arguments}
+    return run_benchmark(NAME, settings, config, measure, report, plot, extra)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Join: initialize the table, read it, declare Dead any older generation of this endpoint
 that is still alive (a crashed predecessor), insert our row as Joining, ping every Active
-silo until all answer (so we never join a cluster we cannot talk to), then become Active.
+silo until each has answered once (so we never join a cluster we cannot talk to), then become Active.
 Every step retries until ``max_join_attempt_time``. While Active it writes IAmAlive every
 ``i_am_alive_table_publish_timeout``. Leaving writes ShuttingDown, then Dead.
 All writes go through the table manager.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random as random_module
 from collections.abc import Callable
 
 from membership_tables import AccessDeniedError, MembershipEntry, SiloAddress, SiloStatus, TableUnavailableError
@@ -19,9 +20,15 @@ from silo.errors import DeclaredDeadError, JoinError, TableAccessDeniedError, Ta
 from silo.membership.clock import Clock, Periodic, with_timeout
 from silo.membership.options import SiloOptions
 from silo.membership.probing import ProbeOutcome, Prober
+from silo.membership.ring import probe_targets
 from silo.membership.table_manager import MembershipTableManager
 
 logger = logging.getLogger(__name__)
+
+
+JOIN_PINGS_IN_FLIGHT = 32
+"""At most this many connectivity pings of one joining silo in flight at once: a silo joining a
+cluster of a thousand must not open a thousand calls (and channels) in one burst."""
 
 
 def join_heartbeat_watch(options: SiloOptions) -> float:
@@ -41,7 +48,9 @@ class MembershipAgent:
         options: SiloOptions,
         clock: Clock,
         prober: Prober,
+        random: random_module.Random | None = None,
     ) -> None:
+        self._random = random or random_module.Random()
         self._manager = manager
         self._address = address
         self._options = options
@@ -88,8 +97,12 @@ class MembershipAgent:
         logger.info("silo %s is Active", self._address)
 
     async def _validate_connectivity(self, deadline: float) -> None:
-        """Ping every live Active silo each ``probe_timeout`` until all answer or the deadline passes.
+        """Ping every live Active silo until each has answered once, or the deadline passes
+        (beyond ``max_join_validation_pings`` silos, a sample of that many: see the option).
 
+        A silo that answered is not pinged again: the rounds (one each ``probe_timeout``, on a
+        fresh read) ping only the silos that have not answered yet, so joining a cluster of N
+        costs about N pings, not N per round. At most ``JOIN_PINGS_IN_FLIGHT`` are in flight.
         A silo that does not answer blocks the join only while it may be alive: a row whose
         heartbeat we watched for a whole ``join_heartbeat_watch`` without seeing it move is
         a crashed silo nobody has declared Dead yet (e.g. after a whole-cluster crash), and
@@ -97,15 +110,21 @@ class MembershipAgent:
         """
         liveness = self._manager.liveness
         watch = join_heartbeat_watch(self._options)
+        answered: set[SiloAddress] = set()
+        sample: set[SiloAddress] | None = None  # None: every fresh Active silo
+        in_flight = asyncio.Semaphore(JOIN_PINGS_IN_FLIGHT)
         while True:
             self._check_not_terminated()
-            snapshot = self._manager.snapshot
-            peers = [s for s in liveness.fresh(snapshot) if s != self._address]
-            answers = await asyncio.gather(*(self._ping(peer) for peer in peers))
+            fresh = [s for s in liveness.fresh(self._manager.snapshot) if s != self._address]
+            if sample is None and len(fresh) > self._options.max_join_validation_pings:
+                sample = self._validation_sample(fresh, answered)
+            peers = [s for s in fresh if s not in answered and (sample is None or s in sample)]
+            answers = await asyncio.gather(*(self._ping(peer, in_flight) for peer in peers))
+            answered.update(peer for peer, answer in zip(peers, answers, strict=True) if answer)
             unreachable = [
                 peer
-                for peer, answered in zip(peers, answers, strict=True)
-                if not answered and liveness.seen_heartbeating(peer, watch) is not False
+                for peer, answer in zip(peers, answers, strict=True)
+                if not answer and liveness.seen_heartbeating(peer, watch) is not False
             ]
             if not unreachable:
                 return
@@ -124,14 +143,23 @@ class MembershipAgent:
             except TableUnavailableError:
                 logger.debug("silo %s: table unreachable while validating connectivity", self._address)
 
-    async def _ping(self, peer: SiloAddress) -> bool:
+    def _validation_sample(self, fresh: list[SiloAddress], answered: set[SiloAddress]) -> set[SiloAddress]:
+        """``max_join_validation_pings`` silos of ``fresh``: those that answered already, the ones
+        we will probe once Active, then others at random."""
+        limit = self._options.max_join_validation_pings
+        sample = set(answered) | set(probe_targets(self._address, fresh, self._options.num_probed_silos))
+        rest = [silo for silo in fresh if silo not in sample]
+        return sample | set(self._random.sample(rest, max(0, min(len(rest), limit - len(sample)))))
+
+    async def _ping(self, peer: SiloAddress, in_flight: asyncio.Semaphore) -> bool:
         timeout = self._options.probe_timeout
-        try:
-            outcome = await with_timeout(self._clock, self._prober.ping(peer, timeout), timeout)
-            return outcome is ProbeOutcome.ANSWERED
-        except Exception as exc:
-            logger.debug("silo %s: join ping of %s failed: %r", self._address, peer, exc)
-            return False
+        async with in_flight:
+            try:
+                outcome = await with_timeout(self._clock, self._prober.ping(peer, timeout), timeout)
+                return outcome is ProbeOutcome.ANSWERED
+            except Exception as exc:
+                logger.debug("silo %s: join ping of %s failed: %r", self._address, peer, exc)
+                return False
 
     async def _give_up(self) -> None:
         """Best effort: leave no Joining row behind after a failed join."""

@@ -231,11 +231,15 @@ class ClusterHealthMonitor:
         """On the minority side, look for our verdict in the table (``on_minority``).
 
         The majority's gossip cannot cross a partition. Judged on the plain detection time,
-        not the one our local health lengthens: this only reads, it never votes.
+        not the one our local health lengthens: this only reads, it never votes. A monitor that
+        has not had one detection time to get an answer is not judged yet: in a cluster whose
+        ring changes (a join storm) new monitors must not make every silo re-read the whole
+        table every probe timeout.
         """
-        fresh = self._fresh_monitors()
-        heard = sum(1 for monitor in fresh if monitor.heard_within(self._options.detection_time))
-        if fresh and not may_vote(heard, len(fresh)):
+        window = self._options.detection_time
+        judged = [monitor for monitor in self._fresh_monitors() if monitor.answered or monitor.silence() >= window]
+        heard = sum(1 for monitor in judged if monitor.heard_within(window))
+        if judged and not may_vote(heard, len(judged)):
             self._on_minority()
 
     def intermediaries(self) -> list[SiloAddress]:

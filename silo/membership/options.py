@@ -119,6 +119,12 @@ class SiloOptions:
     defunct_silo_cleanup_period: float = _HOUR
     """Seconds between cleanups of defunct rows (done by the oldest Active silo only)."""
 
+    max_join_validation_pings: int = 1000
+    """Active silos a joining silo must reach before it turns Active: every one while there are
+    at most this many, else this many: the silos it will probe and others chosen at random.
+    Validating against all of N silos costs N pings per joining silo, N^2 / 2 in a cluster that
+    starts at once; a random sample still catches a silo that cannot reach a share of them."""
+
     def __post_init__(self) -> None:
         self._check_types()
         self._check_ranges()

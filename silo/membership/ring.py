@@ -9,10 +9,20 @@ probed by someone.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 from membership_tables import SiloAddress
 from silo.hashing import ring_position
+
+RING_POSITIONS_CACHED = 1 << 16
+"""Ring positions remembered (a blake2b each): every silo recomputes its targets on every
+refresh, over every Active silo, on every ring."""
+
+
+@functools.lru_cache(maxsize=RING_POSITIONS_CACHED)
+def _position(silo: SiloAddress, ring: int) -> int:
+    return ring_position(silo, ring)
 
 
 def probe_targets(local: SiloAddress, silos: Iterable[SiloAddress], num_rings: int) -> list[SiloAddress]:
@@ -20,18 +30,23 @@ def probe_targets(local: SiloAddress, silos: Iterable[SiloAddress], num_rings: i
 
     When a ring's successor was already chosen on an earlier ring, the next successor on
     that ring is taken instead. Never returns ``local``; returns fewer targets than
-    ``num_rings`` when there are fewer other silos.
+    ``num_rings`` when there are fewer other silos. A ring orders silos by (position,
+    address); the successor is the first after ``local`` in that order, wrapping around:
+    found in one pass, without sorting the cluster.
     """
-    members = sorted(set(silos) | {local})
+    others = set(silos) - {local}
     chosen: list[SiloAddress] = []
     for ring in range(num_rings):
-        if len(chosen) == len(members) - 1:
+        candidates = others.difference(chosen)
+        if not candidates:
             break
-        order = sorted(members, key=lambda silo: (ring_position(silo, ring), silo))
-        start = order.index(local)
-        for step in range(1, len(order)):
-            candidate = order[(start + step) % len(order)]
-            if candidate not in chosen:
-                chosen.append(candidate)
-                break
+        here = (_position(local, ring), local)
+
+        def cyclic_order(
+            silo: SiloAddress, ring: int = ring, here: tuple[int, SiloAddress] = here
+        ) -> tuple[bool, int, SiloAddress]:
+            place = (_position(silo, ring), silo)
+            return (place < here, *place)  # after ``local`` first, then the wrapped-around ones
+
+        chosen.append(min(candidates, key=cyclic_order))
     return chosen

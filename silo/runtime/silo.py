@@ -131,8 +131,9 @@ class Silo:
             random=self._random,
         )
         self._agent = MembershipAgent(
-            manager=self._manager, address=address, options=options, clock=self._clock, prober=prober
-        )
+            manager=self._manager, address=address, options=options, clock=self._clock, prober=prober,
+            random=self._random,
+        )  # fmt: skip
         self._cleanup = CleanupAgent(manager=self._manager, address=address, options=options, clock=self._clock)
         self._status = SiloStatus.CREATED
         self._started = False

@@ -9,6 +9,7 @@ too: the silo we probe is gone even if its host:port answers.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import grpc
@@ -22,6 +23,14 @@ from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.wire.tls import ChannelPool, TlsSettings
 
 log = logging.getLogger(__name__)
+
+MAX_CHANNELS = 64
+"""Channels one prober keeps open at most (least recently used closed first): its ring targets,
+intermediaries and recent gossip peers stay; a join's or a majority check's sweep over the whole
+cluster does not leave a channel per silo behind."""
+
+CLOSE_GRACE_SECONDS = 60.0
+"""An evicted channel closes once its calls in flight are done (their deadlines are shorter)."""
 
 INDIRECT_DEADLINE_FACTOR = 2.0
 """An indirect probe gives the intermediary ``timeout`` to reach the target, and the whole
@@ -79,7 +88,11 @@ class GrpcProber:
         self._cluster_id = cluster_id
         self._sender = sender
         self._gossip_timeout = gossip_timeout
-        self._channels = ChannelPool(cluster_id, tls, CHANNEL_OPTIONS, aio=True)
+        self._closing: dict[asyncio.Task[None], grpc.aio.Channel] = {}
+        """Evicted channels still closing (after their calls in flight)."""
+        self._channels = ChannelPool(
+            cluster_id, tls, CHANNEL_OPTIONS, aio=True, max_channels=MAX_CHANNELS, evict=self._close_later
+        )
 
     async def ping(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
         try:
@@ -141,6 +154,11 @@ class GrpcProber:
         """``target``'s current view (raises ``grpc.aio.AioRpcError`` on failure)."""
         return await self._call(target, codec.GET_MEMBERSHIP, pb.GetMembershipRequest(header=self._header()), timeout)
 
+    @property
+    def open_channels(self) -> int:
+        """Channels cached now (at most ``MAX_CHANNELS``)."""
+        return len(self._channels)
+
     async def __aenter__(self) -> GrpcProber:
         return self
 
@@ -148,9 +166,15 @@ class GrpcProber:
         await self.close()
 
     async def close(self) -> None:
-        """Close every cached channel."""
-        for channel in self._channels.drain():
-            await channel.close()
+        """Close every cached channel (and wait for the evicted ones still closing)."""
+        for channel in [*self._channels.drain(), *self._closing.values()]:
+            await channel.close()  # no grace: calls still in flight on an evicted channel end now
+        await asyncio.gather(*self._closing, return_exceptions=True)
+
+    def _close_later(self, channel: grpc.aio.Channel) -> None:
+        task = asyncio.get_running_loop().create_task(channel.close(CLOSE_GRACE_SECONDS))
+        self._closing[task] = channel
+        task.add_done_callback(self._closing.pop)
 
     def _header(self) -> pb.RequestHeader:
         return codec.header(self._cluster_id, self._sender)

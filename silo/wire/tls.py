@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,6 +168,11 @@ class ChannelPool:
     ``get`` opens channels lazily. After a rotation it opens new ones; the old ones are kept
     (calls in flight finish on them) until ``drain`` hands every channel to the owner to close.
     ``aio`` chooses ``grpc.aio`` channels (asyncio callers) or blocking ones.
+
+    ``max_channels`` bounds the pool: opening one more hands the least recently used channel to
+    ``evict`` (the owner closes it, letting its calls in flight finish). A silo of a large cluster
+    talks to every other one now and then (its join, a majority check, gossip); kept forever,
+    those channels were a thousand per silo at a thousand silos.
     """
 
     def __init__(
@@ -177,7 +183,13 @@ class ChannelPool:
         *,
         aio: bool,
         clock: Callable[[], float] = time.monotonic,
+        max_channels: int | None = None,
+        evict: Callable[[Any], None] | None = None,
     ) -> None:
+        if max_channels is not None and (max_channels < 1 or evict is None):
+            raise ValueError(f"max_channels must be at least 1 and come with evict, got {max_channels} and {evict}")
+        self._max_channels = max_channels
+        self._evict = evict
         self._options = list(options)
         self._aio = aio
         self._clock = clock
@@ -185,24 +197,33 @@ class ChannelPool:
         if self._files is not None:
             self._options.append(("grpc.ssl_target_name_override", cluster_dns_name(cluster_id)))
         self._checked = clock()
-        self._channels: dict[str, Any] = {}
+        self._channels: OrderedDict[str, Any] = OrderedDict()
+        """By endpoint, least recently used first."""
         self._retired: list[Any] = []
 
     @property
     def tls(self) -> bool:
         return self._files is not None
 
+    def __len__(self) -> int:
+        """Current channels (not those retired after a rotation)."""
+        return len(self._channels)
+
     def get(self, endpoint: str) -> Any:
         self._follow_rotation()
         channel = self._channels.get(endpoint)
-        if channel is None:
-            channel = self._channels[endpoint] = self._open(endpoint)
+        if channel is not None:
+            self._channels.move_to_end(endpoint)
+            return channel
+        channel = self._channels[endpoint] = self._open(endpoint)
+        if self._max_channels is not None and self._evict is not None and len(self._channels) > self._max_channels:
+            self._evict(self._channels.popitem(last=False)[1])
         return channel
 
     def drain(self) -> list[Any]:
         """Every channel opened and not drained yet (current and retired), to close."""
         channels = [*self._channels.values(), *self._retired]
-        self._channels, self._retired = {}, []
+        self._channels, self._retired = OrderedDict(), []
         return channels
 
     def _follow_rotation(self) -> None:
@@ -211,7 +232,7 @@ class ChannelPool:
         self._checked = self._clock()
         if self._files.refresh():
             self._retired.extend(self._channels.values())
-            self._channels = {}
+            self._channels = OrderedDict()
 
     def _open(self, endpoint: str) -> Any:
         if self._files is None:

@@ -12,6 +12,7 @@ from silo.errors import DeclaredDeadError, JoinError, TableUnavailableAtStartErr
 from silo.exit_codes import ExitCode
 from silo.membership.agent import join_heartbeat_watch
 from silo.membership.clock import FakeClock
+from silo.membership.ring import probe_targets
 from tests.silo.harness import (
     LOCAL,
     T0,
@@ -129,6 +130,55 @@ async def test_join_succeeds_once_the_peer_answers() -> None:
     await clock.advance(LOCAL.probe_timeout)
     await joining
     assert silo.status is SiloStatus.ACTIVE
+    await silo.stop()
+
+
+@async_test
+async def test_join_pings_a_silo_that_answered_only_once() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table, row(PEER, when=T0), row(OTHER, when=T0))
+    reachable = {PEER: False, OTHER: True}
+    prober = FunctionProber(reachable=lambda target: reachable[target])
+    silo = make_silo(table, ME, clock, prober=prober)
+    joining = asyncio.create_task(silo.start())
+    for _ in range(4):
+        await clock.advance(LOCAL.probe_timeout)
+        for peer in (PEER, OTHER):
+            table.update_i_am_alive(peer, clock.now())
+    assert not joining.done()
+    assert prober.pings.count(PEER) >= 4  # every round
+    assert prober.pings.count(OTHER) == 1  # answered in the first round: not pinged again
+    reachable[PEER] = True
+    await clock.advance(LOCAL.probe_timeout)
+    await joining
+    assert silo.status is SiloStatus.ACTIVE
+    await silo.stop()
+
+
+@async_test
+async def test_beyond_max_join_validation_pings_a_joiner_pings_its_targets_and_a_random_sample() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    peers = [address(port) for port in range(10, 18)]
+    seed(table, *(row(peer, when=T0) for peer in peers))
+    options = LOCAL.with_overrides({"num_probed_silos": 2, "max_join_validation_pings": 3})
+    prober = FunctionProber()
+    silo = make_silo(table, ME, clock, prober=prober, options=options)
+    await silo.start()
+    validated = set(prober.pings)
+    assert len(validated) == 3
+    assert set(probe_targets(ME, peers, 2)) <= validated  # the silos it is about to probe, and one more
+    await silo.stop()
+
+
+@async_test
+async def test_up_to_max_join_validation_pings_a_joiner_pings_every_active_silo() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    peers = [address(port) for port in range(10, 13)]
+    seed(table, *(row(peer, when=T0) for peer in peers))
+    prober = FunctionProber()
+    silo = make_silo(table, ME, clock, prober=prober, options=LOCAL.with_overrides({"max_join_validation_pings": 3}))
+    await silo.start()
+    assert set(prober.pings) == set(peers)
     await silo.stop()
 
 

@@ -167,6 +167,25 @@ async def ring_sampling_rig(our_side: set[SiloAddress]) -> Rig:
 
 
 @async_test
+async def test_new_monitors_that_had_no_detection_time_yet_do_not_make_a_silo_reread() -> None:
+    rig = Rig(reachable=lambda silo: False)  # nobody answers: a minority, once the monitors had their chance
+    clock, publisher, liveness, cluster, options, rereads = (
+        rig.clock, rig.publisher, rig.liveness, rig.cluster, rig.options, rig.rereads
+    )  # fmt: skip
+    snapshot = view(row(ME), *(row(peer) for peer in PEERS[:4]), version=1)
+    liveness.observe(snapshot)
+    cluster.start()
+    await publisher.publish(snapshot)
+    while clock.monotonic() + options.probe_timeout < options.detection_time:
+        await clock.advance(options.probe_timeout)
+    assert rereads == []  # not judged yet (a join storm creates monitors all the time)
+    await clock.advance(options.detection_time)
+    liveness.observe(view(row(ME), *(row(peer, when=clock.now()) for peer in PEERS[:4]), version=1))
+    await clock.advance(options.probe_timeout * 2)
+    assert rereads  # silent for a whole detection time: we look for our verdict
+
+
+@async_test
 async def test_with_ring_sampling_a_minority_silo_that_hears_its_sample_still_does_not_vote() -> None:
     sample = probe_targets(ME, [ME, *TWELVE], RING_OF_TWO.num_probed_silos)
     minority = {*sample, *[peer for peer in TWELVE if peer not in sample][:3]}  # 6 of 12 with us: not a strict majority

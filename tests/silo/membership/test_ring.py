@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 from collections import Counter
@@ -75,3 +76,24 @@ def test_the_local_silo_need_not_be_in_the_list() -> None:
     joining = SiloAddress("10.0.0.9", 12000, 5)
     targets = probe_targets(joining, silos, 10)
     assert sorted(targets) == silos
+
+
+def sorted_ring_targets(local: SiloAddress, silos: list[SiloAddress], num_rings: int) -> list[SiloAddress]:
+    """The definition, by sorting each ring: the first silo after ``local`` not chosen yet."""
+    members = sorted(set(silos) | {local})
+    chosen: list[SiloAddress] = []
+    for ring in range(num_rings):
+        order = sorted(members, key=lambda silo: (ring_position(silo, ring), silo))
+        start = order.index(local)
+        following = [order[(start + step) % len(order)] for step in range(1, len(order))]
+        chosen += [silo for silo in following if silo not in chosen][:1]
+    return chosen
+
+
+def test_targets_match_the_sorted_rings_for_random_clusters() -> None:
+    rng = random.Random(11)
+    for _ in range(200):
+        silos = [SiloAddress("10.0.0.1", rng.randint(1, 50), rng.randint(1, 3)) for _ in range(rng.randint(1, 30))]
+        local = rng.choice([*silos, SiloAddress("10.0.0.2", 1, 1)])
+        rings = rng.randint(1, 6)
+        assert probe_targets(local, silos, rings) == sorted_ring_targets(local, silos, rings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from membership_tables import MembershipEntry, MembershipTableData, SiloAddress,
 from silo.membership.probing import GossipMessage, GossipSender, IndirectProbeResult, ProbeOutcome, Prober
 from silo.membership.snapshot import MembershipDelta
 from silo.wire import codec
-from silo.wire.prober import GrpcProber, IntermediaryUnreachableError
+from silo.wire.prober import MAX_CHANNELS, GrpcProber, IntermediaryUnreachableError
 from tests.silo.harness import T0
 from tests.silo.rpc_fakes import CLUSTER, FakeHandler, run, serving
 
@@ -146,3 +147,19 @@ def test_get_membership_reads_a_peers_view() -> None:
             return codec.address_from_proto(response.responder).port
 
     assert run(scenario()) > 0
+
+
+def test_a_prober_keeps_at_most_max_channels_and_reopens_an_evicted_one() -> None:
+    async def scenario() -> tuple[ProbeOutcome, int, ProbeOutcome, int]:
+        async with serving(FakeHandler) as (_, handler), GrpcProber(CLUSTER, ME) as prober:
+            first = await prober.ping(handler.silo_address, 2.0)
+            closed = [SiloAddress("127.0.0.1", port, 1) for port in range(1, MAX_CHANNELS + 6)]  # privileged: refused
+            await asyncio.gather(*(prober.ping(target, 2.0) for target in closed))
+            kept = prober.open_channels
+            again = await prober.ping(handler.silo_address, 2.0)  # its channel was evicted: opened anew
+            return first, kept, again, prober.open_channels
+
+    first, kept, again, after = run(scenario())
+    assert (first, again) == (ProbeOutcome.ANSWERED, ProbeOutcome.ANSWERED)
+    assert kept == MAX_CHANNELS
+    assert after == MAX_CHANNELS

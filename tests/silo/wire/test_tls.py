@@ -194,3 +194,19 @@ def test_a_channel_pool_opens_new_channels_after_a_rotation(ca: TestCa) -> None:
     assert second in drained
     for channel in drained:
         channel.close()
+
+
+def test_a_bounded_channel_pool_evicts_the_least_recently_used_channel() -> None:
+    evicted: list[object] = []
+    pool = ChannelPool(CLUSTER, None, CHANNEL_OPTIONS, aio=False, max_channels=2, evict=evicted.append)
+    first, second = pool.get("127.0.0.1:1"), pool.get("127.0.0.1:2")
+    assert pool.get("127.0.0.1:1") is first  # now the most recently used
+    third = pool.get("127.0.0.1:3")
+    assert evicted == [second]
+    assert pool.get("127.0.0.1:1") is first
+    drained = pool.drain()
+    assert set(map(id, drained)) == {id(first), id(third)}
+    for channel in [*drained, *evicted]:
+        channel.close()  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="max_channels must be at least 1 and come with evict"):
+        ChannelPool(CLUSTER, None, CHANNEL_OPTIONS, aio=False, max_channels=2)
