@@ -156,7 +156,8 @@ class MembershipTableManager:
         self._periods_since_full_read = 0
         """Periodic refreshes since the last full read (of any cause)."""
         self._ballots: list[_Ballot] = []
-        self._casting: asyncio.Task[None] | None = None
+        self._casting = False
+        self._cast_tasks: set[asyncio.Task[None]] = set()
         self._empty = MembershipSnapshot(MembershipTableData((), UNINITIALIZED_VERSION))
         self.liveness = LivenessTracker(options, clock.monotonic)
         """Which peers are fresh, on our own monotonic clock (fed by every read)."""
@@ -508,40 +509,58 @@ class MembershipTableManager:
         return outcome
 
     async def _vote_once(self, target: SiloAddress, *, others_unheard: bool, settled: bool) -> VoteOutcome:
-        """One read-and-write attempt of a vote, cast together with the votes of ours queued beside it."""
+        """One read-and-write attempt of a vote, cast together with the votes of ours queued beside it.
+
+        Votes that come while a batch is in flight wait for the next one: when a rack or a
+        zone is lost, this silo's monitors of its silos vote at about the same moment, and
+        instead of racing each other for the version row (one write each, all but one lost),
+        the ones behind the first share one read and one ``update_rows``, and the silos whose
+        quorum they complete are declared Dead in one version. A vote with no other in flight
+        is cast at once by its own caller.
+        """
         ballot = _Ballot(target, others_unheard, settled, asyncio.get_running_loop().create_future())
         self._ballots.append(ballot)
-        if self._casting is None or self._casting.done():
-            self._casting = asyncio.create_task(self._cast_queued_ballots())
-        return await asyncio.shield(ballot.outcome)
+        if self._casting:
+            return await asyncio.shield(ballot.outcome)
+        self._casting = True
+        try:
+            await self._cast_next_batch()
+        finally:
+            if self._ballots:  # queued behind ours: the next batch, cast in the background
+                task = asyncio.create_task(self._cast_the_rest())
+                self._cast_tasks.add(task)
+                task.add_done_callback(self._cast_tasks.discard)
+            else:
+                self._casting = False
+        return ballot.outcome.result()
 
-    async def _cast_queued_ballots(self) -> None:
-        """Cast queued votes, as many as one write of the store takes, in one read and one conditional write.
+    async def _cast_the_rest(self) -> None:
+        try:
+            while self._ballots:
+                await self._cast_next_batch()
+        finally:
+            self._casting = False
+            for ballot in self._ballots:  # only if this task was cancelled (the silo stops)
+                if not ballot.outcome.done():
+                    ballot.outcome.set_exception(TableUnavailableError("the silo stopped before casting this vote"))
+            self._ballots.clear()
 
-        Votes that come while a batch is in flight wait for the next: when a rack or a zone
-        is lost, this silo's monitors of its silos vote at about the same moment, and instead
-        of racing each other for the version row (one write each, all but one lost), they
-        share one read and one ``update_rows``, and the silos whose quorum they complete are
-        declared Dead in one version.
-        """
-        while self._ballots:
-            await asyncio.sleep(0)  # votes of this same moment join the batch
-            batch = self._ballots[: self._table.max_rows_per_update]
-            del self._ballots[: len(batch)]
-            try:
-                outcomes = await self._cast(batch)
-            except Exception as exc:
-                for ballot in batch:
-                    if not ballot.outcome.done():
-                        ballot.outcome.set_exception(exc)
-                continue
-            except asyncio.CancelledError:
-                for ballot in (*batch, *self._ballots):
-                    ballot.outcome.cancel()
-                raise
+    async def _cast_next_batch(self) -> None:
+        batch = self._ballots[: self._table.max_rows_per_update]
+        del self._ballots[: len(batch)]
+        try:
+            outcomes = await self._cast(batch)
+        except BaseException as exc:
+            failure = exc if isinstance(exc, Exception) else TableUnavailableError("the vote was interrupted")
             for ballot in batch:
                 if not ballot.outcome.done():
-                    ballot.outcome.set_result(outcomes[ballot.target])
+                    ballot.outcome.set_exception(failure)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for ballot in batch:
+            if not ballot.outcome.done():
+                ballot.outcome.set_result(outcomes[ballot.target])
 
     async def _cast(self, batch: list[_Ballot]) -> dict[SiloAddress, VoteOutcome]:
         data = await self._access.attempt(self._table.read_all)
@@ -685,9 +704,9 @@ class MembershipTableManager:
     async def stop(self) -> None:
         if self._refresher is not None:
             await self._refresher.stop()
-        if self._casting is not None:
-            self._casting.cancel()
-            await asyncio.gather(self._casting, return_exceptions=True)
+        for task in list(self._cast_tasks):
+            task.cancel()
+        await asyncio.gather(*self._cast_tasks, return_exceptions=True)
         if self._requested is not None:
             self._requested.cancel()
             await asyncio.gather(self._requested, return_exceptions=True)

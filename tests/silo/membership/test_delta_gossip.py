@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 from datetime import timedelta
 
 from membership_tables import (
@@ -24,19 +25,25 @@ from silo.membership.clock import FakeClock
 from silo.membership.options import SiloOptions
 from silo.membership.probing import GossipMessage
 from silo.membership.snapshot import MembershipDelta, MembershipSnapshot
-from silo.membership.table_access import run_inline
+from silo.membership.table_access import BlockingRunner, run_inline
 from silo.membership.table_manager import MembershipTableManager, VoteOutcome
 from tests.silo.harness import T0, FlakyTable, address, async_test, memory_table, row, seed, view
 
 ME, PEER, OTHER = address(1), address(2), address(3)
 OPTIONS = SiloOptions.local()
+T = TypeVar("T")
 
 
 class Node:
     """One table manager with its own recording handle on the shared store, and what it gossiped."""
 
     def __init__(
-        self, store: MembershipTable, me: SiloAddress, clock: FakeClock, peers: dict[SiloAddress, Node]
+        self,
+        store: MembershipTable,
+        me: SiloAddress,
+        clock: FakeClock,
+        peers: dict[SiloAddress, Node],
+        run_blocking: BlockingRunner = run_inline,
     ) -> None:
         self.table = FlakyTable(store)
         self.gossiped: list[tuple[GossipMessage, tuple[SiloAddress, ...]]] = []
@@ -58,7 +65,7 @@ class Node:
             options=OPTIONS,
             clock=clock,
             random=random.Random(5),
-            run_blocking=run_inline,
+            run_blocking=run_blocking,
             on_write=on_write,
             fetch_view=fetch_view,
         )
@@ -68,6 +75,12 @@ class Node:
         calls = list(self.table.calls)
         self.table.calls.clear()
         return calls
+
+
+async def run_after_a_yield(call: Callable[[], T]) -> T:
+    """A table runner that suspends once, like a worker thread: votes queue behind one in flight."""
+    await asyncio.sleep(0)
+    return call()
 
 
 def rows_without_heartbeats(data: MembershipTableData) -> list[tuple[object, ...]]:
@@ -274,19 +287,22 @@ async def test_votes_of_one_moment_are_cast_in_one_write_and_several_deaths_take
     lost = (address(4), address(5))
     seed(store, row(ME), row(PEER), row(OTHER), *(row(silo).replace(suspect_times=((PEER, T0),)) for silo in lost))
     nodes: dict[SiloAddress, Node] = {}
-    voter = Node(store, ME, clock, nodes)
+    voter = Node(store, ME, clock, nodes, run_blocking=run_after_a_yield)
     await voter.manager.refresh()
     voter.table_calls()
     version = store.read_version().version
-    outcomes = await asyncio.gather(*(voter.manager.try_vote(silo) for silo in (*lost, OTHER)))
-    assert outcomes == [VoteOutcome.DECLARED_DEAD, VoteOutcome.DECLARED_DEAD, VoteOutcome.VOTED]
-    assert voter.table_calls() == ["read_all", "update_rows_with_etags"]
-    assert store.read_version().version == version + 1
+    first = asyncio.create_task(voter.manager.try_vote(OTHER))  # in flight: the rack's votes queue behind it
+    await asyncio.sleep(0)
+    outcomes = await asyncio.gather(*(voter.manager.try_vote(silo) for silo in lost))
+    assert await first is VoteOutcome.VOTED
+    assert outcomes == [VoteOutcome.DECLARED_DEAD, VoteOutcome.DECLARED_DEAD]
+    assert voter.table_calls() == ["read_all", "update_rows_with_etags"] * 2
+    assert store.read_version().version == version + 2
     assert [store.read_all().get(silo)[0].status for silo in lost] == [SiloStatus.DEAD] * 2  # type: ignore[index]
-    [(message, declared)] = voter.gossiped
+    [_, (message, declared)] = voter.gossiped
     assert declared == lost
     assert message.delta is not None
-    assert sorted(entry.silo_address for entry, _ in message.delta.rows) == [OTHER, *lost]
+    assert sorted(entry.silo_address for entry, _ in message.delta.rows) == list(lost)
 
 
 @async_test
@@ -294,7 +310,7 @@ async def test_a_batch_that_loses_the_race_is_retried_by_each_vote() -> None:
     store, clock = memory_table(), FakeClock(T0)
     seed(store, row(ME), row(PEER), row(OTHER), row(address(4)))
     nodes: dict[SiloAddress, Node] = {}
-    voter = Node(store, ME, clock, nodes)
+    voter = Node(store, ME, clock, nodes, run_blocking=run_after_a_yield)
     await voter.manager.refresh()
     original = voter.table.inner.update_rows_with_etags
     raced = False
@@ -308,8 +324,12 @@ async def test_a_batch_that_loses_the_race_is_retried_by_each_vote() -> None:
 
     voter.table.inner.update_rows_with_etags = someone_writes_first  # type: ignore[method-assign]
     voter.table_calls()
+    first = asyncio.create_task(voter.manager.try_vote(PEER))
+    await asyncio.sleep(0)
     outcomes = await asyncio.gather(voter.manager.try_vote(OTHER), voter.manager.try_vote(address(4)))
+    assert await first is VoteOutcome.VOTED
     assert outcomes == [VoteOutcome.VOTED, VoteOutcome.VOTED]
+    # PEER's vote alone, lost; then the two queued behind it and PEER's retry, together, won
     assert voter.table_calls() == ["read_all", "update_rows_with_etags"] * 2
-    for silo in (OTHER, address(4)):
+    for silo in (PEER, OTHER, address(4)):
         assert [by for by, _ in store.read_all().get(silo)[0].suspect_times] == [ME]  # type: ignore[index]
