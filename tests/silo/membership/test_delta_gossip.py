@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable, Sequence
-from typing import TypeVar
 from datetime import timedelta
+from typing import TypeVar
 
 from membership_tables import (
     CommittedWrite,
