@@ -71,13 +71,16 @@ _FULL_READ = re.compile(r"^SELECT .* FROM silo_membership WHERE silo_membership\
 """``read_all``'s members query: filtered by cluster only (``read_row`` adds the key, cleanup the status)."""
 
 
-def statement_counts(server: services.BenchPostgresServer, database: str) -> Counts:
-    """Calls so far of the statement shapes we count, in ``database`` (see the module docstring)."""
+def statement_counts(server: services.BenchPostgresServer, database: str, role: str | None = None) -> Counts:
+    """Calls so far of the statement shapes we count, in ``database`` (see the module docstring);
+    only those ``role`` ran if given."""
+    query = "SELECT query, calls FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)"
+    parameters: tuple[str, ...] = (database,)
+    if role is not None:
+        query += " AND userid = (SELECT oid FROM pg_roles WHERE rolname = %s)"
+        parameters = (database, role)
     with server.connect(database) as connection:
-        rows = connection.execute(
-            "SELECT query, calls FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)",
-            (database,),
-        ).fetchall()
+        rows = connection.execute(query.encode(), parameters).fetchall()
     counts = {"full_reads": 0, "all_reads": 0, "version_writes": 0, "heartbeats": 0, "statements": 0}
     for query, calls in rows:
         text = " ".join(str(query).split())

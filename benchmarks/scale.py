@@ -27,10 +27,11 @@ import math
 import os
 import random
 import signal
+import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ from benchmarks.common import (
     wall,
     workdir,
 )
-from benchmarks.propagation import statement_counts
+from benchmarks.propagation import Counts, difference, reads_per_change, statement_counts, window_counts
 from benchmarks.silo_cluster import BenchCluster, KillTrial
 from membership_tables import MembershipTableData, SiloStatus, TableUnavailableError, open_table
 from silo.membership.options import SiloOptions
@@ -100,11 +101,15 @@ class Config:
     steady_window: float = 300.0
     """Seconds of steady state watched for false deaths and counted for store load (``--steady``)."""
     detection_trials: int = 3
+    change_window: float = 10.0
+    """Seconds counted after each kill, and just before it (the baseline), for the reads a death causes."""
     seed: int = 3
 
     @classmethod
     def quick(cls) -> Config:
-        return cls(sizes=(20,), per_process=10, join_timeout=120.0, steady_window=5.0, detection_trials=1)
+        return cls(
+            sizes=(20,), per_process=10, join_timeout=120.0, steady_window=5.0, detection_trials=1, change_window=2.0
+        )
 
 
 def overrides(config: Config) -> dict[str, str]:
@@ -237,21 +242,35 @@ def watch_steady(uri: str, config: Config, hosts: list[ServerProcess]) -> list[t
     return samples
 
 
-async def detection_at_scale(uri: str, config: Config, root: Path) -> list[KillTrial]:
-    """Start one separate ``silo run`` and SIGKILL it, ``detection_trials`` times; the table's view of it."""
+SILOS_ROLE = "postgres"
+"""The role the silos connect as (the test server's superuser); the benchmark reads as ``WATCH_ROLE``."""
+WATCH_ROLE = "bench_watch"
+
+
+async def detection_at_scale(
+    uri: str, watch_uri: str, config: Config, root: Path, counts: Callable[[], Counts]
+) -> tuple[list[KillTrial], list[Counts]]:
+    """Start one separate ``silo run`` and SIGKILL it, ``detection_trials`` times; the table's view of it,
+    and the silos' statements in the ``change_window`` after each kill minus those in the one before it."""
     # The victim gossips even with --gossip off, so that its join reaches every hosted silo at once.
     arguments = [*set_arguments(config), "--set", "use_liveness_gossip=true"]
-    bench = BenchCluster(root, uri, "scale", arguments)
+    bench = BenchCluster(root, uri, "scale", arguments, watch_uri=watch_uri)
     rng = random.Random(config.seed)
-    trials = []
+    trials: list[KillTrial] = []
+    caused: list[Counts] = []
     try:
         for _ in range(config.detection_trials):
             await asyncio.to_thread(bench.cluster.start_active, 1, *arguments, timeout=config.join_timeout)
             await asyncio.sleep(2 * options(config).probe_timeout)  # its probers have started
+            quiet = await window_counts(counts, config.change_window)
+            before, killed_at = await asyncio.to_thread(counts), wall()
             trials.append(await bench.kill_one(rng))
+            await asyncio.sleep(max(0.0, killed_at + config.change_window - wall()))
+            change = difference(await asyncio.to_thread(counts), before)
+            caused.append({key: change[key] - quiet[key] for key in change})
     finally:
         await bench.close()
-    return trials
+    return trials, caused
 
 
 async def run(config: Config, root: Path) -> dict[str, Any]:
@@ -278,26 +297,33 @@ async def one_size(silos: int, config: Config, root: Path) -> dict[str, Any]:
             connection.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         table = open_table(uri, "scale")
         table.initialize()
+        watch_uri = server.create_login_role(database, WATCH_ROLE, "watching")
+        server.run_as_admin(database, [f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {WATCH_ROLE}"])
+        table = open_table(watch_uri, "scale")
+
+        def counts() -> Counts:
+            return statement_counts(server, database, SILOS_ROLE)
+
         started = wall()
         hosts = start_hosts(uri, silos, config, root)
         try:
-            curve = await asyncio.to_thread(wait_all_active, uri, silos, config, started, hosts)
+            curve = await asyncio.to_thread(wait_all_active, watch_uri, silos, config, started, hosts)
             all_active = curve[-1][0]
             dead_joining = dead_silos(table.read_all())
             print(
                 f"[scale] {silos} silos Active after {all_active:.1f}s, {len(dead_joining)} declared Dead", flush=True
             )
-            before = statement_counts(server, database)
+            before = counts()
             cpu_before = [cpu_seconds(host.process.pid) for host in hosts]
-            steady = await asyncio.to_thread(watch_steady, uri, config, hosts)
-            after = statement_counts(server, database)
+            steady = await asyncio.to_thread(watch_steady, watch_uri, config, hosts)
+            after = counts()
             cpu = sum(cpu_seconds(host.process.pid) for host in hosts) - sum(cpu_before)
             per_second = {key: (after[key] - before[key]) / config.steady_window for key in after}
             host_rss = [rss_mb(host.process.pid) for host in hosts]
             dead_steady = sorted(set(dead_silos(table.read_all())) - set(dead_joining))
             print(f"[scale] {silos} silos: {len(dead_steady)} declared Dead in {config.steady_window:.0f}s steady",
                   flush=True)  # fmt: skip
-            trials = await detection_at_scale(uri, config, root)
+            trials, caused = await detection_at_scale(uri, watch_uri, config, root, counts)
         finally:
             for host in hosts:  # SIGKILL: a graceful leave of hundreds of silos is not measured, only slow
                 host.signal(signal.SIGKILL)
@@ -322,6 +348,9 @@ async def one_size(silos: int, config: Config, root: Path) -> dict[str, Any]:
         "detection_table_dead": dead,
         "detection_ratio_to_floor": {"median": ratio(dead["median"], floor), "p99": ratio(dead["p99"], floor)},
         "detection_trials": [t.to_json() for t in trials],
+        "caused_per_death": caused,
+        "reads_per_change": summarize(reads_per_change(caused)),
+        "change_window_s": config.change_window,
     }
 
 
@@ -329,20 +358,25 @@ def report(results: dict[str, Any]) -> None:
     rows: list[list[object]] = []
     for size, entry in results["sizes"].items():
         if "error" in entry:
-            rows.append([size, "-", "failed", *["-"] * 11])
+            rows.append([size, "-", "failed", *["-"] * 13])
             continue
+        caused = entry.get("caused_per_death", [])
+        reads_caused = statistics.fmean(c["all_reads"] for c in caused) if caused else math.nan
+        writes_caused = statistics.fmean(c["version_writes"] for c in caused) if caused else math.nan
         ops = entry["steady_ops_per_s"]
         rows.append(
             [size, entry["processes"], entry["all_active_s"], entry["false_deaths_joining"],
              entry["false_deaths_steady"], entry["rss_mb_per_silo"], entry["cpu_percent_per_silo"],
              ops["full_reads"], ops["all_reads"], ops["version_writes"], ops["heartbeats"], ops["statements"],
-             entry["detection_table_dead"]["median"], entry["detection_ratio_to_floor"]["median"]]
+             entry["detection_table_dead"]["median"], entry["detection_ratio_to_floor"]["median"],
+             reads_caused, writes_caused]
         )  # fmt: skip
     gossip = "on" if results["gossip"] else "off"
     print_table(
         f"Silos on one PostgreSQL table, gossip {gossip} (floor {results['floor_s']}s)",
         ["silos", "processes", "all Active s", "Dead joining", "Dead steady", "MB/silo", "CPU %/silo",
-         "full reads/s", "reads/s", "writes/s", "heartbeats/s", "statements/s", "Dead median s", "median/floor"],
+         "full reads/s", "reads/s", "writes/s", "heartbeats/s", "statements/s", "Dead median s", "median/floor",
+         "reads caused per death", "writes caused per death"],
         rows,
     )  # fmt: skip
 

@@ -168,9 +168,12 @@ class BenchCluster:
         poll_table: bool = True,
         watch_views: bool = True,
         tls: TlsSettings | None = None,
+        watch_uri: str | None = None,
     ) -> None:
-        """``tls``: every silo runs over mutual TLS with these (silo) files, and the views are read with them."""
-        self.cluster = Cluster(workdir, table_uri, cluster_id)
+        """``tls``: every silo runs over mutual TLS with these (silo) files, and the views are read with them.
+        ``watch_uri``: the benchmark polls the table through it (a role of its own, so that statement
+        counts per role tell its reads from the silos')."""
+        self.cluster = Cluster(workdir, table_uri, cluster_id, watch_uri=watch_uri)
         self.poll_table = poll_table
         """False: take the Dead write from the survivors' views and never read the table during a trial
         (so that store-side statement counts are the silos' alone)."""

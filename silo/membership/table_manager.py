@@ -482,12 +482,16 @@ class MembershipTableManager:
     async def try_vote(self, target: SiloAddress, *, others_unheard: bool = False) -> VoteOutcome:
         """Vote against ``target`` on our own evidence, declaring it Dead when ours completes the quorum.
 
-        Each attempt reads the table fresh and writes conditionally; a lost race is retried
-        at once on a new read (``VOTE_ATTEMPTS`` in all). A table error ends the vote: a
-        silo that cannot read the table does not vote, and the monitor votes again later
-        on fresh evidence. ``others_unheard``: we do not hear other silos we monitor either
-        (a sign of a cut; it makes a ring-sampled death settle first).
+        A target our snapshot already holds Dead is ``ALREADY_GONE`` without a read (a gossiped
+        death reaches the other monitors before their own votes). Each attempt reads the table
+        fresh and writes conditionally; a lost race is retried at once on a new read
+        (``VOTE_ATTEMPTS`` in all). A table error ends the vote: a silo that cannot read the
+        table does not vote, and the monitor votes again later on fresh evidence.
+        ``others_unheard``: we do not hear other silos we monitor either (a sign of a cut; it
+        makes a ring-sampled death settle first).
         """
+        if self.snapshot.status_of(target) is SiloStatus.DEAD:
+            return VoteOutcome.ALREADY_GONE  # Dead is terminal: a gossiped death spares the read
         outcome = VoteOutcome.LOST_RACE
         settled = False
         attempts = 0

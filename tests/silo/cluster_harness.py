@@ -113,9 +113,13 @@ class SiloProcess:
 class Cluster:
     """Silos of one cluster id on one table URI, started with the ``local`` preset."""
 
-    def __init__(self, workdir: Path, table_uri: str, cluster_id: str, log_level: str = "INFO") -> None:
+    def __init__(
+        self, workdir: Path, table_uri: str, cluster_id: str, log_level: str = "INFO", watch_uri: str | None = None
+    ) -> None:
+        """``watch_uri``: the test reads the table through this URI (another role, say) instead of ``table_uri``."""
         self.workdir = workdir
         self.table_uri = table_uri
+        self.watch_uri = watch_uri or table_uri
         self.cluster_id = cluster_id
         self.options = SiloOptions.local()
         self.log_level = log_level
@@ -127,7 +131,7 @@ class Cluster:
     @property
     def table(self) -> MembershipTable:
         if self._table is None:
-            self._table = open_table(self.table_uri, self.cluster_id)
+            self._table = open_table(self.watch_uri, self.cluster_id)
         return self._table
 
     def start(self, count: int, *extra_args: str) -> list[SiloProcess]:

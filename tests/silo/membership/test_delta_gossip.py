@@ -333,3 +333,16 @@ async def test_a_batch_that_loses_the_race_is_retried_by_each_vote() -> None:
     assert voter.table_calls() == ["read_all", "update_rows_with_etags"] * 2
     for silo in (PEER, OTHER, address(4)):
         assert [by for by, _ in store.read_all().get(silo)[0].suspect_times] == [ME]  # type: ignore[index]
+
+
+@async_test
+async def test_a_monitor_that_learned_the_death_from_gossip_does_not_read_to_vote() -> None:
+    _, _, nodes = await cluster_of_three()
+    for voter in (ME, PEER):
+        await nodes[voter].manager.try_vote(OTHER)
+    late = Node(nodes[ME].table.inner, address(4), FakeClock(T0), nodes)
+    await late.manager.refresh()
+    late.table_calls()
+    assert late.manager.snapshot.status_of(OTHER) is SiloStatus.DEAD
+    assert await late.manager.try_vote(OTHER) is VoteOutcome.ALREADY_GONE
+    assert late.table_calls() == []
