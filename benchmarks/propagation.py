@@ -6,7 +6,9 @@ then SIGKILLs a random silo and counts again over the W seconds after the kill. 
 change's cost is the difference: table reads caused by one death (votes, the Dead write's
 own re-read, gossip-triggered re-reads). Propagation is the time from the Dead write (the
 killer's vote time, read from the survivors' views) to the last survivor's view without
-the victim. Gossip off = ``--set use_liveness_gossip=false``: views then follow only the
+the victim, each survivor's time being when it saw the death itself (the ``observed_at`` of the
+DECLARED_DEAD event on its ``WatchMembership`` stream; runs before 25 November polled the views every
+0.1 s, which bounded their resolution). Gossip off = ``--set use_liveness_gossip=false``: views then follow only the
 periodic re-read every ``table_refresh_timeout``. Gossip on runs with a slow periodic refresh
 (``Config.gossip_on_refresh``) so that the reads a change causes stand out from the periodic
 ones. Reads per change = table reads caused / versioned writes caused (a death is several
@@ -60,6 +62,8 @@ class Config:
     """``table_refresh_timeout`` of the gossip-on runs: delta gossip needs no periodic read to
     spread a change, and at the local preset's 2 s the periodic reads of 20 silos (60 per window,
     give or take one per silo at the window's edges) would bury the few reads a change causes."""
+    silo_options: tuple[str, ...] = ()
+    """More ``NAME=VALUE`` options for every silo of both modes (``--set``), e.g. ``gossip_fanout=32``."""
 
     @classmethod
     def quick(cls) -> Config:
@@ -113,8 +117,8 @@ async def one_config(
         ("--set", f"table_refresh_timeout={config.gossip_on_refresh}")
         if gossip
         else ("--set", "use_liveness_gossip=false")
-    )
-    bench = BenchCluster(root, uri, f"prop{size}", extra, poll_table=False)
+    ) + tuple(argument for option in config.silo_options for argument in ("--set", option))
+    bench = BenchCluster(root, uri, f"prop{size}", extra, poll_table=False, stream_views=True)
     trials: list[KillTrial] = []
     caused: list[Counts] = []
 

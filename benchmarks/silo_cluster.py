@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
+
 from benchmarks.common import wall
 from membership_tables import (
     MembershipTableData,
@@ -35,7 +37,9 @@ from membership_tables import (
 from silo.exit_codes import ExitCode
 from silo.membership.options import SiloOptions
 from silo.wire import codec
+from silo.wire.channels import CHANNEL_OPTIONS
 from silo.wire.prober import GrpcProber
+from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.wire.tls import TlsSettings
 from tests.silo.cluster_harness import Cluster, SiloProcess, death_bound
 
@@ -169,6 +173,7 @@ class BenchCluster:
         watch_views: bool = True,
         tls: TlsSettings | None = None,
         watch_uri: str | None = None,
+        stream_views: bool = False,
     ) -> None:
         """``tls``: every silo runs over mutual TLS with these (silo) files, and the views are read with them.
         ``watch_uri``: the benchmark polls the table through it (a role of its own, so that statement
@@ -177,6 +182,9 @@ class BenchCluster:
         self.poll_table = poll_table
         """False: take the Dead write from the survivors' views and never read the table during a trial
         (so that store-side statement counts are the silos' alone)."""
+        self.stream_views = stream_views
+        """Watch the survivors' views as streams (``WatchMembership``) and time each by the silo's own
+        ``observed_at``, instead of polling every ``POLL`` s (plaintext only)."""
         self.watch_views = watch_views
         """False: only the table is watched (no GetMembership polling of the survivors during a trial)."""
         if not (poll_table or watch_views):
@@ -296,16 +304,50 @@ class BenchCluster:
             await asyncio.sleep(POLL)
 
     async def _watch_view(self, trial: KillTrial, silo: SiloProcess, victim: SiloAddress, killed_at: float) -> None:
+        if self.stream_views:
+            await self._stream_view(trial, silo, victim, killed_at)
+            return
         while wall() < killed_at + self.bound and silo.running:
             view = await self.view(silo)
             if view is not None and excludes(view, victim):
                 trial.views[str(silo.address)] = wall() - killed_at
                 trial.view_versions[str(silo.address)] = view.version.version
-                row = view.get(victim)
-                if not self.poll_table and trial.table_dead is None and row is not None and row[0].suspect_times:
-                    trial.table_dead = max(when.timestamp() for _, when in row[0].suspect_times) - killed_at
+                self._dead_from_view(trial, view, victim, killed_at)
                 return
             await asyncio.sleep(POLL)
+
+    def _dead_from_view(
+        self, trial: KillTrial, view: MembershipTableData, victim: SiloAddress, killed_at: float
+    ) -> None:
+        """Without table polls, the Dead write's time is its last vote's, read from a survivor's view."""
+        row = view.get(victim)
+        if not self.poll_table and trial.table_dead is None and row is not None and row[0].suspect_times:
+            trial.table_dead = max(when.timestamp() for _, when in row[0].suspect_times) - killed_at
+
+    async def _stream_view(self, trial: KillTrial, silo: SiloProcess, victim: SiloAddress, killed_at: float) -> None:
+        """Watch ``silo``'s view as a stream; the time is when the silo itself saw the death (the
+        ``observed_at`` of its DECLARED_DEAD event), not when a poll of ours happened to ask."""
+        assert silo.address is not None
+        request = pb.WatchMembershipRequest(header=codec.header(self.cluster.cluster_id, None))
+        async with grpc.aio.insecure_channel(silo.address.endpoint, options=CHANNEL_OPTIONS) as channel:
+            try:
+                async with asyncio.timeout(max(0.0, killed_at + self.bound - wall())):
+                    async for message in codec.WATCH_MEMBERSHIP.bind(channel)(request):
+                        view = codec.snapshot_from_proto(message)
+                        if not excludes(view, victim):
+                            continue
+                        seen = [
+                            event.observed_at_unix_micros / 1e6
+                            for event in message.events
+                            if event.kind == pb.MEMBERSHIP_EVENT_KIND_DECLARED_DEAD
+                            and codec.address_from_proto(event.silo) == victim
+                        ]
+                        trial.views[str(silo.address)] = (seen[0] if seen else wall()) - killed_at
+                        trial.view_versions[str(silo.address)] = view.version.version
+                        self._dead_from_view(trial, view, victim, killed_at)
+                        return
+            except (TimeoutError, grpc.aio.AioRpcError):
+                return
 
     async def close(self) -> None:
         await self.prober.close()

@@ -490,7 +490,7 @@ class MembershipTableManager:
         ``others_unheard``: we do not hear other silos we monitor either (a sign of a cut; it
         makes a ring-sampled death settle first).
         """
-        if self.snapshot.status_of(target) is SiloStatus.DEAD:
+        if self.can_vote() and self.snapshot.status_of(target) is SiloStatus.DEAD:
             return VoteOutcome.ALREADY_GONE  # Dead is terminal: a gossiped death spares the read
         outcome = VoteOutcome.LOST_RACE
         settled = False

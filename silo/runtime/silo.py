@@ -144,6 +144,7 @@ class Silo:
         self._join_task: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._event_log: asyncio.Task[None] | None = None
+        self._gossip_tasks: set[asyncio.Task[None]] = set()
 
     # --- MembershipRpcHandler ---------------------------------------------------------
 
@@ -159,11 +160,23 @@ class Silo:
         return self._health.score()
 
     async def on_gossip(self, message: GossipMessage, sender: SiloAddress | None) -> None:
-        if not self._done.is_set():
-            before = self._manager.snapshot.version
-            self._gossiper.relay(message, self._manager.snapshot)
-            await self._manager.on_gossip(message, sender)
-            self._observer.gossip_received(message.version, applied=self._manager.snapshot.version > before)
+        """Relay the message, and take it in the background: the sender's call returns at once.
+
+        Catching up may take a while (a pull of the sender's view, a table read); the sender
+        must not wait for it, or its bounded send slots fill up and its call times out, which
+        makes it deal our relay group out itself (every silo of it would hear the write twice).
+        """
+        if self._done.is_set():
+            return
+        self._gossiper.relay(message, self._manager.snapshot)
+        task = asyncio.create_task(self._take_gossip(message, sender))
+        self._gossip_tasks.add(task)
+        task.add_done_callback(self._gossip_tasks.discard)
+
+    async def _take_gossip(self, message: GossipMessage, sender: SiloAddress | None) -> None:
+        before = self._manager.snapshot.version
+        await self._manager.on_gossip(message, sender)
+        self._observer.gossip_received(message.version, applied=self._manager.snapshot.version > before)
 
     async def probe_for_peer(self, target: SiloAddress, timeout: float) -> IndirectProbeResult:
         snapshot = self._manager.snapshot
@@ -325,6 +338,9 @@ class Silo:
         await asyncio.shield(self._finishing)
 
     async def _stop_roles(self, code: ExitCode) -> None:
+        for task in list(self._gossip_tasks):
+            task.cancel()
+        await asyncio.gather(*self._gossip_tasks, return_exceptions=True)
         await self._cluster.stop()
         await self._agent.stop_heartbeat()
         await self._cleanup.stop()

@@ -631,6 +631,7 @@ class TableManagerMachine(ClusterMachine):
             return
         written, calls, start = len(self.board.written), self.board.calls[member.address], self.clock.monotonic()
         was_down, board_down = member.manager.table_down, self.board.down
+        known_dead = member.manager.can_vote() and member.manager.snapshot.status_of(suspect.address) is SiloStatus.DEAD
         queue = self.board.intrusions.setdefault(member.address, deque())
         queue.extend(self.intrusion(kind, self.member(rival), member, suspect.address) for _ in range(races))
         outcome = self.run(member.manager.try_vote(suspect.address))
@@ -638,8 +639,12 @@ class TableManagerMachine(ClusterMachine):
         event(f"vote: {outcome.value}" + (f" after {races} lost race(s)" if races else ""))
         assert self.clock.monotonic() == start, "a vote must not wait: lost races are retried at once"
         mine = self.board.writes_by(member.address, written)
-        if board_down:
+        if known_dead:  # Dead is terminal: no read, no write
+            assert outcome is VoteOutcome.ALREADY_GONE
+            assert self.board.calls[member.address] == calls, "a gossiped death spares the read"
+        elif board_down:
             assert outcome is VoteOutcome.NOT_ALLOWED, f"voted while the table was down: {outcome}"
+        if board_down:
             assert len(self.board.written) == written
         if was_down:
             assert outcome is VoteOutcome.NOT_ALLOWED

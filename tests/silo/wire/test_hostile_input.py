@@ -233,6 +233,7 @@ def test_a_forged_delta_that_declares_silos_dead_stops_no_one(cluster: Cluster, 
     delta = pb.MembershipDelta(base_version=current.version, version_etag="forged", rows=forged)
     request = pb.GossipRequest(header=pb.RequestHeader(cluster_id=CLUSTER), version=current.version + 1, delta=delta)
     assert call(channel, codec.GOSSIP.path, request.SerializeToString()) == grpc.StatusCode.OK
+    time.sleep(1.0)  # the silo takes gossip in the background: give it time to check with the table
     assert cluster.statuses() == [SiloStatus.ACTIVE] * 3
     assert target.snapshot.status_of(target.silo_address) is SiloStatus.ACTIVE
 
