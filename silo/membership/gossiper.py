@@ -30,6 +30,7 @@ import random as random_module
 from collections.abc import Callable, Iterable, Sequence
 
 from membership_tables import SiloAddress, SiloStatus
+from silo.membership.background import BackgroundTasks
 from silo.membership.clock import Clock
 from silo.membership.options import SiloOptions
 from silo.membership.probing import GossipMessage, GossipSender
@@ -87,7 +88,7 @@ class Gossiper:
         self._is_fresh = is_fresh
         self._random = random or random_module.Random()
         self._in_flight = asyncio.Semaphore(options.gossip_fanout)
-        self._sends: set[asyncio.Task[None]] = set()
+        self._sends = BackgroundTasks()
 
     def publish(
         self, message: GossipMessage, snapshot: MembershipSnapshot, declared_dead: tuple[SiloAddress, ...] = ()
@@ -138,9 +139,7 @@ class Gossiper:
             self._send_soon(target, GossipMessage(message.version, message.delta, relay_to))
 
     def _send_soon(self, target: SiloAddress, message: GossipMessage) -> None:
-        task = asyncio.create_task(self._send(target, message))
-        self._sends.add(task)
-        task.add_done_callback(self._sends.discard)
+        self._sends.spawn(self._send(target, message))
 
     async def _send(self, target: SiloAddress, message: GossipMessage) -> None:
         async with self._in_flight:
@@ -155,6 +154,4 @@ class Gossiper:
             self._deal(GossipMessage(message.version, message.delta), message.relay_to)
 
     async def stop(self) -> None:
-        for task in list(self._sends):
-            task.cancel()
-        await asyncio.gather(*self._sends, return_exceptions=True)
+        await self._sends.cancel_all()

@@ -33,6 +33,7 @@ import random as random_module
 from collections.abc import Awaitable, Callable, Sequence
 
 from membership_tables import SiloAddress
+from silo.membership.background import BackgroundTasks
 from silo.membership.clock import Clock, with_timeout
 from silo.membership.local_health import LocalHealth, effective_timeout
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
@@ -92,7 +93,7 @@ class SiloHealthMonitor:
         self._last_vote: float | None = None
         self._last_denied_log: float | None = None
         self._voting: asyncio.Task[None] | None = None
-        self._probes: set[asyncio.Task[None]] = set()
+        self._probes = BackgroundTasks()
         self._loop: asyncio.Task[None] | None = None
         self.votes_cast = 0
         self._last_awake = clock.monotonic()
@@ -139,17 +140,14 @@ class SiloHealthMonitor:
 
     async def stop(self) -> None:
         tasks = [task for task in (self._loop, self._round, self._voting) if task is not None]
-        tasks += list(self._probes)
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, self._probes.cancel_all(), return_exceptions=True)
 
     async def _run(self) -> None:
         while True:
             self._discount_pause()
-            probe = asyncio.create_task(self.probe_once())
-            self._probes.add(probe)
-            probe.add_done_callback(self._probes.discard)
+            self._probes.spawn(self.probe_once())
             await self._clock.sleep(self._options.effective_probe_interval)
 
     # --- one probe and its consequences ----------------------------------------------

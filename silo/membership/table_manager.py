@@ -56,6 +56,7 @@ from membership_tables import (
     SiloStatus,
     TableUnavailableError,
 )
+from silo.membership.background import BackgroundTasks
 from silo.membership.clock import Clock, Periodic
 from silo.membership.liveness import LivenessTracker
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
@@ -157,7 +158,7 @@ class MembershipTableManager:
         """Periodic refreshes since the last full read (of any cause)."""
         self._ballots: list[_Ballot] = []
         self._casting = False
-        self._cast_tasks: set[asyncio.Task[None]] = set()
+        self._cast_tasks = BackgroundTasks()
         self._empty = MembershipSnapshot(MembershipTableData((), UNINITIALIZED_VERSION))
         self.liveness = LivenessTracker(options, clock.monotonic)
         """Which peers are fresh, on our own monotonic clock (fed by every read)."""
@@ -224,7 +225,7 @@ class MembershipTableManager:
         """
         if snapshot.version <= self.snapshot.version:
             return
-        if self._would_terminate(snapshot):
+        if self._reason_to_stop(snapshot) is not None:
             try:
                 await self.refresh()
                 return
@@ -236,20 +237,18 @@ class MembershipTableManager:
         self.liveness.learn(rows)
         await self._publish(snapshot)
 
-    def _would_terminate(self, snapshot: MembershipSnapshot) -> bool:
-        own = snapshot.entry(self._address)
-        if own is None:
-            return self._joined_version is not None
-        return (own.status is SiloStatus.DEAD and not self._leaving) or bool(
-            snapshot.newer_generations_of(self._address)
-        )
+    def _reason_to_stop(self, snapshot: MembershipSnapshot) -> str | None:
+        """Why ``snapshot`` says this silo must terminate (its own row, or a newer generation of it); None if not."""
+        reason = self._own_row_verdict(snapshot.entry(self._address), snapshot.version)
+        if reason is None and (newer := snapshot.newer_generations_of(self._address)):
+            reason = f"superseded by a newer generation of this endpoint: {newer[0]}"
+        return reason
 
     async def _publish(self, snapshot: MembershipSnapshot) -> MembershipSnapshot:
         await self.publisher.publish(snapshot)
-        self._check_own_row(snapshot.entry(self._address), snapshot.version)
-        newer = snapshot.newer_generations_of(self._address)
-        if newer:
-            self.terminate(f"superseded by a newer generation of this endpoint: {newer[0]}")
+        reason = self._reason_to_stop(snapshot)
+        if reason is not None:
+            self.terminate(reason)
         return self.snapshot
 
     async def _apply(self, delta: MembershipDelta) -> bool:
@@ -276,12 +275,14 @@ class MembershipTableManager:
             )  # fmt: skip
         self._reported_malformed = current
 
-    def _check_own_row(self, entry: MembershipEntry | None, version: int) -> None:
+    def _own_row_verdict(self, entry: MembershipEntry | None, version: int) -> str | None:
+        """Why our own row (``entry``, None if absent, at table ``version``) says we must terminate; None if not."""
         if entry is not None and entry.status is SiloStatus.DEAD and not self._leaving:
             killer = entry.suspect_times[-1][0] if entry.suspect_times else "itself or an operator"
-            self.terminate(f"the table says this silo is Dead (declared by {killer})")
-        elif entry is None and self._joined_version is not None and version > self._joined_version:
-            self.terminate(f"this silo's row is gone from table version {version}")
+            return f"the table says this silo is Dead (declared by {killer})"
+        if entry is None and self._joined_version is not None and version > self._joined_version:
+            return f"this silo's row is gone from table version {version}"
+        return None
 
     async def on_gossip(self, message: GossipMessage, sender: SiloAddress | None = None) -> None:
         """A peer says the table is at ``message.version``: catch up if that is newer than ours.
@@ -432,7 +433,9 @@ class MembershipTableManager:
             data = await self._access.call(functools.partial(self._table.read_row, silo), deadline)
             row = data.get(silo)
             if own:
-                self._check_own_row(row[0] if row else None, data.version.version)
+                reason = self._own_row_verdict(row[0] if row else None, data.version.version)
+                if reason is not None:
+                    self.terminate(reason)
                 if self.terminated.is_set():
                     return False
             if row is None or row[0].status is SiloStatus.DEAD:
@@ -531,9 +534,7 @@ class MembershipTableManager:
             await self._cast_next_batch()
         finally:
             if self._ballots:  # queued behind ours: the next batch, cast in the background
-                task = asyncio.create_task(self._cast_the_rest())
-                self._cast_tasks.add(task)
-                task.add_done_callback(self._cast_tasks.discard)
+                self._cast_tasks.spawn(self._cast_the_rest())
             else:
                 self._casting = False
         return ballot.outcome.result()
@@ -708,9 +709,7 @@ class MembershipTableManager:
     async def stop(self) -> None:
         if self._refresher is not None:
             await self._refresher.stop()
-        for task in list(self._cast_tasks):
-            task.cancel()
-        await asyncio.gather(*self._cast_tasks, return_exceptions=True)
+        await self._cast_tasks.cancel_all()
         if self._requested is not None:
             self._requested.cancel()
             await asyncio.gather(self._requested, return_exceptions=True)

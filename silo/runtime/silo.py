@@ -34,6 +34,7 @@ from membership_tables import (
 from silo.errors import SiloError
 from silo.exit_codes import ExitCode
 from silo.membership.agent import MembershipAgent
+from silo.membership.background import BackgroundTasks
 from silo.membership.cleanup import CleanupAgent
 from silo.membership.clock import Clock, SystemClock, with_timeout
 from silo.membership.cluster_health import ClusterHealthMonitor
@@ -144,7 +145,7 @@ class Silo:
         self._join_task: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._event_log: asyncio.Task[None] | None = None
-        self._gossip_tasks: set[asyncio.Task[None]] = set()
+        self._gossip_tasks = BackgroundTasks()
 
     # --- MembershipRpcHandler ---------------------------------------------------------
 
@@ -169,9 +170,7 @@ class Silo:
         if self._done.is_set():
             return
         self._gossiper.relay(message, self._manager.snapshot)
-        task = asyncio.create_task(self._take_gossip(message, sender))
-        self._gossip_tasks.add(task)
-        task.add_done_callback(self._gossip_tasks.discard)
+        self._gossip_tasks.spawn(self._take_gossip(message, sender))
 
     async def _take_gossip(self, message: GossipMessage, sender: SiloAddress | None) -> None:
         before = self._manager.snapshot.version
@@ -338,9 +337,7 @@ class Silo:
         await asyncio.shield(self._finishing)
 
     async def _stop_roles(self, code: ExitCode) -> None:
-        for task in list(self._gossip_tasks):
-            task.cancel()
-        await asyncio.gather(*self._gossip_tasks, return_exceptions=True)
+        await self._gossip_tasks.cancel_all()
         await self._cluster.stop()
         await self._agent.stop_heartbeat()
         await self._cleanup.stop()

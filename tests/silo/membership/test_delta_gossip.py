@@ -148,13 +148,18 @@ async def test_a_receiver_at_the_base_version_applies_the_delta_without_touching
     assert rows_without_heartbeats(receiver.manager.snapshot.data) == rows_without_heartbeats(store.read_all())
 
 
-@async_test
-async def test_a_receiver_that_missed_a_write_pulls_the_senders_view_instead_of_reading_the_table() -> None:
+async def two_votes_the_receiver_missed_the_first_of() -> tuple[dict[SiloAddress, Node], GossipMessage]:
+    """ME votes twice; OTHER never got the first delta: it holds the version before both votes."""
     _, _, nodes = await cluster_of_three()
     assert await nodes[ME].manager.try_vote(OTHER) is VoteOutcome.VOTED
     assert await nodes[ME].manager.try_vote(PEER) is VoteOutcome.VOTED
-    second = nodes[ME].gossiped[-1][0]
-    receiver = nodes[OTHER]  # never got the first delta: it holds the version before both votes
+    return nodes, nodes[ME].gossiped[-1][0]
+
+
+@async_test
+async def test_a_receiver_that_missed_a_write_pulls_the_senders_view_instead_of_reading_the_table() -> None:
+    nodes, second = await two_votes_the_receiver_missed_the_first_of()
+    receiver = nodes[OTHER]
     await receiver.manager.on_gossip(second, ME)
     assert receiver.pulls == [ME]
     assert receiver.table_calls() == []
@@ -163,10 +168,7 @@ async def test_a_receiver_that_missed_a_write_pulls_the_senders_view_instead_of_
 
 @async_test
 async def test_a_receiver_reads_the_table_when_the_sender_cannot_be_asked() -> None:
-    _, _, nodes = await cluster_of_three()
-    assert await nodes[ME].manager.try_vote(OTHER) is VoteOutcome.VOTED
-    assert await nodes[ME].manager.try_vote(PEER) is VoteOutcome.VOTED
-    second = nodes[ME].gossiped[-1][0]
+    nodes, second = await two_votes_the_receiver_missed_the_first_of()
     receiver = nodes[OTHER]
     stranger = address(9)
     await receiver.manager.on_gossip(second, stranger)

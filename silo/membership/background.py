@@ -1,0 +1,30 @@
+"""Fire-and-forget tasks a role starts and must cancel when it stops."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+
+class BackgroundTasks:
+    """Tasks started and forgotten (each drops out once done), all cancelled together at stop.
+
+    Holding a reference also keeps a task from being garbage-collected while it runs.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def cancel_all(self) -> None:
+        """Cancel every running task and wait until they have all ended."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
