@@ -30,6 +30,11 @@ MAX_SUSPICION_PENALTY = 2
 ALL_PROBES_FAILING_PENALTY = 2
 RECENT_PROBES = 16
 """Probe results kept per target for the loss estimate (4 s of probes on the local preset)."""
+SCORE_REUSE_FRACTION = 0.25
+"""A score is reused for this fraction of a probe interval while its inputs (probe results, lag,
+the snapshot) are unchanged: only the expiry of votes against us moves it then, and a vote's
+expiry seen a quarter of an interval late changes nothing. Each probe asks for the score
+several times (its timeout, its suspicion threshold, the answer to a peer's ping)."""
 LOSS_PENALTIES = ((0.2, 3), (0.1, 2), (0.05, 1))
 """(fraction of a typical target's recent probes that timed out, points): 5% costs one point
 (the silence needed doubles), 20% three (it quadruples)."""
@@ -84,19 +89,42 @@ class LocalHealth:
         self._lag_period = options.probe_timeout / 2
         self._last_round = 0.0
         self._meter: Periodic | None = None
+        self._changes = 0
+        """Bumped by every change of the score's inputs, so a cached score knows it is outdated."""
+        self._cached: tuple[int, MembershipSnapshot, float, int] | None = None
+        """(changes, snapshot, monotonic time, score) of the last computed score."""
+        self._reuse_for = options.effective_probe_interval * SCORE_REUSE_FRACTION
 
     def record_probe(self, target: SiloAddress, answered: bool) -> None:
         self._probe_results.setdefault(target, deque(maxlen=RECENT_PROBES)).append(answered)
+        self._changes += 1
 
     def forget(self, target: SiloAddress) -> None:
         """We stopped probing ``target``; its last result no longer says anything about us."""
         self._probe_results.pop(target, None)
+        self._changes += 1
 
     def record_loop_lag(self, lag: float) -> None:
+        timeout = self._options.probe_timeout
+        if lag_penalty(lag, timeout) != lag_penalty(self._lag, timeout):
+            self._changes += 1
         self._lag = lag
 
     def score(self) -> int:
-        snapshot = self._snapshot()
+        snapshot, now = self._snapshot(), self._clock.monotonic()
+        cached = self._cached
+        if (
+            cached is not None
+            and cached[0] == self._changes
+            and cached[1] is snapshot
+            and now - cached[2] < self._reuse_for
+        ):
+            return cached[3]
+        score = self._compute(snapshot)
+        self._cached = (self._changes, snapshot, now, score)
+        return score
+
+    def _compute(self, snapshot: MembershipSnapshot) -> int:
         suspicion = min(
             MAX_SUSPICION_PENALTY, snapshot.fresh_votes_against(self._address, self._clock.now(), self._options)
         )

@@ -8,6 +8,7 @@ from membership_tables import MembershipEntry
 from silo.membership.clock import FakeClock
 from silo.membership.local_health import (
     MAX_SCORE,
+    SCORE_REUSE_FRACTION,
     LocalHealth,
     effective_timeout,
     lag_penalty,
@@ -103,3 +104,18 @@ async def test_the_lag_loop_reports_no_lag_on_a_punctual_clock() -> None:
     await clock.advance(SiloOptions().probe_timeout)
     assert local.score() == 0
     await local.stop()
+
+
+@async_test
+async def test_an_expired_vote_against_us_stops_counting_within_a_quarter_probe_interval() -> None:
+    """The score is reused while its inputs are unchanged, but not past the vote's expiry by more than that."""
+    clock, options = FakeClock(T0), SiloOptions()
+    current = view(row(ME).replace(suspect_times=((A, T0),)))
+    local = LocalHealth(address=ME, options=options, clock=clock, snapshot=lambda: current)
+    assert local.score() == 1
+    await clock.advance(options.death_vote_expiration + 0.001)
+    assert local.score() in (0, 1)  # the vote expired; a score from before may be reused briefly
+    await clock.advance(options.effective_probe_interval * SCORE_REUSE_FRACTION)
+    assert local.score() == 0
+    current = view(row(ME).replace(suspect_times=((A, clock.now()),)))
+    assert local.score() == 1  # a new snapshot is a new input: no reuse
