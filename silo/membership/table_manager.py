@@ -372,15 +372,25 @@ class MembershipTableManager:
 
     async def _after_write(self, committed: CommittedWrite, declared_dead: tuple[SiloAddress, ...] = ()) -> None:
         """Take in our own write and announce it: the write as a delta, applied here if we hold its
-        base version (no re-read), else a full read; gossip goes out either way."""
+        base version (no re-read). If we do not (another write landed between our view and our
+        write: e.g. a vote whose gossip is still on its way to us), the gossip goes out first and
+        our full re-read after it: receivers at the base version need nothing from our read, and
+        a death must not wait for it."""
         delta = MembershipDelta(committed.version.version - 1, committed.version, committed.rows)
-        if not await self._apply(delta):
-            try:
-                await self.refresh()
-            except TableUnavailableError:
-                logger.debug("silo %s: could not re-read the table after its write", self._address)
+        reread = not await self._apply(delta)
+        if reread and self.publisher.current is None:  # no view yet to address the gossip with
+            await self._reread_after_write()
+            reread = False
         if self._on_write is not None:
             self._on_write(GossipMessage(delta.version.version, delta), self.snapshot, declared_dead)
+        if reread:
+            await self._reread_after_write()
+
+    async def _reread_after_write(self) -> None:
+        try:
+            await self.refresh()
+        except TableUnavailableError:
+            logger.debug("silo %s: could not re-read the table after its write", self._address)
 
     def _lost_race_pause(self, lost: int) -> float:
         """Seconds to wait after the ``lost``-th lost race of one write of our own row: "full

@@ -612,3 +612,28 @@ async def test_an_outage_does_not_shrink_the_quorum_when_heartbeats_are_read_eve
     )  # fmt: skip
     assert await tables.try_vote(PEER) is VoteOutcome.VOTED  # 5 fresh silos: 2 votes needed, not 1
     await tables.stop()
+
+
+@async_test
+async def test_a_writer_behind_the_table_gossips_its_write_before_it_re_reads() -> None:
+    """Another write landed between our view and our own (its gossip still on the way): receivers at
+    our write's base version need nothing from our re-read, so the gossip must not wait for it."""
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table, row(PEER))
+    announced: list[tuple[int, int]] = []
+
+    def on_write(message: GossipMessage, snapshot: MembershipSnapshot, declared_dead: tuple[SiloAddress, ...]) -> None:
+        announced.append((message.version, tables.snapshot.version))
+
+    tables = MembershipTableManager(
+        table=table, address=ME, options=OPTIONS, clock=clock, random=random.Random(7), run_blocking=run_inline,
+        on_write=on_write,
+    )  # fmt: skip
+    await tables.refresh()
+    await tables.insert_self(row(ME), tables.deadline_in(10))
+    assert announced == [(2, 2)]  # at the base: applied, then announced
+    seed(table, row(OTHER))  # version 3, unseen by us
+    assert await tables.update_own_status(SiloStatus.SHUTTING_DOWN, tables.deadline_in(10))
+    assert announced[1] == (4, 2)  # announced while our view was still at 2 ...
+    assert tables.snapshot.version == 4  # ... then re-read
+    assert tables.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
