@@ -403,24 +403,26 @@ class MembershipTableManager:
         """Insert this silo's row (retried until ``deadline``); an existing row of ours counts as done.
 
         Each attempt reads only our own row and the version (``read_row``, not the whole
-        table), and a lost race waits a jittered, growing pause before the next.
+        table) and writes in the same blocking call (``_read_then_write``), and a lost race
+        waits a jittered, growing pause before the next.
         """
         lost = 0
         while True:
-            data = await self._access.call(functools.partial(self._table.read_row, self._address), deadline)
+
+            def insert(data: MembershipTableData) -> MembershipEntry | None:
+                return None if data.get(self._address) is not None else entry
+
+            data, _, committed = await self._read_then_write(self._address, insert, deadline)
             if data.get(self._address) is not None:  # an earlier attempt's outcome was unknown: it committed
                 self._joined_version = data.version.version
                 await self.refresh(deadline)
                 return
-            written = data.version.next()
-            committed = await self._access.call(
-                functools.partial(self._table.insert_row_with_etags, entry, written), deadline
-            )
             if committed is not None:
-                self._joined_version = written.version
+                self._joined_version = committed.version.version
                 logger.info(
-                    "silo %s inserted its row as %s at version %d", self._address, entry.status.name, written.version
-                )
+                    "silo %s inserted its row as %s at version %d",
+                    self._address, entry.status.name, committed.version.version,
+                )  # fmt: skip
                 await self._after_write(committed)
                 return
             if self._clock.monotonic() >= deadline:
@@ -428,39 +430,64 @@ class MembershipTableManager:
             lost += 1
             await self._clock.sleep(self._lost_race_pause(lost))
 
+    async def _read_then_write(
+        self, silo: SiloAddress, decide: Callable[[MembershipTableData], MembershipEntry | None], deadline: float
+    ) -> tuple[MembershipTableData, MembershipEntry | None, CommittedWrite | None]:
+        """Read ``silo``'s row and the version, and write ``decide``'s row for it (None: nothing to
+        write) conditioned on them, in one blocking call; returns the read, the row decided and the
+        write if it won its race. One call: no event-loop turn between the read and
+        the write. That gap is the window in which any other write makes ours lose its race; on a
+        busy loop (a join storm) it was most of the attempt, so contenders kept losing. ``decide``
+        runs in the worker thread: it must only compute (no loop state is changed there)."""
+
+        def attempt() -> tuple[MembershipTableData, MembershipEntry | None, CommittedWrite | None]:
+            data = self._table.read_row(silo)
+            entry = decide(data)
+            if entry is None:
+                return data, None, None
+            found = data.get(silo)
+            written = data.version.next()
+            if found is None:
+                return data, entry, self._table.insert_row_with_etags(entry, written)
+            return data, entry, self._table.update_rows_with_etags(((entry, found[1]),), written)
+
+        return await self._access.call(attempt, deadline)
+
     async def update_row(
         self, silo: SiloAddress, change: Callable[[MembershipEntry], MembershipEntry | None], deadline: float
     ) -> bool:
-        """Read-modify-write one row until it sticks; ``change`` returns None for "nothing to do".
+        """Read-modify-write one row until it sticks; ``change`` (pure: it runs in the table's
+        worker thread) returns None for "nothing to do".
 
         Lost races are retried on a fresh read after a jittered pause; unavailability until
         ``deadline``. False if the row is absent, ``change`` declined, or (for our own row)
         we must terminate.
         """
         own = silo == self._address
+
+        def modify(data: MembershipTableData) -> MembershipEntry | None:
+            row = data.get(silo)
+            if own and self._own_row_verdict(row[0] if row else None, data.version.version) is not None:
+                return None
+            if row is None or row[0].status is SiloStatus.DEAD:
+                return None  # Dead is terminal: never written over
+            return change(row[0])
+
         lost = 0
         while not (own and self.terminated.is_set()):
-            data = await self._access.call(functools.partial(self._table.read_row, silo), deadline)
+            data, entry, committed = await self._read_then_write(silo, modify, deadline)
             row = data.get(silo)
-            if own:
-                reason = self._own_row_verdict(row[0] if row else None, data.version.version)
-                if reason is not None:
-                    self.terminate(reason)
-                if self.terminated.is_set():
-                    return False
-            if row is None or row[0].status is SiloStatus.DEAD:
-                return False  # Dead is terminal: never written over
-            entry = change(row[0])
-            if entry is None:
+            if own and (reason := self._own_row_verdict(row[0] if row else None, data.version.version)) is not None:
+                self.terminate(reason)
+            if self.terminated.is_set() and own:
                 return False
-            written = data.version.next()
-            committed = await self._access.call(
-                functools.partial(self._table.update_rows_with_etags, ((entry, row[1]),), written), deadline
-            )
+            if entry is None:
+                return False  # absent, Dead, or nothing to change
             if committed is not None:
                 logger.info(
-                    "silo %s wrote %s as %s at version %d", self._address, silo, entry.status.name, written.version
-                )
+                    "silo %s wrote %s as %s at version %d",
+                    self._address, silo, entry.status.name, committed.version.version,
+                )  # fmt: skip
                 await self._after_write(committed)
                 return True
             if self._clock.monotonic() >= deadline:

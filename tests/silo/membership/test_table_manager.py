@@ -5,7 +5,7 @@ import contextlib
 import dataclasses
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 import pytest
@@ -637,3 +637,27 @@ async def test_a_writer_behind_the_table_gossips_its_write_before_it_re_reads() 
     assert announced[1] == (4, 2)  # announced while our view was still at 2 ...
     assert tables.snapshot.version == 4  # ... then re-read
     assert tables.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
+
+
+@async_test
+async def test_own_row_writes_read_and_write_in_one_blocking_call() -> None:
+    """No event-loop turn between an attempt's read and its write: on a busy loop that gap is where
+    contenders' writes land and make ours lose its race (a join storm)."""
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table, row(PEER))
+    calls: list[str] = []
+
+    async def counting(call: Callable[[], object]) -> object:
+        calls.append("call")
+        return call()
+
+    tables = MembershipTableManager(
+        table=table, address=ME, options=OPTIONS, clock=clock, random=random.Random(7),
+        run_blocking=counting,  # type: ignore[arg-type]
+    )  # fmt: skip
+    await tables.refresh()
+    calls.clear()
+    await tables.insert_self(row(ME, SiloStatus.JOINING), tables.deadline_in(10))
+    assert await tables.update_own_status(SiloStatus.ACTIVE, tables.deadline_in(10))
+    assert calls == ["call", "call"]  # one per write: its read, its write, and no re-read after it
+    assert tables.snapshot.status_of(ME) is SiloStatus.ACTIVE
