@@ -200,7 +200,7 @@ def test_close_ends_the_waiting_pings_and_leaves_no_task(caplog: pytest.LogCaptu
             await prober.close()
             outcome = await waiting
         await asyncio.sleep(0.1)  # let gRPC's own callbacks settle
-        return outcome, asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
+        return outcome, asyncio.all_tasks() - {asyncio.current_task()}
 
     with caplog.at_level(logging.DEBUG, logger="asyncio"):
         outcome, left = run(scenario())
