@@ -129,12 +129,13 @@ class EndpointPinger:
         finally:
             if self._retiring and self._idle:
                 self.close()
-        log.info(
-            "%s does not serve PingStream (an older silo?): pinging it with unary calls for the next %.0f s",
-            self._endpoint,
-            STREAM_RETRY_SECONDS,
-        )
-        self._unary_until = loop.time() + STREAM_RETRY_SECONDS
+        if loop.time() >= self._unary_until:  # once, not for every ping that was waiting on the stream
+            log.info(
+                "%s does not serve PingStream (an older silo?): pinging it with unary calls for the next %.0f s",
+                self._endpoint,
+                STREAM_RETRY_SECONDS,
+            )
+            self._unary_until = loop.time() + STREAM_RETRY_SECONDS
         return await self._unary(request, timeout=max(deadline - loop.time(), 0.0))
 
     def retire(self) -> None:
