@@ -31,12 +31,28 @@ Response = TypeVar("Response", bound=Message)
 Message_co = TypeVar("Message_co", bound=Message, covariant=True)
 
 
+Request_contra = TypeVar("Request_contra", bound=Message, contravariant=True)
+
+
 class StreamCall(Protocol[Message_co]):
     """A server-streaming call in flight: iterate it for the messages; ``cancel()`` ends it."""
 
     def __aiter__(self) -> AsyncIterator[Message_co]: ...
 
     def cancel(self) -> bool: ...
+
+
+class BidiCall(Protocol[Request_contra, Message_co]):
+    """A bidirectional call in flight: ``write`` (one writer at a time), ``read`` (``grpc.aio.EOF`` at
+    the end), ``cancel()`` ends it; ``done()`` once it has ended."""
+
+    async def write(self, request: Request_contra) -> None: ...
+
+    async def read(self) -> Message_co | object: ...
+
+    def cancel(self) -> bool: ...
+
+    def done(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -103,11 +119,34 @@ class StreamMethod(Generic[Request, Response]):
         return rpc
 
 
+@dataclass(frozen=True)
+class BidiStreamMethod(Generic[Request, Response]):
+    """One bidirectional-streaming RPC of the Membership service."""
+
+    name: str
+    request: type[Request]
+    response: type[Response]
+
+    @property
+    def path(self) -> str:
+        return f"/{SERVICE_NAME}/{self.name}"
+
+    def bind(self, channel: Any) -> Callable[[], BidiCall[Request, Response]]:
+        """The callable on a ``grpc.aio`` channel: ``call = rpc()`` opens the stream (no deadline)."""
+        rpc: Callable[[], BidiCall[Request, Response]] = channel.stream_stream(
+            self.path,
+            request_serializer=self.request.SerializeToString,
+            response_deserializer=self.response.FromString,
+        )
+        return rpc
+
+
 PING = Method("Ping", pb.PingRequest, pb.PingResponse)
 PROBE_INDIRECTLY = Method("ProbeIndirectly", pb.ProbeIndirectlyRequest, pb.ProbeIndirectlyResponse)
 GOSSIP = Method("Gossip", pb.GossipRequest, pb.GossipResponse)
 GET_MEMBERSHIP = Method("GetMembership", pb.GetMembershipRequest, pb.GetMembershipResponse)
 WATCH_MEMBERSHIP = StreamMethod("WatchMembership", pb.WatchMembershipRequest, pb.MembershipView)
+PING_STREAM = BidiStreamMethod("PingStream", pb.PingRequest, pb.PingResponse)
 PROCESS = Method("Process", pb.ProcessRequest, pb.ProcessResponse, service=WORK_SERVICE_NAME)
 
 

@@ -35,6 +35,7 @@ class Role(enum.Enum):
 
 RPC_ROLES: Mapping[str, frozenset[Role]] = {
     "Ping": frozenset({Role.SILO}),
+    "PingStream": frozenset({Role.SILO}),
     "ProbeIndirectly": frozenset({Role.SILO}),
     "Gossip": frozenset({Role.SILO}),
     "GetMembership": frozenset({Role.SILO, Role.CLIENT}),

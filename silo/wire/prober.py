@@ -1,24 +1,28 @@
 """``GrpcProber``: the ``Prober`` and ``GossipSender`` seams over gRPC.
 
 One ``grpc.aio`` channel per target endpoint is created on first use and reused. Every
-call's deadline is the caller's timeout. A probe that fails for any wire reason
-(deadline, connection refused, the peer refusing our cluster) is a miss: ``ping``
-returns False. An answer from a different generation at the same endpoint is a miss
-too: the silo we probe is gone even if its host:port answers.
+call's deadline is the caller's timeout. Probes go over one long-lived ``PingStream`` per
+endpoint (``silo.wire.ping_stream``: half the CPU of a unary call), or the unary ``Ping`` to a
+silo without it. A probe that fails for any wire reason (deadline, connection refused, the peer
+refusing our cluster) is a miss. An answer from a different generation at the same endpoint is a
+miss too: the silo we probe is gone even if its host:port answers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 
 import grpc
 
 from membership_tables import InvalidEntryError, MembershipTableData, SiloAddress
 from silo.errors import SiloError
+from silo.membership.background import BackgroundTasks
 from silo.membership.probing import GossipMessage, IndirectProbeResult, ProbeOutcome
 from silo.wire import codec, gossip_codec
 from silo.wire.channels import CHANNEL_OPTIONS
+from silo.wire.ping_stream import EndpointPinger, StreamEndedError
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.wire.tls import ChannelPool, TlsSettings
 
@@ -93,15 +97,26 @@ class GrpcProber:
         self._channels = ChannelPool(
             cluster_id, tls, CHANNEL_OPTIONS, aio=True, max_channels=MAX_CHANNELS, evict=self._close_later
         )
+        self._pingers: dict[str, EndpointPinger] = {}
+        """By endpoint, each on the pool's current channel to it."""
+        self._stream_readers = BackgroundTasks()
+        self._sequences = itertools.count(1)
 
     async def ping(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
+        request = pb.PingRequest(header=self._header(), sequence=next(self._sequences))
         try:
-            response = await self.ping_call(target, timeout)
+            response = await self._pinger(target.endpoint).ping(request, timeout)
             responder = codec.address_from_proto(response.responder)
         except grpc.aio.AioRpcError as exc:
             level = logging.WARNING if is_security_refusal(exc) else logging.DEBUG
             log.log(level, "ping %s failed: %s %s", target, exc.code().name, exc.details())
             return ProbeOutcome.REFUSED if is_refusal(exc) else ProbeOutcome.TIMED_OUT
+        except TimeoutError:
+            log.debug("ping %s: no answer within %.3f s", target, timeout)
+            return ProbeOutcome.TIMED_OUT
+        except StreamEndedError as exc:
+            log.debug("ping %s: %s", target, exc)
+            return ProbeOutcome.TIMED_OUT
         except InvalidEntryError as exc:
             log.warning("ping %s: the answer names an invalid address: %s", target, exc)
             return ProbeOutcome.TIMED_OUT
@@ -166,12 +181,29 @@ class GrpcProber:
         await self.close()
 
     async def close(self) -> None:
-        """Close every cached channel (and wait for the evicted ones still closing)."""
+        """Close every ping stream and cached channel (and wait for the evicted ones still closing)."""
+        for pinger in self._pingers.values():
+            pinger.close()
+        self._pingers.clear()
+        await self._stream_readers.cancel_all()
         for channel in [*self._channels.drain(), *self._closing.values()]:
             await channel.close()  # no grace: calls still in flight on an evicted channel end now
         await asyncio.gather(*self._closing, return_exceptions=True)
 
+    def _pinger(self, endpoint: str) -> EndpointPinger:
+        channel = self._channels.get(endpoint)
+        pinger = self._pingers.get(endpoint)
+        if pinger is None or pinger.channel is not channel:
+            if pinger is not None:
+                pinger.retire()  # the pool opened a new channel (certificates rotated)
+            pinger = self._pingers[endpoint] = EndpointPinger(endpoint, channel, self._stream_readers)
+        return pinger
+
     def _close_later(self, channel: grpc.aio.Channel) -> None:
+        for endpoint, pinger in list(self._pingers.items()):
+            if pinger.channel is channel:
+                del self._pingers[endpoint]
+                pinger.retire()
         task = asyncio.get_running_loop().create_task(channel.close(CLOSE_GRACE_SECONDS))
         self._closing[task] = channel
         task.add_done_callback(self._closing.pop)

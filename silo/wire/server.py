@@ -14,6 +14,11 @@ Hostile input: a request that cannot be decoded is refused with ``INVALID_ARGUME
 (gRPC itself would answer ``INTERNAL``), as is a field out of range; a message larger
 than ``MAX_MESSAGE_BYTES`` is refused by gRPC with ``RESOURCE_EXHAUSTED``.
 
+``PingStream`` answers many pings over one bidirectional stream exactly as ``Ping`` answers one
+(a prober keeps one stream per target: a probe costs about half the CPU of a unary call); the
+caller is admitted once, from the first request, and a later request for another cluster ends
+the stream the way ``Ping`` refuses it.
+
 ``WatchMembership`` streams the silo's snapshots (``Silo.snapshots()``): the current one,
 then every newer version; when the silo stops the stream ends with ``UNAVAILABLE`` so a
 client moves to another gateway. ``Work.Process`` runs a handler from the
@@ -155,6 +160,11 @@ class MembershipServer:
                 request_deserializer=_decoder(codec.WATCH_MEMBERSHIP),
                 response_serializer=codec.WATCH_MEMBERSHIP.response.SerializeToString,
             ),
+            codec.PING_STREAM.name: grpc.stream_stream_rpc_method_handler(
+                self._ping_stream,
+                request_deserializer=_decoder(codec.PING_STREAM),
+                response_serializer=codec.PING_STREAM.response.SerializeToString,
+            ),
         }
         return grpc.method_handlers_generic_handler(codec.SERVICE_NAME, handlers)
 
@@ -178,26 +188,26 @@ class MembershipServer:
                 log.warning("refused %s from %s at %s: %s", method, sender, context.peer(), refusal.reason)
                 await _abort(context, refusal.code, refusal.reason)
         if cluster_id != handler.cluster_id:
-            log.warning(
-                "refused %s from %s: it is for cluster %r but this silo belongs to cluster %r",
-                method,
-                sender,
-                cluster_id,
-                handler.cluster_id,
-            )
-            await _abort(
-                context,
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"wrong cluster: {handler.silo_address} belongs to cluster {handler.cluster_id!r}, "
-                f"not {cluster_id!r}; check the --cluster of {sender}",
-            )
+            await _refuse_cluster(handler, cluster_id, sender, context, method)
         return handler
 
     async def _ping(self, request: pb.PingRequest, context: Any) -> pb.PingResponse:
-        handler = await self._admit(request.header, context, "Ping")
-        return pb.PingResponse(
-            responder=codec.address_to_proto(handler.silo_address), health_score=handler.health_score()
-        )
+        return _ping_response(await self._admit(request.header, context, "Ping"), request)
+
+    async def _ping_stream(
+        self, requests: AsyncIterator[pb.PingRequest | _Undecodable], context: Any
+    ) -> AsyncIterator[pb.PingResponse]:
+        """Answer every ping of the stream; the caller is admitted once, from the first request's header."""
+        handler: SiloRpcHandler | None = None
+        async for request in requests:
+            if isinstance(request, _Undecodable):
+                await _refuse(request, context)
+            if handler is None:
+                handler = await self._admit(request.header, context, "PingStream")
+            elif request.header.cluster_id != handler.cluster_id:
+                sender = _describe_sender(request.header)
+                await _refuse_cluster(handler, clip(request.header.cluster_id), sender, context, "PingStream")
+            yield _ping_response(handler, request)
 
     async def _probe_indirectly(self, request: pb.ProbeIndirectlyRequest, context: Any) -> pb.ProbeIndirectlyResponse:
         handler = await self._admit(request.header, context, "ProbeIndirectly")
@@ -286,6 +296,31 @@ class MembershipServer:
         )
 
 
+def _ping_response(handler: SiloRpcHandler, request: pb.PingRequest) -> pb.PingResponse:
+    """The answer to one ping (unary or on a stream): who answers, its health, the ping's sequence."""
+    return pb.PingResponse(
+        responder=codec.address_to_proto(handler.silo_address),
+        health_score=handler.health_score(),
+        sequence=request.sequence,
+    )
+
+
+async def _refuse_cluster(handler: SiloRpcHandler, cluster_id: str, sender: str, context: Any, method: str) -> NoReturn:
+    log.warning(
+        "refused %s from %s: it is for cluster %r but this silo belongs to cluster %r",
+        method,
+        sender,
+        cluster_id,
+        handler.cluster_id,
+    )
+    await _abort(
+        context,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        f"wrong cluster: {handler.silo_address} belongs to cluster {handler.cluster_id!r}, "
+        f"not {cluster_id!r}; check the --cluster of {sender}",
+    )
+
+
 class _Undecodable:
     """What ``_decoder`` hands the server for bytes that are not the method's request message."""
 
@@ -293,7 +328,9 @@ class _Undecodable:
         self.details = f"the request is not a valid {method} request message ({error}); send a {method} request"
 
 
-def _decoder(method: codec.Method[Any, Any] | codec.StreamMethod[Any, Any]) -> Callable[[bytes], Any]:
+def _decoder(
+    method: codec.Method[Any, Any] | codec.StreamMethod[Any, Any] | codec.BidiStreamMethod[Any, Any],
+) -> Callable[[bytes], Any]:
     """The request deserializer: an ``_Undecodable`` instead of the exception gRPC would answer INTERNAL to."""
 
     def decode(data: bytes) -> Any:
@@ -307,8 +344,12 @@ def _decoder(method: codec.Method[Any, Any] | codec.StreamMethod[Any, Any]) -> C
 
 async def _refuse_undecodable(request: object, context: Any) -> None:
     if isinstance(request, _Undecodable):
-        log.warning("refused an undecodable request: %s", request.details)
-        await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, request.details)
+        await _refuse(request, context)
+
+
+async def _refuse(request: _Undecodable, context: Any) -> NoReturn:
+    log.warning("refused an undecodable request: %s", request.details)
+    await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, request.details)
 
 
 SHOWN_CHARACTERS = 160

@@ -73,13 +73,41 @@ def entry(address: SiloAddress, status: SiloStatus = SiloStatus.ACTIVE, **change
 
 @contextlib.asynccontextmanager
 async def serving(
-    make_handler: Callable[[SiloAddress], FakeHandler], host: str = "127.0.0.1", tls: TlsSettings | None = None
+    make_handler: Callable[[SiloAddress], FakeHandler],
+    host: str = "127.0.0.1",
+    tls: TlsSettings | None = None,
+    *,
+    port: int = 0,
+    server_type: type[MembershipServer] = MembershipServer,
 ) -> AsyncIterator[tuple[MembershipServer, FakeHandler]]:
-    """A started server on a free port (mutual TLS with ``tls``), whose handler is built once the address is known."""
-    server = MembershipServer(host, 0, tls=tls)
+    """A started server (a ``server_type``) on ``port`` (0: a free one), mutual TLS with ``tls``, whose
+    handler is built once the address is known."""
+    server = server_type(host, port, tls=tls)
     handler = make_handler(SiloAddress(host, server.port, 1))
     await server.start(handler)
     try:
         yield server, handler
     finally:
         await server.stop(None)
+
+
+class CountingServer(MembershipServer):
+    """A real server that counts its ping streams and can hold its answers (a hung silo): clear
+    ``answering`` and every stream waits before its next answer; set it and the held ones go out."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.streams_opened = 0
+        self.streams_open = 0
+        self.answering = asyncio.Event()
+        self.answering.set()
+
+    async def _ping_stream(self, requests: Any, context: Any) -> AsyncIterator[Any]:
+        self.streams_opened += 1
+        self.streams_open += 1
+        try:
+            async for response in super()._ping_stream(requests, context):
+                await self.answering.wait()
+                yield response
+        finally:
+            self.streams_open -= 1

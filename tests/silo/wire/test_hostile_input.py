@@ -288,10 +288,15 @@ def test_undecodable_bytes_are_invalid_argument(channel: grpc.Channel, path: str
     expect_proper(call(channel, path, data), {*REFUSED, grpc.StatusCode.NOT_FOUND})
 
 
-@pytest.mark.parametrize("path", [*PATHS, codec.WATCH_MEMBERSHIP.path])
+@pytest.mark.parametrize("path", [*PATHS, codec.WATCH_MEMBERSHIP.path, codec.PING_STREAM.path])
 def test_bytes_that_are_no_message_are_refused_with_invalid_argument(channel: grpc.Channel, path: str) -> None:
     garbage = b"\xff\xff\xff\xff"  # field 31, wire type 7: no protobuf message decodes it
-    if path == codec.WATCH_MEMBERSHIP.path:
+    if path == codec.PING_STREAM.path:
+        bidi = channel.stream_stream(path, request_serializer=None, response_deserializer=None)
+        with pytest.raises(grpc.RpcError) as failure:
+            next(iter(bidi(iter([garbage]), timeout=CALL_TIMEOUT)))
+        code, details = failure.value.code(), failure.value.details()  # type: ignore[attr-defined]
+    elif path == codec.WATCH_MEMBERSHIP.path:
         stream = channel.unary_stream(path, request_serializer=None, response_deserializer=None)
         with pytest.raises(grpc.RpcError) as failure:
             next(iter(stream(garbage, timeout=CALL_TIMEOUT)))

@@ -50,6 +50,7 @@ def test_the_names_a_certificate_carries() -> None:
     ("method", "silo_allowed", "client_allowed"),
     [
         ("Ping", True, False),
+        ("PingStream", True, False),
         ("ProbeIndirectly", True, False),
         ("Gossip", True, False),
         ("GetMembership", True, True),
@@ -70,7 +71,11 @@ def test_the_authorization_table(method: str, silo_allowed: bool, client_allowed
 def test_every_rpc_of_the_services_is_in_the_table() -> None:
     from silo.wire import codec
 
-    methods = {name for name in vars(codec).values() if isinstance(name, (codec.Method, codec.StreamMethod))}
+    methods = {
+        name
+        for name in vars(codec).values()
+        if isinstance(name, codec.Method | codec.StreamMethod | codec.BidiStreamMethod)
+    }
     assert {method.name for method in methods} == set(RPC_ROLES)
 
 

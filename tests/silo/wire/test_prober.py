@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -16,7 +17,7 @@ from silo.membership.snapshot import MembershipDelta
 from silo.wire import codec
 from silo.wire.prober import MAX_CHANNELS, GrpcProber, IntermediaryUnreachableError
 from tests.silo.harness import T0
-from tests.silo.rpc_fakes import CLUSTER, FakeHandler, run, serving
+from tests.silo.rpc_fakes import CLUSTER, CountingServer, FakeHandler, run, serving
 
 pytestmark = pytest.mark.slow
 
@@ -149,17 +150,31 @@ def test_get_membership_reads_a_peers_view() -> None:
     assert run(scenario()) > 0
 
 
-def test_a_prober_keeps_at_most_max_channels_and_reopens_an_evicted_one() -> None:
-    async def scenario() -> tuple[ProbeOutcome, int, ProbeOutcome, int]:
-        async with serving(FakeHandler) as (_, handler), GrpcProber(CLUSTER, ME) as prober:
+async def streams_closed(server: CountingServer, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while server.streams_open and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return server.streams_open == 0
+
+
+def test_a_prober_keeps_at_most_max_channels_and_reopens_an_evicted_one_with_its_ping_stream() -> None:
+    async def scenario() -> tuple[ProbeOutcome, int, bool, ProbeOutcome, int, int]:
+        async with (
+            serving(FakeHandler, server_type=CountingServer) as (server, handler),
+            GrpcProber(CLUSTER, ME) as prober,
+        ):
+            assert isinstance(server, CountingServer)
             first = await prober.ping(handler.silo_address, 2.0)
             closed = [SiloAddress("127.0.0.1", port, 1) for port in range(1, MAX_CHANNELS + 6)]  # privileged: refused
             await asyncio.gather(*(prober.ping(target, 2.0) for target in closed))
             kept = prober.open_channels
+            stream_closed = await streams_closed(server, 2.0)  # with its evicted channel
             again = await prober.ping(handler.silo_address, 2.0)  # its channel was evicted: opened anew
-            return first, kept, again, prober.open_channels
+            return first, kept, stream_closed, again, prober.open_channels, server.streams_opened
 
-    first, kept, again, after = run(scenario())
+    first, kept, stream_closed, again, after, opened = run(scenario())
     assert (first, again) == (ProbeOutcome.ANSWERED, ProbeOutcome.ANSWERED)
     assert kept == MAX_CHANNELS
+    assert stream_closed
     assert after == MAX_CHANNELS
+    assert opened == 2

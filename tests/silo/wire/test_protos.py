@@ -45,12 +45,13 @@ def test_wire_statuses_mirror_the_model() -> None:
     }
 
 
-TYPED_METHODS: list[codec.Method[Any, Any] | codec.StreamMethod[Any, Any]] = [
+TYPED_METHODS: list[codec.Method[Any, Any] | codec.StreamMethod[Any, Any] | codec.BidiStreamMethod[Any, Any]] = [
     codec.PING,
     codec.PROBE_INDIRECTLY,
     codec.GOSSIP,
     codec.GET_MEMBERSHIP,
     codec.WATCH_MEMBERSHIP,
+    codec.PING_STREAM,
     codec.PROCESS,
 ]
 
@@ -64,4 +65,5 @@ def test_every_rpc_of_every_service_has_a_typed_method() -> None:
         descriptor = in_proto[path]
         assert method.request.DESCRIPTOR.full_name == descriptor.input_type.full_name
         assert method.response.DESCRIPTOR.full_name == descriptor.output_type.full_name
-        assert isinstance(method, codec.StreamMethod) == descriptor.server_streaming
+        assert isinstance(method, codec.StreamMethod | codec.BidiStreamMethod) == descriptor.server_streaming
+        assert isinstance(method, codec.BidiStreamMethod) == descriptor.client_streaming

@@ -50,6 +50,64 @@ def test_ping_answers_with_the_responder_address_and_health_score() -> None:
     assert response.responder.generation == 1
 
 
+async def ping_stream(
+    port: int, requests: list[pb.PingRequest]
+) -> tuple[list[pb.PingResponse], grpc.aio.AioRpcError | None]:
+    """Write ``requests`` on one PingStream, reading each answer; the answers, and the error that ended it."""
+    answers: list[pb.PingResponse] = []
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stream = codec.PING_STREAM.bind(channel)()
+        try:
+            for request in requests:
+                await stream.write(request)
+                answer = await stream.read()
+                assert isinstance(answer, pb.PingResponse)
+                answers.append(answer)
+        except grpc.aio.AioRpcError as exc:
+            return answers, exc
+        finally:
+            stream.cancel()
+    return answers, None
+
+
+def test_a_ping_stream_answers_every_request_like_ping_echoing_its_sequence() -> None:
+    async def scenario() -> tuple[list[pb.PingResponse], grpc.aio.AioRpcError | None, pb.PingResponse]:
+        async with serving(lambda me: FakeHandler(me, score=2)) as (server, _):
+            answers, error = await ping_stream(
+                server.port, [pb.PingRequest(header=header(), sequence=s) for s in (7, 8, 2**64 - 1)]
+            )
+            unary = await call(server.port, codec.PING, pb.PingRequest(header=header(), sequence=5))
+            return answers, error, unary
+
+    answers, error, unary = run(scenario())
+    assert error is None
+    assert [answer.sequence for answer in answers] == [7, 8, 2**64 - 1]
+    assert {(a.responder.port, a.responder.generation, a.health_score) for a in answers} == {
+        (unary.responder.port, 1, 2)
+    }
+    assert unary.sequence == 5
+
+
+@pytest.mark.parametrize("answered_first", [0, 2], ids=["first-request", "later-request"])
+def test_a_ping_stream_request_for_another_cluster_ends_the_stream_and_is_logged(
+    answered_first: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    requests = [pb.PingRequest(header=header(), sequence=s) for s in range(answered_first)]
+    requests += [pb.PingRequest(header=header("other-cluster"), sequence=9), pb.PingRequest(header=header())]
+
+    async def scenario() -> tuple[list[pb.PingResponse], grpc.aio.AioRpcError | None]:
+        async with serving(FakeHandler) as (server, _):
+            return await ping_stream(server.port, requests)
+
+    with caplog.at_level(logging.WARNING, logger="silo.wire.server"):
+        answers, error = run(scenario())
+    assert len(answers) == answered_first
+    assert error is not None
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "'other-cluster'" in (error.details() or "")
+    assert any("refused PingStream" in r.message and str(PEER) in r.message for r in caplog.records)
+
+
 REQUESTS_OF_ANOTHER_CLUSTER: list[tuple[codec.Method[Any, Any], Any]] = [
     (codec.PING, pb.PingRequest(header=header("other-cluster"))),
     (codec.PROBE_INDIRECTLY, pb.ProbeIndirectlyRequest(header=header("other-cluster"), timeout_seconds=1.0)),

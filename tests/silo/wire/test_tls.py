@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import ssl
 from pathlib import Path
@@ -11,7 +12,7 @@ import grpc
 import pytest
 
 from membership_tables import SiloAddress
-from silo.membership.probing import GossipMessage
+from silo.membership.probing import GossipMessage, ProbeOutcome
 from silo.wire import codec
 from silo.wire.channels import CHANNEL_OPTIONS
 from silo.wire.peer_identity import Role
@@ -19,7 +20,7 @@ from silo.wire.prober import GrpcProber, is_security_refusal
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.wire.tls import ChannelPool, TlsConfigError, TlsSettings, WatchedTlsFiles, read_material
 from tests.silo.certificates import TestCa
-from tests.silo.rpc_fakes import CLUSTER, FakeHandler, run, serving
+from tests.silo.rpc_fakes import CLUSTER, CountingServer, FakeHandler, run, serving
 
 ME = SiloAddress("127.0.0.1", 1, 1)
 
@@ -138,6 +139,53 @@ def test_certificates_of_another_cluster_another_ca_expired_or_none_are_refused(
             assert handler.gossiped == []
 
     run(scenario())
+
+
+def test_probes_over_the_ping_stream_are_authorized_like_ping(ca: TestCa, caplog: pytest.LogCaptureFixture) -> None:
+    server_tls = ca.issue("server", CLUSTER)
+    callers = {
+        "silo": ca.issue("peer", CLUSTER),
+        "client": ca.issue("client", CLUSTER, Role.CLIENT),
+        "other cluster": ca.issue("stranger", "another-cluster"),
+    }
+
+    async def scenario() -> tuple[dict[str, ProbeOutcome], int, ProbeOutcome]:
+        outcomes: dict[str, ProbeOutcome] = {}
+        async with serving(FakeHandler, tls=server_tls, server_type=CountingServer) as (server, handler):
+            assert isinstance(server, CountingServer)
+            for what, tls in callers.items():
+                async with GrpcProber(CLUSTER, ME, tls=tls) as prober:
+                    outcomes[what] = await prober.ping(handler.silo_address, 10)
+            async with GrpcProber(CLUSTER, ME, tls=callers["silo"]) as prober:
+                await prober.ping(handler.silo_address, 10)
+                await prober.ping(handler.silo_address, 10)
+            streams = server.streams_opened
+        async with serving(FakeHandler) as (_, plaintext), GrpcProber(CLUSTER, ME, tls=callers["silo"]) as prober:
+            return outcomes, streams, await prober.ping(plaintext.silo_address, 10)
+
+    with caplog.at_level(logging.WARNING):
+        outcomes, streams, to_plaintext = run(scenario())
+    # a security refusal is never a refusal in the probing sense: a miss, logged at WARNING by the prober
+    assert outcomes == {
+        "silo": ProbeOutcome.ANSWERED,
+        "client": ProbeOutcome.TIMED_OUT,
+        "other cluster": ProbeOutcome.TIMED_OUT,
+    }
+    assert to_plaintext is ProbeOutcome.TIMED_OUT
+    assert streams == 4, "one stream per prober, however many pings it sends"
+    refused = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "silo.wire.server" and "refused PingStream" in r.getMessage()
+    ]
+    assert len(refused) == 2
+    assert "PingStream refused to a certificate of test-cluster with client: it needs the silo role" in refused[0]
+    warned = [r.getMessage() for r in caplog.records if r.name == "silo.wire.prober" and r.levelno == logging.WARNING]
+    assert [message.split(": ")[1].split()[0] for message in warned] == [
+        "PERMISSION_DENIED",
+        "PERMISSION_DENIED",
+        "UNAVAILABLE",
+    ]
 
 
 def test_a_tls_caller_cannot_talk_to_a_plaintext_silo(ca: TestCa) -> None:

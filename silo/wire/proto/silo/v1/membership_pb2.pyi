@@ -59,18 +59,22 @@ class RequestHeader(_message.Message):
     def __init__(self, cluster_id: _Optional[str] = ..., sender: _Optional[_Union[SiloAddress, _Mapping]] = ...) -> None: ...
 
 class PingRequest(_message.Message):
-    __slots__ = ("header",)
+    __slots__ = ("header", "sequence")
     HEADER_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     header: RequestHeader
-    def __init__(self, header: _Optional[_Union[RequestHeader, _Mapping]] = ...) -> None: ...
+    sequence: int
+    def __init__(self, header: _Optional[_Union[RequestHeader, _Mapping]] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class PingResponse(_message.Message):
-    __slots__ = ("responder", "health_score")
+    __slots__ = ("responder", "health_score", "sequence")
     RESPONDER_FIELD_NUMBER: _ClassVar[int]
     HEALTH_SCORE_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     responder: SiloAddress
     health_score: int
-    def __init__(self, responder: _Optional[_Union[SiloAddress, _Mapping]] = ..., health_score: _Optional[int] = ...) -> None: ...
+    sequence: int
+    def __init__(self, responder: _Optional[_Union[SiloAddress, _Mapping]] = ..., health_score: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class ProbeIndirectlyRequest(_message.Message):
     __slots__ = ("header", "target", "timeout_seconds")
