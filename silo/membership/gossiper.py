@@ -135,6 +135,11 @@ class Gossiper:
         self._deal(GossipMessage(message.version, message.delta), known)
 
     def _deal(self, message: GossipMessage, targets: Sequence[SiloAddress]) -> None:
+        """Send to ``targets`` through the relay tree; silos the write is about (a vote's target, a
+        joiner) come last, so none of them heads a group: a suspected silo may be dead, and its
+        group would hear the write only after its send failed."""
+        changed = message.delta.silos if message.delta is not None else frozenset()
+        targets = sorted(targets, key=changed.__contains__)  # stable: the others keep their shuffled order
         for target, relay_to in relay_plan(targets, self._options.gossip_fanout):
             self._send_soon(target, GossipMessage(message.version, message.delta, relay_to))
 

@@ -28,13 +28,22 @@ from silo.membership.votes import fresh_votes
 
 @dataclass(frozen=True)
 class MembershipDelta:
-    """One versioned write: the table at ``base_version`` with ``rows`` put in is the table at ``version``."""
+    """One versioned write: the table at ``base_version`` with ``rows`` put in is the table at ``version``.
+
+    ``since_version`` (at most ``base_version``) widens that: the writer knows that every row
+    written after ``since_version`` is among ``rows`` (e.g. a vote, then the death of the same
+    silo), so the table at any version from ``since_version`` to ``base_version`` with ``rows``
+    put in is the table at ``version``. A silo that has not yet heard of the vote applies the
+    death directly instead of pulling a whole view.
+    """
 
     base_version: int
     version: TableVersion
     """The version the write set, with the version etag it left."""
     rows: tuple[tuple[MembershipEntry, str], ...]
     """Each row the write inserted or replaced, with the row etag it left."""
+    since_version: int | None = None
+    """The oldest version this delta applies to; None = ``base_version`` only."""
 
     def __post_init__(self) -> None:
         if self.version.version != self.base_version + 1:
@@ -43,6 +52,30 @@ class MembershipDelta:
             )
         if not self.rows:
             raise ValueError("a delta changes at least one row")
+        if self.since_version is not None and not 0 <= self.since_version <= self.base_version:
+            raise ValueError(
+                f"a delta applies from a version at or before its base {self.base_version}; got {self.since_version}"
+            )
+
+    @property
+    def applies_from(self) -> int:
+        """The oldest version a snapshot may hold for this delta to apply to it."""
+        return self.base_version if self.since_version is None else self.since_version
+
+    @property
+    def silos(self) -> frozenset[SiloAddress]:
+        return frozenset(entry.silo_address for entry, _ in self.rows)
+
+
+def rows_written_between(older: MembershipSnapshot, newer: MembershipSnapshot) -> frozenset[SiloAddress] | None:
+    """The silos whose rows differ between two snapshots (added or rewritten: a new etag); None if
+    a row was removed, which no delta can express."""
+    before = {entry.silo_address: etag for entry, etag in older.data.rows}
+    changed = set()
+    for entry, etag in newer.data.rows:
+        if before.pop(entry.silo_address, None) != etag:
+            changed.add(entry.silo_address)
+    return None if before else frozenset(changed)
 
 
 @dataclass(frozen=True)
@@ -89,12 +122,13 @@ class MembershipSnapshot:
         return tuple(entry for entry in self.entries if entry.silo_address.is_predecessor_of(silo))
 
     def apply(self, delta: MembershipDelta) -> MembershipSnapshot | None:
-        """The snapshot at ``delta.version``, or None unless this one is at the delta's base version.
+        """The snapshot at ``delta.version``, or None unless this one is at a version the delta
+        applies to (from ``delta.applies_from`` to its base version).
 
         Each row of the delta replaces (or adds) its silo's row, keeping the later IAmAlive
         of the two; every other row, and the malformed rows, are as in this snapshot.
         """
-        if self.version != delta.base_version:
+        if not delta.applies_from <= self.version <= delta.base_version:
             return None
         rows = list(self.data.rows)  # sorted by address: keep it so, without sorting again
         addresses = [entry.silo_address for entry, _ in rows]

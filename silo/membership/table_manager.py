@@ -37,6 +37,7 @@ larger side of a cut is withheld.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import enum
 import functools
@@ -62,7 +63,7 @@ from silo.membership.liveness import LivenessTracker
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
 from silo.membership.probing import GossipMessage
-from silo.membership.snapshot import MembershipDelta, MembershipSnapshot, SnapshotPublisher
+from silo.membership.snapshot import MembershipDelta, MembershipSnapshot, SnapshotPublisher, rows_written_between
 from silo.membership.table_access import BlockingRunner, TableAccess, run_in_thread
 from silo.membership.votes import (
     VoteDecision,
@@ -111,6 +112,9 @@ class _Ballot:
     outcome: asyncio.Future[VoteOutcome]
 
 
+RECENT_WRITES = 16
+"""Steps between our recent views remembered for ``MembershipDelta.since_version``."""
+
 VOTE_ATTEMPTS = 3
 """Fresh read-and-write attempts of one vote when other writers win the race."""
 
@@ -156,6 +160,11 @@ class MembershipTableManager:
         """When the last catch-up for gossip ended (monotonic)."""
         self._periods_since_full_read = 0
         """Periodic refreshes since the last full read (of any cause)."""
+        self._recent_writes: collections.deque[tuple[int, int, frozenset[SiloAddress]]] = collections.deque(
+            maxlen=RECENT_WRITES
+        )
+        """(version, later version, silos whose rows were written in between) for our last views, in
+        order and contiguous: what lets our own write's delta apply to older views (``_applies_from``)."""
         self._ballots: list[_Ballot] = []
         self._casting = False
         self._cast_tasks = BackgroundTasks()
@@ -215,7 +224,9 @@ class MembershipTableManager:
         self.liveness.observe(snapshot)
         return await self._publish(snapshot)
 
-    async def _accept_learned(self, snapshot: MembershipSnapshot, rows: tuple[MembershipEntry, ...]) -> None:
+    async def _accept_learned(
+        self, snapshot: MembershipSnapshot, rows: tuple[MembershipEntry, ...], written: frozenset[SiloAddress] | None
+    ) -> None:
         """Take in a snapshot not read from the table (a delta applied, a peer's view); ``rows`` are the new ones.
 
         If it would make this silo terminate (it says we are Dead, lost our row, or were
@@ -235,7 +246,7 @@ class MembershipTableManager:
                     self._address, snapshot.version,
                 )  # fmt: skip
         self.liveness.learn(rows)
-        await self._publish(snapshot)
+        await self._publish(snapshot, written)
 
     def _reason_to_stop(self, snapshot: MembershipSnapshot) -> str | None:
         """Why ``snapshot`` says this silo must terminate (its own row, or a newer generation of it); None if not."""
@@ -244,8 +255,14 @@ class MembershipTableManager:
             reason = f"superseded by a newer generation of this endpoint: {newer[0]}"
         return reason
 
-    async def _publish(self, snapshot: MembershipSnapshot) -> MembershipSnapshot:
-        await self.publisher.publish(snapshot)
+    async def _publish(
+        self, snapshot: MembershipSnapshot, written: frozenset[SiloAddress] | None = None
+    ) -> MembershipSnapshot:
+        """Make ``snapshot`` current if newer, and remember which rows moved (``written``: the rows
+        written since the current snapshot if known, else found by comparing the two)."""
+        previous = self.publisher.current
+        if await self.publisher.publish(snapshot) and previous is not None:
+            self._remember_writes(previous, snapshot, written)
         reason = self._reason_to_stop(snapshot)
         if reason is not None:
             self.terminate(reason)
@@ -258,8 +275,28 @@ class MembershipTableManager:
         following = self.snapshot.apply(delta)
         if following is None:
             return False
-        await self._accept_learned(following, tuple(entry for entry, _ in delta.rows))
+        await self._accept_learned(following, tuple(entry for entry, _ in delta.rows), delta.silos)
         return True
+
+    def _remember_writes(
+        self, previous: MembershipSnapshot, current: MembershipSnapshot, written: frozenset[SiloAddress] | None
+    ) -> None:
+        if written is None:
+            written = rows_written_between(previous, current)
+        if written is None:  # a row was removed: no delta can span that
+            self._recent_writes.clear()
+        else:
+            self._recent_writes.append((previous.version, current.version, written))
+
+    def _applies_from(self, base_version: int, silos: frozenset[SiloAddress]) -> int:
+        """The oldest version our write at ``base_version + 1`` (of ``silos``' rows) applies to: back
+        through our recent views while every row written since is one our write puts in too."""
+        since = base_version
+        for start, end, written in reversed(self._recent_writes):
+            if end != since or not written <= silos:
+                break
+            since = start
+        return since
 
     def _report_malformed(self, malformed: tuple[MalformedRow, ...]) -> None:
         """Log each malformed row once, when a read first reports it (again if it comes back after a repair).
@@ -344,7 +381,7 @@ class MembershipTableManager:
             return False
         if data.version.version < version:
             return False
-        await self._accept_learned(MembershipSnapshot(data), data.entries)
+        await self._accept_learned(MembershipSnapshot(data), data.entries, None)
         return True
 
     def request_refresh(self) -> None:
@@ -376,7 +413,10 @@ class MembershipTableManager:
         write: e.g. a vote whose gossip is still on its way to us), the gossip goes out first and
         our full re-read after it: receivers at the base version need nothing from our read, and
         a death must not wait for it."""
-        delta = MembershipDelta(committed.version.version - 1, committed.version, committed.rows)
+        base = committed.version.version - 1
+        silos = frozenset(entry.silo_address for entry, _ in committed.rows)
+        since = self._applies_from(base, silos) if self.snapshot.version == base else base
+        delta = MembershipDelta(base, committed.version, committed.rows, since if since < base else None)
         reread = not await self._apply(delta)
         if reread and self.publisher.current is None:  # no view yet to address the gossip with
             await self._reread_after_write()

@@ -26,6 +26,7 @@ def gossip_to_proto(message: GossipMessage, request_header: pb.RequestHeader) ->
                 base_version=delta.base_version,
                 version_etag=delta.version.etag,
                 rows=[entry_to_proto(entry, etag) for entry, etag in delta.rows],
+                since_version=delta.since_version or 0,
             )
         )
     return request
@@ -39,5 +40,6 @@ def gossip_from_proto(request: pb.GossipRequest) -> GossipMessage:
             base_version=request.delta.base_version,
             version=TableVersion(request.version, request.delta.version_etag),
             rows=tuple(entry_from_proto(row) for row in request.delta.rows),
+            since_version=request.delta.since_version or None,
         )
     return GossipMessage(request.version, delta, tuple(address_from_proto(silo) for silo in request.relay_to))

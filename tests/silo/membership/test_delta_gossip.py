@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TypeVar
 
+import pytest
+
 from membership_tables import (
     CommittedWrite,
     MembershipTable,
@@ -29,7 +31,7 @@ from silo.membership.table_access import BlockingRunner, run_inline
 from silo.membership.table_manager import MembershipTableManager, VoteOutcome
 from tests.silo.harness import T0, FlakyTable, address, async_test, memory_table, row, seed, view
 
-ME, PEER, OTHER = address(1), address(2), address(3)
+ME, PEER, OTHER, FOURTH = address(1), address(2), address(3), address(4)
 OPTIONS = SiloOptions.local()
 T = TypeVar("T")
 
@@ -348,3 +350,49 @@ async def test_a_monitor_that_learned_the_death_from_gossip_does_not_read_to_vot
     assert late.manager.snapshot.status_of(OTHER) is SiloStatus.DEAD
     assert await late.manager.try_vote(OTHER) is VoteOutcome.ALREADY_GONE
     assert late.table_calls() == []
+
+
+def test_a_delta_with_an_older_since_version_applies_to_every_view_from_it_to_its_base() -> None:
+    voted = row(OTHER).replace(suspect_times=((ME, T0),))
+    dead = voted.replace(status=SiloStatus.DEAD, suspect_times=((ME, T0), (PEER, T0)))
+    delta = MembershipDelta(5, TableVersion(6, "v6"), ((dead, "e6"),), since_version=4)
+    before_the_vote = view(row(ME), row(OTHER), version=4)
+    after_the_vote = view(row(ME), voted, version=5)
+    for held in (before_the_vote, after_the_vote):
+        applied = held.apply(delta)
+        assert applied is not None
+        assert applied.version == 6
+        assert applied.data.get(OTHER) == (dead, "e6")
+    assert view(row(ME), version=3).apply(delta) is None
+    assert view(row(ME), version=6).apply(delta) is None
+
+
+@pytest.mark.parametrize("killer_heard_the_vote", [True, False], ids=["by gossip", "by its vote's read"])
+@async_test
+async def test_a_death_after_a_vote_reaches_a_silo_that_missed_the_vote_without_a_pull(
+    killer_heard_the_vote: bool,
+) -> None:
+    """Vote and death write the same row, so the killer's delta applies to views from before the
+    vote: a silo whose copy of the vote's gossip is late (or lost) applies the death at once."""
+    store, clock = memory_table(), FakeClock(T0)
+    seed(store, row(ME), row(PEER), row(OTHER), row(FOURTH))
+    nodes: dict[SiloAddress, Node] = {}
+    for silo in (ME, PEER, OTHER, FOURTH):
+        node = Node(store, silo, clock, nodes)
+        await node.manager.refresh()
+        node.table_calls()
+    before_the_vote = nodes[FOURTH].manager.snapshot.version
+    assert await nodes[ME].manager.try_vote(OTHER) is VoteOutcome.VOTED
+    if killer_heard_the_vote:
+        await nodes[PEER].manager.on_gossip(nodes[ME].gossiped[-1][0], ME)
+    assert await nodes[PEER].manager.try_vote(OTHER) is VoteOutcome.DECLARED_DEAD
+    message, _ = nodes[PEER].gossiped[-1]
+    assert message.delta is not None
+    assert message.delta.applies_from == before_the_vote
+    receiver = nodes[FOURTH]
+    await receiver.manager.on_gossip(message, PEER)
+    assert receiver.pulls == []
+    assert receiver.table_calls() == []
+    assert receiver.manager.snapshot.status_of(OTHER) is SiloStatus.DEAD
+    assert rows_without_heartbeats(receiver.manager.snapshot.data) == rows_without_heartbeats(store.read_all())
+    assert receiver.manager.snapshot.table_version == store.read_all().version

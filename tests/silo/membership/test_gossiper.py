@@ -186,3 +186,28 @@ async def test_in_a_join_storm_a_death_still_reaches_everyone() -> None:
         silo for _, message in sender.messages for silo in message.relay_to
     }
     assert reached == {address(port) for port in range(100, 110)} | {PEER_ACTIVE}
+
+
+@async_test
+async def test_the_silos_a_write_is_about_never_relay_it() -> None:
+    """A vote's target may be dead: if it headed a relay group, its group would hear the vote only
+    after the send to it failed."""
+    sender = RecordingGossip()
+    silos = [address(port) for port in range(2, 41)]
+    snapshot = view(row(ME), *(row(silo) for silo in silos))
+    suspects = silos[::7]  # six of them, among 39 targets dealt into 4 groups
+    delta = MembershipDelta(4, TableVersion(5, "v5"), tuple((row(silo), f"e{silo.port}") for silo in suspects))
+    for seed in range(20):
+        sender.messages.clear()
+        gossiper = Gossiper(
+            address=ME, options=SiloOptions(gossip_fanout=4), clock=FakeClock(NOW), sender=sender,
+            is_fresh=lambda silo: True, random=random.Random(seed),
+        )  # fmt: skip
+        gossiper.publish(GossipMessage(5, delta), snapshot)
+        await settle()
+        heads = [target for target, message in sender.messages if message.relay_to]
+        assert len(heads) == 4
+        assert not set(heads) & set(suspects), seed
+        covered = {silo for target, message in sender.messages for silo in (target, *message.relay_to)}
+        assert covered == set(silos)
+        await gossiper.stop()

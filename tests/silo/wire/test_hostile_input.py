@@ -203,19 +203,30 @@ def rows() -> st.SearchStrategy[pb.MembershipRow]:
     )
 
 
-@given(headers(), INT64, INT64, st.text(max_size=12), st.lists(rows(), max_size=3), st.lists(addresses(), max_size=3))
+@given(
+    headers(),
+    INT64,
+    INT64,
+    INT64,
+    st.text(max_size=12),
+    st.lists(rows(), max_size=3),
+    st.lists(addresses(), max_size=3),
+)
 def test_gossip_with_a_delta_and_relays(
     cluster: Cluster,
     channel: grpc.Channel,
     header: pb.RequestHeader,
     version: int,
     base_version: int,
+    since_version: int,
     etag: str,
     delta_rows: list[pb.MembershipRow],
     relay_to: list[pb.SiloAddress],
 ) -> None:
     before = canonical(cluster.table)
-    delta = pb.MembershipDelta(base_version=base_version, version_etag=etag, rows=delta_rows)
+    delta = pb.MembershipDelta(
+        base_version=base_version, version_etag=etag, rows=delta_rows, since_version=since_version
+    )
     request = pb.GossipRequest(header=header, version=version, delta=delta, relay_to=relay_to)
     code = call(channel, codec.GOSSIP.path, request.SerializeToString())
     if header.cluster_id != CLUSTER:

@@ -111,14 +111,16 @@ class GossipRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[RequestHeader, _Mapping]] = ..., version: _Optional[int] = ..., delta: _Optional[_Union[MembershipDelta, _Mapping]] = ..., relay_to: _Optional[_Iterable[_Union[SiloAddress, _Mapping]]] = ...) -> None: ...
 
 class MembershipDelta(_message.Message):
-    __slots__ = ("base_version", "version_etag", "rows")
+    __slots__ = ("base_version", "version_etag", "rows", "since_version")
     BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
     VERSION_ETAG_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
+    SINCE_VERSION_FIELD_NUMBER: _ClassVar[int]
     base_version: int
     version_etag: str
     rows: _containers.RepeatedCompositeFieldContainer[MembershipRow]
-    def __init__(self, base_version: _Optional[int] = ..., version_etag: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[MembershipRow, _Mapping]]] = ...) -> None: ...
+    since_version: int
+    def __init__(self, base_version: _Optional[int] = ..., version_etag: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[MembershipRow, _Mapping]]] = ..., since_version: _Optional[int] = ...) -> None: ...
 
 class GossipResponse(_message.Message):
     __slots__ = ()

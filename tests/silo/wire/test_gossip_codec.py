@@ -1,0 +1,30 @@
+"""Gossip on the wire: a message survives the round trip, and one we could never send is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from membership_tables import TableVersion
+from silo.membership.probing import GossipMessage
+from silo.membership.snapshot import MembershipDelta
+from silo.wire import codec
+from silo.wire.gossip_codec import gossip_from_proto, gossip_to_proto
+from tests.silo.harness import address, row
+
+HEADER = codec.header("c", address(1))
+
+
+@pytest.mark.parametrize("since", [None, 1, 3])
+def test_a_delta_and_its_relays_survive_the_round_trip(since: int | None) -> None:
+    delta = MembershipDelta(5, TableVersion(6, "v6"), ((row(address(2)), "e2"), (row(address(3)), "e3")), since)
+    message = GossipMessage(6, delta, (address(4), address(5)))
+    assert gossip_from_proto(gossip_to_proto(message, HEADER)) == message
+
+
+def test_a_delta_said_to_apply_after_its_base_is_refused() -> None:
+    request = gossip_to_proto(
+        GossipMessage(6, MembershipDelta(5, TableVersion(6, "v6"), ((row(address(2)), "e"),))), HEADER
+    )
+    request.delta.since_version = 6
+    with pytest.raises(ValueError, match="at or before its base"):
+        gossip_from_proto(request)
