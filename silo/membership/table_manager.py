@@ -385,11 +385,15 @@ class MembershipTableManager:
         return True
 
     def request_refresh(self) -> None:
-        """Re-read the table soon, in the background: one such read at a time, one per ``probe_timeout``.
+        """Look for this silo's own verdict soon, in the background: one such look at a time, one
+        per ``probe_timeout``.
 
         For a silo that finds itself on the minority side of a partition: the majority's
         gossip cannot reach it, so it looks for its own verdict instead of waiting for the
-        periodic refresh, and stops serving as soon as it was declared Dead.
+        periodic refresh, and stops serving as soon as it was declared Dead. It reads only its
+        own row (one key), and the whole table only if that row says it must stop: on an
+        overloaded machine every silo may find itself "on the minority side" (its probes time
+        out), and hundreds of full reads each probe timeout made the overload worse.
         """
         now = self._clock.monotonic()
         if self._requested is not None and (
@@ -401,9 +405,12 @@ class MembershipTableManager:
 
     async def _requested_refresh(self) -> None:
         try:
-            await self.refresh()
+            data = await self._access.call(functools.partial(self._table.read_row, self._address), None)
+            row = data.get(self._address)
+            if self._own_row_verdict(row[0] if row else None, data.version.version) is not None:
+                await self.refresh()  # publishes the view that says so, and terminates
         except TableUnavailableError:
-            logger.debug("silo %s: a requested re-read found the table unreachable", self._address)
+            logger.debug("silo %s: a requested look at its own row found the table unreachable", self._address)
 
     # --- writes --------------------------------------------------------------------------
 

@@ -365,20 +365,22 @@ async def test_periodic_refresh_picks_up_changes_without_gossip() -> None:
 
 
 @async_test
-async def test_a_requested_reread_runs_in_the_background_at_most_once_per_probe_timeout() -> None:
+async def test_a_requested_look_at_our_row_runs_in_the_background_at_most_once_per_probe_timeout() -> None:
     flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
     seed(flaky.inner, row(ME), row(PEER))
     tables = manager(flaky, clock)
     for _ in range(5):
         tables.request_refresh()
         await clock.advance(0)
-    assert flaky.calls == ["read_all"]
+    assert flaky.calls == ["read_row"], "our own row only: not the whole table"
+    assert not tables.terminated.is_set()
     kill(flaky.inner, ME)  # the majority declared us Dead while its gossip could not reach us
     await clock.advance(OPTIONS.probe_timeout)
     tables.request_refresh()
     await clock.advance(0)
-    assert flaky.calls == ["read_all", "read_all"]
+    assert flaky.calls == ["read_row", "read_row", "read_all"], "the verdict: then the view that says so"
     assert tables.terminated.is_set()
+    assert tables.snapshot.status_of(ME) is SiloStatus.DEAD
     await tables.stop()
 
 
