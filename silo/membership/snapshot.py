@@ -66,6 +66,15 @@ class MembershipDelta:
     def silos(self) -> frozenset[SiloAddress]:
         return frozenset(entry.silo_address for entry, _ in self.rows)
 
+    @property
+    def only_arrivals(self) -> bool:
+        """Every row is a silo Joining or Active with no vote against it: a join (or a property
+        change), which no silo needs to see before its next refresh."""
+        return all(
+            entry.status in (SiloStatus.JOINING, SiloStatus.ACTIVE) and not entry.suspect_times
+            for entry, _ in self.rows
+        )
+
 
 def rows_written_between(older: MembershipSnapshot, newer: MembershipSnapshot) -> frozenset[SiloAddress] | None:
     """The silos whose rows differ between two snapshots (added or rewritten: a new etag); None if

@@ -107,6 +107,9 @@ class MembershipServer:
         self._credentials = server_credentials(tls) if tls is not None else None
         self._now = now
         self._handler: SiloRpcHandler | None = None
+        self._view_answer: tuple[MembershipTableData, pb.GetMembershipResponse] | None = None
+        """The last GetMembership answer and the view it was built from: peers that fell behind
+        pull the same view at once (N rows each), so it is built once per view."""
         self._server = grpc.aio.server(options=_SERVER_OPTIONS)
         self._health = health.aio.HealthServicer()
         self.handlers = handlers if handlers is not None else HandlerRegistry()
@@ -240,7 +243,10 @@ class MembershipServer:
 
     async def _get_membership(self, request: pb.GetMembershipRequest, context: Any) -> pb.GetMembershipResponse:
         handler = await self._admit(request.header, context, "GetMembership")
-        return codec.snapshot_to_proto(handler.membership_snapshot(), handler.silo_address)
+        view, answer = handler.membership_snapshot(), self._view_answer
+        if answer is None or answer[0] is not view:
+            answer = self._view_answer = (view, codec.snapshot_to_proto(view, handler.silo_address))
+        return answer[1]
 
     async def _watch_membership(
         self, request: pb.WatchMembershipRequest, context: Any

@@ -396,3 +396,27 @@ async def test_a_death_after_a_vote_reaches_a_silo_that_missed_the_vote_without_
     assert receiver.manager.snapshot.status_of(OTHER) is SiloStatus.DEAD
     assert rows_without_heartbeats(receiver.manager.snapshot.data) == rows_without_heartbeats(store.read_all())
     assert receiver.manager.snapshot.table_version == store.read_all().version
+
+
+@async_test
+async def test_a_join_off_the_receivers_base_is_left_to_the_refresh_without_a_pull() -> None:
+    """In a join storm nearly every join reaches silos off its base: a pull of a whole view each
+    (N rows, for each of N joins) was most of the storm's CPU."""
+    store, clock, nodes = await cluster_of_three()
+    assert await nodes[ME].manager.try_vote(PEER) is VoteOutcome.VOTED  # OTHER misses this one
+    joiner = Node(store, FOURTH, clock, nodes)
+    await joiner.manager.refresh()
+    await joiner.manager.insert_self(row(FOURTH, SiloStatus.JOINING), joiner.manager.deadline_in(10))
+    [(join, _)] = joiner.gossiped
+    assert join.delta is not None
+    assert join.delta.only_arrivals
+    receiver = nodes[OTHER]
+    receiver.table_calls()
+    await receiver.manager.on_gossip(join, FOURTH)
+    assert receiver.pulls == []
+    assert receiver.table_calls() == []
+    await receiver.manager.refresh()
+    assert receiver.manager.snapshot.status_of(FOURTH) is SiloStatus.JOINING
+    vote = nodes[ME].gossiped[-1][0].delta
+    assert vote is not None
+    assert not vote.only_arrivals

@@ -395,3 +395,21 @@ def test_process_errors_carry_the_agreed_status_codes(
     error = run(scenario())
     assert error.code() == code
     assert message in error.details()
+
+
+def test_get_membership_follows_the_handlers_view_from_one_pull_to_the_next() -> None:
+    """The answer is built once per view (peers that fell behind pull the same view at once), and
+    never outlives it."""
+    first = MembershipTableData(((entry(PEER, SiloStatus.ACTIVE), "e1"),), TableVersion(5, "v5"))
+    second = MembershipTableData(((entry(PEER, SiloStatus.DEAD), "e2"),), TableVersion(6, "v6"))
+
+    async def scenario() -> list[MembershipTableData]:
+        async with serving(lambda me: FakeHandler(me, snapshot=first)) as (server, handler):
+            pulls = []
+            for view in (first, first, second):
+                handler.snapshot = view
+                answer = await call(server.port, codec.GET_MEMBERSHIP, pb.GetMembershipRequest(header=header()))
+                pulls.append(codec.snapshot_from_proto(answer))
+            return pulls
+
+    assert run(scenario()) == [first, first, second]
