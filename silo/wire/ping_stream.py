@@ -7,6 +7,10 @@ that echoes it. One reader task per stream hands every response to the ping wait
 sequence; an answer that comes after its ping gave up is dropped. When the stream fails, every
 ping waiting on it gets that error, and the next ping opens a new stream. A peer without
 ``PingStream`` (UNIMPLEMENTED: an older silo) is pinged with the unary ``Ping`` instead.
+
+The first ``UNARY_PINGS_FIRST`` pings of an endpoint are unary: a stream pays off only for the
+endpoints pinged again and again (the silos we monitor), not for one-off pings (a joining silo
+pings up to ``max_join_validation_pings`` silos once each; an indirect probe pings a target once).
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ from silo.wire import codec
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 
 log = logging.getLogger(__name__)
+
+UNARY_PINGS_FIRST = 2
+"""Pings of an endpoint sent as unary calls before its stream is opened. In a 500-silo join storm,
+a stream opened (and closed again when the channel pool evicted the channel) for each validation
+ping was a large share of the joiners' CPU."""
 
 STREAM_RETRY_SECONDS = 60.0
 """After a peer answered UNIMPLEMENTED, its endpoint is pinged with the unary Ping this long, then
@@ -104,7 +113,9 @@ class EndpointPinger:
     """Pings of one endpoint on one channel: over a ``PingStream`` (reopened after it breaks), or the
     unary ``Ping`` for a peer without it."""
 
-    def __init__(self, endpoint: str, channel: Any, readers: BackgroundTasks) -> None:
+    def __init__(
+        self, endpoint: str, channel: Any, readers: BackgroundTasks, *, unary_pings_first: int = UNARY_PINGS_FIRST
+    ) -> None:
         self.channel = channel
         self._endpoint = endpoint
         self._readers = readers
@@ -112,11 +123,15 @@ class EndpointPinger:
         self._unary = codec.PING.bind(channel)
         self._stream: _Stream | None = None
         self._unary_until = -math.inf
+        self._unary_pings_left = unary_pings_first
         self._retiring = False
 
     async def ping(self, request: pb.PingRequest, timeout: float) -> pb.PingResponse:
         """The answer within ``timeout``: raises ``TimeoutError``, ``StreamEndedError`` or ``grpc.aio.AioRpcError``."""
         loop = asyncio.get_running_loop()
+        if self._unary_pings_left > 0 and self._stream is None:
+            self._unary_pings_left -= 1
+            return await self._unary(request, timeout=timeout)
         if loop.time() < self._unary_until:
             return await self._unary(request, timeout=timeout)
         deadline = loop.time() + timeout

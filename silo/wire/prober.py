@@ -22,7 +22,7 @@ from silo.membership.background import BackgroundTasks
 from silo.membership.probing import GossipMessage, IndirectProbeResult, ProbeOutcome
 from silo.wire import codec, gossip_codec
 from silo.wire.channels import CHANNEL_OPTIONS
-from silo.wire.ping_stream import EndpointPinger, StreamEndedError
+from silo.wire.ping_stream import UNARY_PINGS_FIRST, EndpointPinger, StreamEndedError
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.wire.tls import ChannelPool, TlsSettings
 
@@ -88,8 +88,11 @@ class GrpcProber:
         gossip_timeout: float = 5.0,
         *,
         tls: TlsSettings | None = None,
+        unary_pings_first: int = UNARY_PINGS_FIRST,
     ) -> None:
+        """``unary_pings_first``: pings of each endpoint sent as unary calls before its stream opens."""
         self._cluster_id = cluster_id
+        self._unary_pings_first = unary_pings_first
         self._sender = sender
         self._gossip_timeout = gossip_timeout
         self._closing: dict[asyncio.Task[None], grpc.aio.Channel] = {}
@@ -196,7 +199,9 @@ class GrpcProber:
         if pinger is None or pinger.channel is not channel:
             if pinger is not None:
                 pinger.retire()  # the pool opened a new channel (certificates rotated)
-            pinger = self._pingers[endpoint] = EndpointPinger(endpoint, channel, self._stream_readers)
+            pinger = self._pingers[endpoint] = EndpointPinger(
+                endpoint, channel, self._stream_readers, unary_pings_first=self._unary_pings_first
+            )
         return pinger
 
     def _close_later(self, channel: grpc.aio.Channel) -> None:

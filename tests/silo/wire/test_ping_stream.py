@@ -20,7 +20,7 @@ from membership_tables import SiloAddress
 from silo.membership.background import BackgroundTasks
 from silo.membership.probing import ProbeOutcome
 from silo.wire import codec, ping_stream
-from silo.wire.ping_stream import EndpointPinger
+from silo.wire.ping_stream import UNARY_PINGS_FIRST, EndpointPinger
 from silo.wire.prober import GrpcProber
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from tests.silo.rpc_fakes import CLUSTER, CountingServer, FakeHandler, run, serving
@@ -39,7 +39,7 @@ async def counting(port: int = 0) -> AsyncIterator[tuple[CountingServer, SiloAdd
 
 def test_pings_go_over_one_stream_that_stays_open() -> None:
     async def scenario() -> tuple[list[ProbeOutcome], int, int]:
-        async with counting() as (server, target), GrpcProber(CLUSTER, ME) as prober:
+        async with counting() as (server, target), GrpcProber(CLUSTER, ME, unary_pings_first=0) as prober:
             outcomes = [await prober.ping(target, 2.0) for _ in range(5)]
             return outcomes, server.streams_opened, server.streams_open
 
@@ -48,9 +48,24 @@ def test_pings_go_over_one_stream_that_stays_open() -> None:
     assert (opened, still_open) == (1, 1)
 
 
+def test_an_endpoint_gets_its_stream_only_once_it_is_pinged_again_and_again() -> None:
+    """One-off pings (a joining silo validating its connectivity, an indirect probe) stay unary:
+    a stream opened for each would cost more than it saves."""
+
+    async def scenario() -> list[int]:
+        async with counting() as (server, target), GrpcProber(CLUSTER, ME) as prober:
+            opened = []
+            for _ in range(UNARY_PINGS_FIRST + 2):
+                assert await prober.ping(target, 2.0) is ProbeOutcome.ANSWERED
+                opened.append(server.streams_opened)
+            return opened
+
+    assert run(scenario()) == [0] * UNARY_PINGS_FIRST + [1, 1]
+
+
 def test_an_answer_from_another_incarnation_on_the_stream_is_a_refusal() -> None:
     async def scenario() -> tuple[ProbeOutcome, ProbeOutcome, int]:
-        async with counting() as (server, target), GrpcProber(CLUSTER, ME) as prober:
+        async with counting() as (server, target), GrpcProber(CLUSTER, ME, unary_pings_first=0) as prober:
             older = SiloAddress(target.host, target.port, target.generation - 1)
             gone, alive = await asyncio.gather(prober.ping(older, 2.0), prober.ping(target, 2.0))
             return gone, alive, server.streams_opened
@@ -60,7 +75,7 @@ def test_an_answer_from_another_incarnation_on_the_stream_is_a_refusal() -> None
 
 def test_a_hung_silo_times_out_within_the_timeout_and_the_stream_answers_again_once_it_recovers() -> None:
     async def scenario() -> tuple[ProbeOutcome, float, ProbeOutcome, int]:
-        async with counting() as (server, target), GrpcProber(CLUSTER, ME) as prober:
+        async with counting() as (server, target), GrpcProber(CLUSTER, ME, unary_pings_first=0) as prober:
             assert await prober.ping(target, 2.0) is ProbeOutcome.ANSWERED
             server.answering.clear()
             started = time.monotonic()
@@ -81,7 +96,7 @@ def test_a_late_answer_is_dropped_and_overlapping_pings_each_get_their_own() -> 
         async with counting() as (server, target):
             channel = grpc.aio.insecure_channel(target.endpoint)
             readers = BackgroundTasks()
-            pinger = EndpointPinger(target.endpoint, channel, readers)
+            pinger = EndpointPinger(target.endpoint, channel, readers, unary_pings_first=0)
             try:
                 server.answering.clear()
                 with pytest.raises(TimeoutError):
@@ -111,7 +126,7 @@ async def answered_within(prober: GrpcProber, target: SiloAddress, seconds: floa
 
 def test_a_stopped_silo_fails_the_waiting_ping_at_once_and_a_restarted_one_gets_a_new_stream() -> None:
     async def scenario() -> tuple[ProbeOutcome, float, ProbeOutcome, ProbeOutcome, int]:
-        async with GrpcProber(CLUSTER, ME) as prober:
+        async with GrpcProber(CLUSTER, ME, unary_pings_first=0) as prober:
             async with counting() as (server, target):
                 assert await prober.ping(target, 2.0) is ProbeOutcome.ANSWERED
                 server.answering.clear()
@@ -174,7 +189,7 @@ def test_a_silo_without_ping_stream_is_pinged_with_unary_calls_and_the_stream_is
     monkeypatch.setattr(ping_stream, "STREAM_RETRY_SECONDS", 1.0)
 
     async def scenario() -> tuple[list[ProbeOutcome], list[str], list[str]]:
-        async with older_silo() as silo, GrpcProber(CLUSTER, ME) as prober:
+        async with older_silo() as silo, GrpcProber(CLUSTER, ME, unary_pings_first=0) as prober:
             outcomes = [await prober.ping(silo.address, 2.0) for _ in range(3)]
             asked_first = list(silo.asked)
             await asyncio.sleep(1.1)
@@ -192,7 +207,7 @@ def test_a_silo_without_ping_stream_is_pinged_with_unary_calls_and_the_stream_is
 def test_close_ends_the_waiting_pings_and_leaves_no_task(caplog: pytest.LogCaptureFixture) -> None:
     async def scenario() -> tuple[ProbeOutcome, set[asyncio.Task[Any]]]:
         async with counting() as (server, target):
-            prober = GrpcProber(CLUSTER, ME)
+            prober = GrpcProber(CLUSTER, ME, unary_pings_first=0)
             assert await prober.ping(target, 2.0) is ProbeOutcome.ANSWERED
             server.answering.clear()
             waiting = asyncio.create_task(prober.ping(target, 5.0))
