@@ -66,12 +66,13 @@ class MembershipDelta:
     def silos(self) -> frozenset[SiloAddress]:
         return frozenset(entry.silo_address for entry, _ in self.rows)
 
-    @property
-    def only_arrivals(self) -> bool:
-        """Every row is a silo Joining or Active with no vote against it: a join (or a property
-        change), which no silo needs to see before its next refresh."""
-        return all(
-            entry.status in (SiloStatus.JOINING, SiloStatus.ACTIVE) and not entry.suspect_times
+    def is_urgent_for(self, silo: SiloAddress) -> bool:
+        """Whether ``silo``, if it cannot apply this delta, should catch up at once rather than at
+        its next refresh: the delta takes a silo out (Dead, ShuttingDown, Stopping) or is about
+        ``silo`` itself. Joins, activations, property changes and votes against others can wait:
+        votes are always cast on a fresh read of the table anyway."""
+        return any(
+            entry.status not in (SiloStatus.JOINING, SiloStatus.ACTIVE) or entry.silo_address == silo
             for entry, _ in self.rows
         )
 

@@ -151,7 +151,8 @@ async def test_a_receiver_at_the_base_version_applies_the_delta_without_touching
 
 
 async def two_votes_the_receiver_missed_the_first_of() -> tuple[dict[SiloAddress, Node], GossipMessage]:
-    """ME votes twice; OTHER never got the first delta: it holds the version before both votes."""
+    """ME votes against OTHER, then against PEER; PEER never got the first delta: it holds the
+    version before both votes, and the second is about itself (urgent)."""
     _, _, nodes = await cluster_of_three()
     assert await nodes[ME].manager.try_vote(OTHER) is VoteOutcome.VOTED
     assert await nodes[ME].manager.try_vote(PEER) is VoteOutcome.VOTED
@@ -161,7 +162,7 @@ async def two_votes_the_receiver_missed_the_first_of() -> tuple[dict[SiloAddress
 @async_test
 async def test_a_receiver_that_missed_a_write_pulls_the_senders_view_instead_of_reading_the_table() -> None:
     nodes, second = await two_votes_the_receiver_missed_the_first_of()
-    receiver = nodes[OTHER]
+    receiver = nodes[PEER]
     await receiver.manager.on_gossip(second, ME)
     assert receiver.pulls == [ME]
     assert receiver.table_calls() == []
@@ -171,7 +172,7 @@ async def test_a_receiver_that_missed_a_write_pulls_the_senders_view_instead_of_
 @async_test
 async def test_a_receiver_reads_the_table_when_the_sender_cannot_be_asked() -> None:
     nodes, second = await two_votes_the_receiver_missed_the_first_of()
-    receiver = nodes[OTHER]
+    receiver = nodes[PEER]
     stranger = address(9)
     await receiver.manager.on_gossip(second, stranger)
     assert receiver.pulls == [stranger]
@@ -400,8 +401,8 @@ async def test_a_death_after_a_vote_reaches_a_silo_that_missed_the_vote_without_
 
 @async_test
 async def test_a_join_off_the_receivers_base_is_left_to_the_refresh_without_a_pull() -> None:
-    """In a join storm nearly every join reaches silos off its base: a pull of a whole view each
-    (N rows, for each of N joins) was most of the storm's CPU."""
+    """In a join storm nearly every write reaches silos off its base: a pull of a whole view each
+    (N rows, for each of N writes) was most of the storm's CPU."""
     store, clock, nodes = await cluster_of_three()
     assert await nodes[ME].manager.try_vote(PEER) is VoteOutcome.VOTED  # OTHER misses this one
     joiner = Node(store, FOURTH, clock, nodes)
@@ -409,7 +410,7 @@ async def test_a_join_off_the_receivers_base_is_left_to_the_refresh_without_a_pu
     await joiner.manager.insert_self(row(FOURTH, SiloStatus.JOINING), joiner.manager.deadline_in(10))
     [(join, _)] = joiner.gossiped
     assert join.delta is not None
-    assert join.delta.only_arrivals
+    assert not join.delta.is_urgent_for(OTHER)
     receiver = nodes[OTHER]
     receiver.table_calls()
     await receiver.manager.on_gossip(join, FOURTH)
@@ -419,4 +420,5 @@ async def test_a_join_off_the_receivers_base_is_left_to_the_refresh_without_a_pu
     assert receiver.manager.snapshot.status_of(FOURTH) is SiloStatus.JOINING
     vote = nodes[ME].gossiped[-1][0].delta
     assert vote is not None
-    assert not vote.only_arrivals
+    assert not vote.is_urgent_for(OTHER), "a vote against another silo can wait for the refresh"
+    assert vote.is_urgent_for(PEER), "a vote against us cannot"
