@@ -532,20 +532,18 @@ class MembershipTableManager:
         lost = 0
         while not (own and self.terminated.is_set()):
             data, entry, committed = await self._read_then_write(silo, modify, deadline)
-            row = data.get(silo)
-            if own and (reason := self._own_row_verdict(row[0] if row else None, data.version.version)) is not None:
-                self.terminate(reason)
-            if self.terminated.is_set() and own:
-                return False
-            if entry is None:
-                return False  # absent, Dead, or nothing to change
-            if committed is not None:
+            if entry is not None and committed is not None:  # written: announce it whatever else happened meanwhile
                 logger.info(
                     "silo %s wrote %s as %s at version %d",
                     self._address, silo, entry.status.name, committed.version.version,
                 )  # fmt: skip
                 await self._after_write(committed)
                 return True
+            row = data.get(silo)
+            if own and (reason := self._own_row_verdict(row[0] if row else None, data.version.version)) is not None:
+                self.terminate(reason)
+            if entry is None or (own and self.terminated.is_set()):
+                return False  # absent, Dead, nothing to change, or we must stop
             if self._clock.monotonic() >= deadline:
                 return False
             lost += 1
