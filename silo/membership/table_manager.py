@@ -330,21 +330,21 @@ class MembershipTableManager:
         into a flood of pulls or reads: at most one is in flight (later gossip waits for it and
         looks again), and after one, the next waits ``probe_timeout`` (gossip that comes
         meanwhile is dropped; the next gossip or the periodic refresh catches up). A silo at the
-        base version of each delta, the normal case, never catches up; a delta it cannot place
-        that takes no silo out and is not about this silo (a join, a vote against another) is
-        left to the periodic refresh, so a storm of joins (every delta off its base) costs no
-        pulls, and a sender
+        base version of each delta, the normal case, never catches up; in a join storm (more
+        silos Joining than ``gossip_fanout``) a delta it cannot place that takes no silo out and
+        is not about this silo (a join, a vote against another) is left to the periodic refresh,
+        so the storm (every delta off its base) costs no pulls, and a sender
         announcing versions the table does not have (hostile, confused, or a lagging replica)
         costs one read per ``probe_timeout``.
         """
         version = message.version
         if message.delta is not None and await self._apply(message.delta):
             return
-        if message.delta is not None and not message.delta.is_urgent_for(self._address):
-            # A join or a vote we cannot place (we missed an earlier write): not worth a pull of a
-            # whole view. In a join storm nearly every write finds its receivers off its base, and
-            # those pulls (N rows each) were most of the storm's CPU; the periodic refresh sees
-            # the version moved and reads them.
+        if message.delta is not None and not message.delta.is_urgent_for(self._address) and self._in_join_storm():
+            # A join or a vote we cannot place (we missed an earlier write) in a join storm: not
+            # worth a pull of a whole view. Then nearly every write finds its receivers off its
+            # base, and those pulls (N rows each) were most of the storm's CPU; the periodic
+            # refresh sees the version moved and reads them.
             logger.debug("silo %s: gossip of version %d is off our base; left to the refresh", self._address, version)
             return
         while version > self.snapshot.version:
@@ -361,6 +361,10 @@ class MembershipTableManager:
             self._gossip_read = asyncio.create_task(self._catch_up(version, sender))
             await asyncio.shield(self._gossip_read)
             return
+
+    def _in_join_storm(self) -> bool:
+        """More silos Joining than ``gossip_fanout`` (as the gossiper judges it for its own joins)."""
+        return len(self.snapshot.with_status(SiloStatus.JOINING)) > self._options.gossip_fanout
 
     async def _catch_up(self, version: int, sender: SiloAddress | None) -> None:
         try:
