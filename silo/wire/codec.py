@@ -98,8 +98,8 @@ class Method(Generic[Request, Response]):
 
 
 @dataclass(frozen=True)
-class StreamMethod(Generic[Request, Response]):
-    """One server-streaming RPC of the Membership service."""
+class _StreamingMethod(Generic[Request, Response]):
+    """What every streaming RPC of the Membership service has: its name, message types and path."""
 
     name: str
     request: type[Request]
@@ -108,6 +108,11 @@ class StreamMethod(Generic[Request, Response]):
     @property
     def path(self) -> str:
         return f"/{SERVICE_NAME}/{self.name}"
+
+
+@dataclass(frozen=True)
+class StreamMethod(_StreamingMethod[Request, Response]):
+    """One server-streaming RPC of the Membership service."""
 
     def bind(self, channel: Any) -> Callable[..., StreamCall[Response]]:
         """The callable on a ``grpc.aio`` channel: ``async for message in rpc(request, timeout=...)``."""
@@ -120,16 +125,8 @@ class StreamMethod(Generic[Request, Response]):
 
 
 @dataclass(frozen=True)
-class BidiStreamMethod(Generic[Request, Response]):
+class BidiStreamMethod(_StreamingMethod[Request, Response]):
     """One bidirectional-streaming RPC of the Membership service."""
-
-    name: str
-    request: type[Request]
-    response: type[Response]
-
-    @property
-    def path(self) -> str:
-        return f"/{SERVICE_NAME}/{self.name}"
 
     def bind(self, channel: Any) -> Callable[[], BidiCall[Request, Response]]:
         """The callable on a ``grpc.aio`` channel: ``call = rpc()`` opens the stream (no deadline)."""
