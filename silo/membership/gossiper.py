@@ -99,9 +99,8 @@ class Gossiper:
         targets = gossip_targets(snapshot, self._address, self._is_fresh, declared_dead)
         relays = [silo for silo in targets if silo not in declared_dead]  # a dead silo relays nothing
         self._random.shuffle(relays)
-        fanout = self._options.gossip_fanout
-        if self._is_own_join(message) and len(snapshot.with_status(SiloStatus.JOINING)) > fanout:
-            for silo in relays[:fanout]:
+        if self._is_own_join(message) and snapshot.in_join_storm(self._options):
+            for silo in relays[: self._options.gossip_fanout]:
                 self._send_soon(silo, message)
             return
         self._deal(message, relays)

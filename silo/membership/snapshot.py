@@ -117,6 +117,11 @@ class MembershipSnapshot:
     def with_status(self, *statuses: SiloStatus) -> tuple[MembershipEntry, ...]:
         return tuple(entry for entry in self.entries if entry.status in statuses)
 
+    def in_join_storm(self, options: SiloOptions) -> bool:
+        """More silos Joining than ``gossip_fanout``: many starting at once, when gossip of joins
+        goes to a few silos only and receivers leave the joins they cannot place to the refresh."""
+        return len(self.with_status(SiloStatus.JOINING)) > options.gossip_fanout
+
     @property
     def active_silos(self) -> tuple[SiloAddress, ...]:
         return tuple(entry.silo_address for entry in self.with_status(SiloStatus.ACTIVE))

@@ -340,7 +340,11 @@ class MembershipTableManager:
         version = message.version
         if message.delta is not None and await self._apply(message.delta):
             return
-        if message.delta is not None and not message.delta.is_urgent_for(self._address) and self._in_join_storm():
+        if (
+            message.delta is not None
+            and not message.delta.is_urgent_for(self._address)
+            and self.snapshot.in_join_storm(self._options)
+        ):
             # A join or a vote we cannot place (we missed an earlier write) in a join storm: not
             # worth a pull of a whole view. Then nearly every write finds its receivers off its
             # base, and those pulls (N rows each) were most of the storm's CPU; the periodic
@@ -361,10 +365,6 @@ class MembershipTableManager:
             self._gossip_read = asyncio.create_task(self._catch_up(version, sender))
             await asyncio.shield(self._gossip_read)
             return
-
-    def _in_join_storm(self) -> bool:
-        """More silos Joining than ``gossip_fanout`` (as the gossiper judges it for its own joins)."""
-        return len(self.snapshot.with_status(SiloStatus.JOINING)) > self._options.gossip_fanout
 
     async def _catch_up(self, version: int, sender: SiloAddress | None) -> None:
         try:
