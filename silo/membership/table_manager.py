@@ -312,6 +312,11 @@ class MembershipTableManager:
             )  # fmt: skip
         self._reported_malformed = current
 
+    def _own_verdict_in(self, data: MembershipTableData) -> str | None:
+        """``_own_row_verdict`` of our row in a read of the table (or of our row alone)."""
+        row = data.get(self._address)
+        return self._own_row_verdict(row[0] if row else None, data.version.version)
+
     def _own_row_verdict(self, entry: MembershipEntry | None, version: int) -> str | None:
         """Why our own row (``entry``, None if absent, at table ``version``) says we must terminate; None if not."""
         if entry is not None and entry.status is SiloStatus.DEAD and not self._leaving:
@@ -419,8 +424,7 @@ class MembershipTableManager:
     async def _requested_refresh(self) -> None:
         try:
             data = await self._access.call(functools.partial(self._table.read_row, self._address), None)
-            row = data.get(self._address)
-            if self._own_row_verdict(row[0] if row else None, data.version.version) is not None:
+            if self._own_verdict_in(data) is not None:
                 await self.refresh()  # publishes the view that says so, and terminates
         except TableUnavailableError:
             logger.debug("silo %s: a requested look at its own row found the table unreachable", self._address)
@@ -434,9 +438,10 @@ class MembershipTableManager:
         our full re-read after it: receivers at the base version need nothing from our read, and
         a death must not wait for it."""
         base = committed.version.version - 1
-        silos = frozenset(entry.silo_address for entry, _ in committed.rows)
-        since = self._applies_from(base, silos) if self.snapshot.version == base else base
-        delta = MembershipDelta(base, committed.version, committed.rows, since if since < base else None)
+        delta = MembershipDelta(base, committed.version, committed.rows)
+        since = self._applies_from(base, delta.silos) if self.snapshot.version == base else base
+        if since < base:
+            delta = dataclasses.replace(delta, since_version=since)
         reread = not await self._apply(delta)
         if reread and self.publisher.current is None:  # no view yet to address the gossip with
             await self._reread_after_write()
@@ -526,9 +531,9 @@ class MembershipTableManager:
         own = silo == self._address
 
         def modify(data: MembershipTableData) -> MembershipEntry | None:
-            row = data.get(silo)
-            if own and self._own_row_verdict(row[0] if row else None, data.version.version) is not None:
+            if own and self._own_verdict_in(data) is not None:
                 return None
+            row = data.get(silo)
             if row is None or row[0].status is SiloStatus.DEAD:
                 return None  # Dead is terminal: never written over
             return change(row[0])
@@ -543,8 +548,7 @@ class MembershipTableManager:
                 )  # fmt: skip
                 await self._after_write(committed)
                 return True
-            row = data.get(silo)
-            if own and (reason := self._own_row_verdict(row[0] if row else None, data.version.version)) is not None:
+            if own and (reason := self._own_verdict_in(data)) is not None:
                 self.terminate(reason)
             if entry is None or (own and self.terminated.is_set()):
                 return False  # absent, Dead, nothing to change, or we must stop
