@@ -18,6 +18,7 @@ from collections.abc import Callable
 from membership_tables import AccessDeniedError, MembershipEntry, SiloAddress, SiloStatus, TableUnavailableError
 from silo.errors import DeclaredDeadError, JoinError, TableAccessDeniedError, TableUnavailableAtStartError
 from silo.membership.clock import Clock, Periodic, with_timeout
+from silo.membership.gossiper import gossip_peers
 from silo.membership.options import SiloOptions
 from silo.membership.probing import ProbeOutcome, Prober
 from silo.membership.ring import probe_targets
@@ -145,9 +146,13 @@ class MembershipAgent:
 
     def _validation_sample(self, fresh: list[SiloAddress], answered: set[SiloAddress]) -> set[SiloAddress]:
         """``max_join_validation_pings`` silos of ``fresh``: those that answered already, the ones
-        we will probe once Active, then others at random."""
+        we will probe once Active, the ones we will send our gossip to, then others at random.
+        The silos we will keep talking to come first: their channels stay open for that; every
+        other one is a channel opened for one ping."""
         limit = self._options.max_join_validation_pings
         sample = set(answered) | set(probe_targets(self._address, fresh, self._options.num_probed_silos))
+        gossiped_to = [s for s in gossip_peers(self._address, fresh, self._options.gossip_fanout) if s not in sample]
+        sample.update(gossiped_to[: max(0, limit - len(sample))])
         rest = [silo for silo in fresh if silo not in sample]
         return sample | set(self._random.sample(rest, max(0, min(len(rest), limit - len(sample)))))
 

@@ -5,35 +5,42 @@ A receiver holding the write's base version applies it without reading the table
 (the periodic refresh is the safety net). A silo the write declared Dead is told too, so it
 stops serving at once instead of at its next refresh.
 
-Bounded fan-out: a silo sends one message to at most ``gossip_fanout`` silos itself and has
-at most that many sends in flight. With more targets they are shuffled and dealt into
-``gossip_fanout`` groups; the first silo of each group gets the message with the rest of its
-group to relay, and deals them the same way (``relay_plan``). A write thus reaches N silos in
-about log_fanout(N) hops with N - 1 messages in all, and no silo opens N channels per write.
-A receiver relays only to silos its own snapshot knows, so a hostile sender cannot make it
-send to arbitrary endpoints.
+Bounded fan-out over a stable overlay: a silo sends one message to at most ``gossip_fanout``
+silos itself and has at most that many sends in flight. With more targets, it lists them in ring
+order starting after itself (``ring.ring_order``, ring 0 of the probe rings) and cuts the list into
+``gossip_fanout`` contiguous arcs; the first silo of each arc gets the message with the rest of its
+arc to relay, and deals them the same way (``relay_plan``). A write thus reaches N silos in about
+log_fanout(N) hops with N - 1 messages in all, and no silo opens N channels per write. Arcs, not
+random groups: whoever writes, a silo ends up sending to the same few silos (arc heads at fixed
+ring distances from it), so its gRPC channels to them stay open. With random groups nearly every
+send of a large cluster opened a new channel (and evicted another from the bounded pool): in a
+500-silo cluster that was about a thousand channel setups a second, ~1.3 ms of CPU each, more
+than the machine had. A receiver relays only to silos its own snapshot knows, so a hostile
+sender cannot make it send to arbitrary endpoints.
 
 Join storms: a silo's writes of its own join (its Joining row, then Active) go to everyone
 while few silos are joining. Once more than ``gossip_fanout`` rows are Joining (many silos
-starting at once), they go to ``gossip_fanout`` silos chosen at random, with no relay: N joins
-would otherwise cost N x N messages, every receiver would be off the base version of most of
-them, and the cluster would spend its CPU on gossip instead of on joining. The others see the
-joins at their next periodic refresh (the version moved, so they read in full). Deaths,
-votes, leaves and property changes always go to everyone.
+starting at once) they are not gossiped: N joins would cost N x N messages, and every receiver
+would be off the base version of nearly all of them, which in a storm it leaves to the periodic
+refresh anyway (``MembershipTableManager.on_gossip``). Everyone sees the joins at its next
+periodic refresh (the version moved, so it reads in full). Runs before 2026-11-26 still sent
+each such join to ``gossip_fanout`` silos: a 500-silo storm then opened ~300 gRPC channels a
+second for messages the receivers dropped. Deaths, votes, leaves and property changes always go
+to everyone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random as random_module
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from membership_tables import SiloAddress, SiloStatus
 from silo.membership.background import BackgroundTasks
 from silo.membership.clock import Clock
 from silo.membership.options import SiloOptions
 from silo.membership.probing import GossipMessage, GossipSender
+from silo.membership.ring import ring_order
 from silo.membership.snapshot import MembershipSnapshot
 
 logger = logging.getLogger(__name__)
@@ -56,16 +63,33 @@ def gossip_targets(
     return live + [silo for silo in declared_dead if silo != local and silo not in live]
 
 
-def relay_plan(targets: Sequence[SiloAddress], fanout: int) -> list[tuple[SiloAddress, tuple[SiloAddress, ...]]]:
+def relay_plan(
+    targets: Sequence[SiloAddress], fanout: int, last: Collection[SiloAddress] = ()
+) -> list[tuple[SiloAddress, tuple[SiloAddress, ...]]]:
     """Whom to send to directly, each with the silos it relays to: at most ``fanout`` direct sends.
 
-    ``targets`` are dealt round-robin into ``fanout`` groups (the caller shuffles them); each
-    group's first silo relays to the rest of its group.
+    ``targets`` (in the sender's ring order) are cut into ``fanout`` contiguous arcs of near-equal
+    length; each arc's first silo relays to the rest of its arc. Silos in ``last`` (those a write
+    is about: a vote's target may be dead, and its arc would hear the write only after its send
+    failed) head an arc only if the whole arc is theirs.
     """
     if len(targets) <= fanout:
         return [(target, ()) for target in targets]
-    groups = [targets[start::fanout] for start in range(fanout)]
-    return [(group[0], tuple(group[1:])) for group in groups]
+    size, longer = divmod(len(targets), fanout)
+    plan = []
+    start = 0
+    for arc_index in range(fanout):
+        end = start + size + (arc_index < longer)
+        arc = targets[start:end]
+        ordered = [silo for silo in arc if silo not in last] + [silo for silo in arc if silo in last]
+        plan.append((ordered[0], tuple(ordered[1:])))
+        start = end
+    return plan
+
+
+def gossip_peers(local: SiloAddress, silos: Iterable[SiloAddress], fanout: int) -> list[SiloAddress]:
+    """The silos ``local`` sends its own writes to itself: the heads of its arcs (``relay_plan``)."""
+    return [head for head, _ in relay_plan(ring_order(local, silos), fanout)]
 
 
 class Gossiper:
@@ -79,14 +103,12 @@ class Gossiper:
         clock: Clock,
         sender: GossipSender,
         is_fresh: Callable[[SiloAddress], bool],
-        random: random_module.Random | None = None,
     ) -> None:
         self._address = address
         self._options = options
         self._clock = clock
         self._sender = sender
         self._is_fresh = is_fresh
-        self._random = random or random_module.Random()
         self._in_flight = asyncio.Semaphore(options.gossip_fanout)
         self._sends = BackgroundTasks()
 
@@ -98,10 +120,10 @@ class Gossiper:
             return
         targets = gossip_targets(snapshot, self._address, self._is_fresh, declared_dead)
         relays = [silo for silo in targets if silo not in declared_dead]  # a dead silo relays nothing
-        self._random.shuffle(relays)
         if self._is_own_join(message) and snapshot.in_join_storm(self._options):
-            for silo in relays[: self._options.gossip_fanout]:
-                self._send_soon(silo, message)
+            logger.debug(
+                "silo %s: its join (version %d) is left to the refresh: join storm", self._address, message.version
+            )
             return
         self._deal(message, relays)
         for silo in targets:
@@ -134,12 +156,9 @@ class Gossiper:
         self._deal(GossipMessage(message.version, message.delta), known)
 
     def _deal(self, message: GossipMessage, targets: Sequence[SiloAddress]) -> None:
-        """Send to ``targets`` through the relay tree; silos the write is about (a vote's target, a
-        joiner) come last, so none of them heads a group: a suspected silo may be dead, and its
-        group would hear the write only after its send failed."""
+        """Send to ``targets`` through the relay tree of our ring order (``relay_plan``)."""
         changed = message.delta.silos if message.delta is not None else frozenset()
-        targets = sorted(targets, key=changed.__contains__)  # stable: the others keep their shuffled order
-        for target, relay_to in relay_plan(targets, self._options.gossip_fanout):
+        for target, relay_to in relay_plan(ring_order(self._address, targets), self._options.gossip_fanout, changed):
             self._send_soon(target, GossipMessage(message.version, message.delta, relay_to))
 
     def _send_soon(self, target: SiloAddress, message: GossipMessage) -> None:

@@ -10,7 +10,7 @@ probed by someone.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from membership_tables import SiloAddress
 from silo.hashing import ring_position
@@ -23,6 +23,22 @@ refresh, over every Active silo, on every ring."""
 @functools.lru_cache(maxsize=RING_POSITIONS_CACHED)
 def _position(silo: SiloAddress, ring: int) -> int:
     return ring_position(silo, ring)
+
+
+def _after(local: SiloAddress, ring: int) -> Callable[[SiloAddress], tuple[bool, int, SiloAddress]]:
+    """Sort key: ring ``ring``'s order (position, address) starting just after ``local``, wrapping around."""
+    here = (_position(local, ring), local)
+
+    def cyclic_order(silo: SiloAddress) -> tuple[bool, int, SiloAddress]:
+        place = (_position(silo, ring), silo)
+        return (place < here, *place)  # after ``local`` first, then the wrapped-around ones
+
+    return cyclic_order
+
+
+def ring_order(local: SiloAddress, silos: Iterable[SiloAddress], ring: int = 0) -> list[SiloAddress]:
+    """``silos`` other than ``local`` in ring ``ring``'s order, starting just after ``local``."""
+    return sorted((silo for silo in silos if silo != local), key=_after(local, ring))
 
 
 def probe_targets(local: SiloAddress, silos: Iterable[SiloAddress], num_rings: int) -> list[SiloAddress]:
@@ -40,13 +56,5 @@ def probe_targets(local: SiloAddress, silos: Iterable[SiloAddress], num_rings: i
         candidates = others.difference(chosen)
         if not candidates:
             break
-        here = (_position(local, ring), local)
-
-        def cyclic_order(
-            silo: SiloAddress, ring: int = ring, here: tuple[int, SiloAddress] = here
-        ) -> tuple[bool, int, SiloAddress]:
-            place = (_position(silo, ring), silo)
-            return (place < here, *place)  # after ``local`` first, then the wrapped-around ones
-
-        chosen.append(min(candidates, key=cyclic_order))
+        chosen.append(min(candidates, key=_after(local, ring)))
     return chosen

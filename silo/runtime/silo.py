@@ -105,7 +105,6 @@ class Silo:
             clock=self._clock,
             sender=gossip,
             is_fresh=lambda silo: self._manager.liveness.is_fresh(silo),
-            random=self._random,
         )
         self._manager = MembershipTableManager(
             table=table,

@@ -12,6 +12,7 @@ from silo.errors import DeclaredDeadError, JoinError, TableUnavailableAtStartErr
 from silo.exit_codes import ExitCode
 from silo.membership.agent import join_heartbeat_watch
 from silo.membership.clock import FakeClock
+from silo.membership.gossiper import gossip_peers
 from silo.membership.ring import probe_targets
 from tests.silo.harness import (
     LOCAL,
@@ -167,6 +168,23 @@ async def test_beyond_max_join_validation_pings_a_joiner_pings_its_targets_and_a
     validated = set(prober.pings)
     assert len(validated) == 3
     assert set(probe_targets(ME, peers, 2)) <= validated  # the silos it is about to probe, and one more
+    await silo.stop()
+
+
+@async_test
+async def test_a_joiner_validates_first_the_silos_it_will_keep_talking_to() -> None:
+    """Its probe targets and the silos it sends its gossip to: the channels opened for the join
+    pings stay in use afterwards, instead of one channel per ping."""
+    table, clock = memory_table(), FakeClock(T0)
+    peers = [address(port) for port in range(10, 40)]
+    seed(table, *(row(peer, when=T0) for peer in peers))
+    options = LOCAL.with_overrides({"num_probed_silos": 2, "gossip_fanout": 4, "max_join_validation_pings": 8})
+    prober = FunctionProber()
+    silo = make_silo(table, ME, clock, prober=prober, options=options)
+    await silo.start()
+    validated = set(prober.pings)
+    assert len(validated) == 8
+    assert set(probe_targets(ME, peers, 2)) | set(gossip_peers(ME, peers, 4)) <= validated
     await silo.stop()
 
 
