@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -8,7 +9,13 @@ from datetime import timedelta
 
 from membership_tables import SiloAddress, SiloStatus
 from silo.membership.clock import FakeClock
-from silo.membership.cluster_health import ClusterHealthMonitor, select_targets
+from silo.membership.cluster_health import (
+    MAJORITY_SAMPLE,
+    MAJORITY_SAMPLE_SHARE,
+    ClusterHealthMonitor,
+    select_targets,
+)
+from silo.membership.gossiper import gossip_peers
 from silo.membership.liveness import LivenessTracker
 from silo.membership.local_health import LocalHealth
 from silo.membership.options import SiloOptions
@@ -237,4 +244,83 @@ async def test_with_every_silo_monitored_the_majority_check_sends_no_extra_pings
     await rig.clock.advance(rig.options.probe_interval)
     assert await rig.cluster.reaches_majority()
     assert rig.cluster.majority_pings == 0
+    await rig.cluster.stop()
+
+
+FORTY = [address(port) for port in range(100, 140)]
+RING_OF_TWO_FANOUT_FOUR = replace(RING_OF_TWO, gossip_fanout=4)
+
+
+async def forty_silo_rig() -> Rig:
+    """ME among 41 fresh Active silos that all answer, monitoring 2, sending gossip to 4 arc heads."""
+    rig = Rig(options=RING_OF_TWO_FANOUT_FOUR)
+    snapshot = view(row(ME), *(row(peer) for peer in FORTY), version=1)
+    rig.liveness.observe(snapshot)
+    rig.cluster.start()
+    await rig.publisher.publish(snapshot)
+    await rig.clock.advance(rig.options.probe_interval)
+    return rig
+
+
+@async_test
+async def test_the_majority_check_pings_our_gossip_arc_heads_first() -> None:
+    """Their channels are open: the first pings of a check cost no channel setup."""
+    rig = await forty_silo_rig()
+    heads = set(gossip_peers(ME, FORTY, 4)) - set(rig.cluster.monitors)
+    rig.prober.pings.clear()
+    assert await rig.cluster.reaches_majority()
+    assert set(rig.prober.pings[: len(heads)]) == heads
+    assert len(rig.prober.pings) < len(FORTY)  # and it stops once a majority answered
+    await rig.cluster.stop()
+
+
+@async_test
+async def test_indirect_probes_go_through_our_gossip_arc_heads_while_there_are_enough() -> None:
+    rig = await forty_silo_rig()
+    assert set(rig.cluster.intermediaries()) == set(gossip_peers(ME, FORTY, 4))
+    await rig.cluster.stop()
+    few_heads = Rig(options=replace(RING_OF_TWO, gossip_fanout=3))  # 3 arc heads: one may be the target
+    snapshot = view(row(ME), *(row(peer) for peer in FORTY), version=1)
+    few_heads.liveness.observe(snapshot)
+    await few_heads.publisher.publish(snapshot)
+    assert set(few_heads.cluster.intermediaries()) == set(FORTY)
+
+
+THREE_HUNDRED = [address(port) for port in range(1000, 1300)]
+
+
+async def large_rig(our_side: set[SiloAddress]) -> Rig:
+    """ME among 301 fresh Active silos, monitoring 2, reaching only ``our_side``."""
+    rig = Rig(reachable=lambda silo: silo in our_side, options=RING_OF_TWO)
+    snapshot = view(row(ME), *(row(peer) for peer in THREE_HUNDRED), version=1)
+    rig.liveness.observe(snapshot)
+    rig.cluster.start()
+    await rig.publisher.publish(snapshot)
+    await rig.clock.advance(rig.options.probe_interval)
+    rig.prober.pings.clear()
+    return rig
+
+
+@async_test
+async def test_in_a_large_cluster_a_sample_that_answers_confirms_the_majority_without_pinging_half() -> None:
+    rig = await large_rig(set(THREE_HUNDRED))
+    assert await rig.cluster.reaches_majority()
+    assert len(rig.prober.pings) == math.ceil(MAJORITY_SAMPLE_SHARE * MAJORITY_SAMPLE)  # not 150
+    await rig.cluster.stop()
+
+
+@async_test
+async def test_in_a_large_cluster_a_minority_silo_pings_everyone_and_does_not_vote() -> None:
+    rig = await large_rig(set(THREE_HUNDRED[:140]))  # 141 of 301 with us
+    assert not await rig.cluster.reaches_majority()
+    assert len(rig.prober.pings) == len(THREE_HUNDRED) - len(rig.cluster.monitors)
+    await rig.cluster.stop()
+
+
+@async_test
+async def test_in_a_large_cluster_a_narrow_majority_is_counted_silo_by_silo() -> None:
+    """55% reachable: a sample shows less than three quarters, so every silo counts (exact rule)."""
+    rig = await large_rig(set(THREE_HUNDRED[:165]))
+    assert await rig.cluster.reaches_majority()
+    assert len(rig.prober.pings) > MAJORITY_SAMPLE
     await rig.cluster.stop()
