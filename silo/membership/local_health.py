@@ -110,6 +110,10 @@ class LocalHealth:
             self._changes += 1
         self._lag = lag
 
+    def lagging(self) -> bool:
+        """Whether our own event loop lags enough to count in the score (we are overloaded)."""
+        return lag_penalty(self._lag, self._options.probe_timeout) > 0
+
     def score(self) -> int:
         snapshot, now = self._snapshot(), self._clock.monotonic()
         cached = self._cached

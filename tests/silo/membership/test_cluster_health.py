@@ -324,3 +324,14 @@ async def test_in_a_large_cluster_a_narrow_majority_is_counted_silo_by_silo() ->
     assert await rig.cluster.reaches_majority()
     assert len(rig.prober.pings) > MAJORITY_SAMPLE
     await rig.cluster.stop()
+
+
+@async_test
+async def test_a_lagging_silo_whose_sample_falls_short_does_not_vote_and_pings_no_more() -> None:
+    """An overloaded silo's missing answers are likely its own slowness: no N / 2 pings on top."""
+    rig = await large_rig(set(THREE_HUNDRED[:165]))
+    rig.health.record_loop_lag(rig.options.probe_timeout)
+    assert rig.health.lagging()
+    assert not await rig.cluster.reaches_majority()
+    assert len(rig.prober.pings) == MAJORITY_SAMPLE
+    await rig.cluster.stop()
