@@ -27,6 +27,7 @@ from silo.cli.arguments import key_value, repeatable
 from silo.errors import SiloError
 from silo.membership.options import SiloOptions
 from silo.membership.probing import Prober
+from silo.runtime.gc_tuning import freeze_startup_objects, tune_for_silos
 from silo.runtime.process import SiloProcessConfig, SiloStack, assemble
 
 
@@ -73,6 +74,7 @@ async def serve(
         loop.add_signal_handler(signum, stop.set)
     joined = await asyncio.gather(*(join(stack) for stack in stacks))
     print(f"active {sum(joined)} of {count}", flush=True)
+    freeze_startup_objects()
     await stop.wait()
     await asyncio.gather(*(leave(stack) for stack in stacks), return_exceptions=True)
     if impairment:
@@ -97,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     options = SiloOptions.local().with_overrides(dict(args.overrides))
     lossy = args.probe_loss > 0 or args.probe_delay > 0
     impairment = Impairment(args.probe_loss, args.probe_delay, args.seed) if lossy else None
+    tune_for_silos()  # as ``silo run`` does
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(serve(args.table, args.cluster, args.count, options, impairment))
     return 0

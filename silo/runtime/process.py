@@ -29,6 +29,7 @@ from silo.membership.generation import next_generation
 from silo.membership.observer import NULL_OBSERVER
 from silo.membership.options import SiloOptions
 from silo.membership.probing import Prober
+from silo.runtime.gc_tuning import freeze_startup_objects, tune_for_silos
 from silo.runtime.metrics import MetricsExport, MetricsUnavailableError, on_loop
 from silo.runtime.silo import Silo
 from silo.wire.admission import (
@@ -73,7 +74,11 @@ class SiloProcessConfig:
 
 
 def run_process(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
-    """Run the silo until it is signalled or declared dead; returns the exit code."""
+    """Run the silo until it is signalled or declared dead; returns the exit code.
+
+    It owns the process: it also tunes the garbage collector for a long-running silo
+    (``gc_tuning``: collect less often, and freeze what exists once the silo is Active)."""
+    tune_for_silos()
     return asyncio.run(_serve(table, config))
 
 
@@ -210,6 +215,7 @@ async def _lifetime(silo: Silo, server: MembershipServer, stop_requested: asynci
             return await silo.wait_terminated()
         await server.set_serving(True)
         log.info("silo %s is active", silo.silo_address)
+        freeze_startup_objects()
         terminated = asyncio.ensure_future(silo.wait_terminated())
         await asyncio.wait({terminated, signalled}, return_when=asyncio.FIRST_COMPLETED)
     finally:
