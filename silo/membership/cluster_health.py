@@ -143,6 +143,8 @@ class ClusterHealthMonitor:
         self.monitors: dict[SiloAddress, SiloHealthMonitor] = {}
         self._ring: tuple[int | None, list[SiloAddress]] = (None, [])
         """(table version, our ring targets at it)."""
+        self._heads: tuple[int | None, frozenset[SiloAddress]] = (None, frozenset())
+        """(table version, our gossip arc heads at it): see ``_arc_heads``."""
         self._task: asyncio.Task[None] | None = None
         self._side_watch: Periodic | None = None
 
@@ -215,7 +217,7 @@ class ClusterHealthMonitor:
         unmonitored = [silo for silo in fresh if silo not in self.monitors]
         reached = sum(1 for silo in fresh if silo in self.monitors and self.monitors[silo].heard_recently())
         self._random.shuffle(unmonitored)
-        arc_heads = set(gossip_peers(self._local, fresh, self._options.gossip_fanout))
+        arc_heads = self._arc_heads(snapshot)
         unmonitored.sort(key=lambda silo: silo not in arc_heads)  # stable: each part stays shuffled
         timeout = effective_timeout(self._options.probe_timeout, self._health.score())
         if len(unmonitored) > MAJORITY_SAMPLE:
@@ -280,6 +282,14 @@ class ClusterHealthMonitor:
         """
         return any(monitor.target != target and not monitor.heard_recently() for monitor in self._fresh_monitors())
 
+    def _arc_heads(self, snapshot: MembershipSnapshot) -> frozenset[SiloAddress]:
+        """Our gossip arc heads among the Active silos (``gossip_peers``), once per table version:
+        a sort of the whole cluster, which every indirect round and majority check needs."""
+        if self._heads[0] != snapshot.version:
+            heads = gossip_peers(self._local, snapshot.active_silos, self._options.gossip_fanout)
+            self._heads = (snapshot.version, frozenset(heads))
+        return self._heads[1]
+
     def _sampling(self) -> bool:
         """Whether some fresh Active silo is not monitored by us (ring sampling)."""
         snapshot = self._publisher.current
@@ -309,18 +319,23 @@ class ClusterHealthMonitor:
         """Fresh Active silos that we do not suspect ourselves: the ones worth asking for a veto.
 
         Those of them that are our gossip arc heads (``gossip_peers``) if there are more than
-        ``num_indirect_probes`` such: our channels to them are open already. A silo of a large
-        cluster otherwise opened a channel to each of its random intermediaries, and an
-        overloaded cluster's suspicions (probes timed out) then opened hundreds a second.
+        ``num_indirect_probes`` such: our channels to them are open already, and they are found
+        without going over the whole cluster. A silo of a large cluster otherwise opened a
+        channel to each of its random intermediaries (and listed every fresh silo for each
+        round): an overloaded cluster's suspicions, probes timed out, then opened hundreds a
+        second.
         """
         snapshot = self._publisher.current
         if snapshot is None:
             return []
-        fresh = [silo for silo in self._liveness.fresh(snapshot) if silo != self._local]
-        candidates = [silo for silo in fresh if not (silo in self.monitors and not self.monitors[silo].hears_target())]
-        arc_heads = set(gossip_peers(self._local, fresh, self._options.gossip_fanout))
-        kept = [silo for silo in candidates if silo in arc_heads]
-        return kept if len(kept) > self._options.num_indirect_probes else candidates
+
+        def worth_asking(silo: SiloAddress) -> bool:
+            return silo != self._local and not (silo in self.monitors and not self.monitors[silo].hears_target())
+
+        kept = [silo for silo in self._arc_heads(snapshot) if self._liveness.is_fresh(silo) and worth_asking(silo)]
+        if len(kept) > self._options.num_indirect_probes:
+            return kept
+        return [silo for silo in self._liveness.fresh(snapshot) if worth_asking(silo)]
 
     async def stop(self) -> None:
         if self._majority_check is not None:
