@@ -17,6 +17,7 @@ import math
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -206,7 +207,12 @@ def run_benchmark(
     plot: Callable[[dict[str, Any], Path], None],
     extra_config: Mapping[str, Any] | None = None,
 ) -> int:
-    """Measure, print the table, draw the plot and write the JSON (config = the dataclass ``config``)."""
+    """Measure, print the table, draw the plot and write the JSON (config = the dataclass ``config``).
+
+    SIGTERM unwinds the measurement like Ctrl-C (``KeyboardInterrupt``), so the servers and silo
+    processes it started are stopped by their ``finally`` blocks instead of outliving it (they did
+    when a run was stopped with ``kill`` or a timeout)."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     recorder = Recorder(name, settings, {**dataclasses.asdict(config), **(extra_config or {})})
     results = measure()
     report(results)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,43 @@ def test_a_tiny_detection_run_measures_tls_beside_plaintext_with_their_ratio(tmp
         comparison = results["tls_vs_plaintext"]["3"][mode]
         assert comparison["tls_over_plaintext"] == comparison["tls_median_s"] / comparison["plaintext_median_s"]
     assert "Detection with mutual TLS beside plaintext" in finished.stdout
+
+
+SIGTERMED_BENCHMARK = """
+import dataclasses, sys, time
+from pathlib import Path
+from benchmarks.common import RunSettings, run_benchmark
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    pass
+
+marker = Path(sys.argv[1])
+
+def measure():
+    try:
+        marker.write_text("measuring")
+        time.sleep(60)
+    finally:
+        marker.write_text("cleaned up")
+    return {}
+
+run_benchmark("sigterm", RunSettings(False, marker.parent), Config(), measure, print, lambda results, path: None)
+"""
+
+
+def test_a_benchmark_stopped_with_sigterm_runs_its_cleanup(tmp_path: Path) -> None:
+    """SIGTERM (kill, a timeout) must stop a benchmark's servers and silo processes, not orphan them."""
+    marker = tmp_path / "marker"
+    process = subprocess.Popen([sys.executable, "-c", SIGTERMED_BENCHMARK, str(marker)], cwd=ROOT)
+    try:
+        for _ in range(300):
+            if marker.exists():
+                break
+            time.sleep(0.05)
+        assert marker.read_text() == "measuring"
+        process.terminate()
+        process.wait(timeout=30)
+    finally:
+        process.kill()
+    assert marker.read_text() == "cleaned up"
