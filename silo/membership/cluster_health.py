@@ -225,8 +225,7 @@ class ClusterHealthMonitor:
             enough = math.ceil(MAJORITY_SAMPLE_SHARE * len(sample))
             answered = await self._ping_until(sample, timeout, lambda answered: answered >= enough)
             if answered >= enough:
-                self._majority_confirmed_at = self._clock.monotonic()
-                return True
+                return self._confirm_majority()
             if self._health.lagging():
                 logger.info(
                     "silo %s: %d of a sample of %d silos answered and its own event loop lags: it does not vote now",
@@ -238,13 +237,17 @@ class ClusterHealthMonitor:
             unmonitored, timeout, lambda answered: may_vote(reached + answered, len(fresh))
         )
         if may_vote(reached, len(fresh)):
-            self._majority_confirmed_at = self._clock.monotonic()
-            return True
+            return self._confirm_majority()
         logger.info(
             "silo %s reaches %d of the %d other fresh Active silos, not a majority: it does not vote (minority side?)",
             self._local, reached, len(fresh),
         )  # fmt: skip
         return False
+
+    def _confirm_majority(self) -> bool:
+        """Remember a confirmed majority (it holds for one probe interval); True."""
+        self._majority_confirmed_at = self._clock.monotonic()
+        return True
 
     async def _ping_until(self, silos: list[SiloAddress], timeout: float, enough: Callable[[int], bool]) -> int:
         """Ping ``silos`` (at most ``MAJORITY_PINGS_IN_FLIGHT`` at once, none once the pings in

@@ -162,15 +162,22 @@ RING_OF_TWO = replace(SiloOptions.local(), num_probed_silos=2, num_votes_for_dea
 TWELVE = [address(port) for port in range(2, 13)]  # ME and 11 others: ring sampling with 2 targets
 
 
-async def ring_sampling_rig(our_side: set[SiloAddress]) -> Rig:
-    """ME among 12 fresh Active silos, monitoring 2, hearing only ``our_side`` (a symmetric cut)."""
-    rig = Rig(reachable=lambda silo: silo in our_side, options=RING_OF_TWO)
-    snapshot = view(row(ME), *(row(peer) for peer in TWELVE), version=1)
+async def rig_among(peers: list[SiloAddress], options: SiloOptions, our_side: set[SiloAddress] | None = None) -> Rig:
+    """ME among ``peers`` (all fresh and Active), one probe interval after the view arrived,
+    reaching only ``our_side`` (everyone if None)."""
+    reachable = (lambda silo: True) if our_side is None else (lambda silo: silo in our_side)
+    rig = Rig(reachable=reachable, options=options)
+    snapshot = view(row(ME), *(row(peer) for peer in peers), version=1)
     rig.liveness.observe(snapshot)
     rig.cluster.start()
     await rig.publisher.publish(snapshot)
     await rig.clock.advance(rig.options.probe_interval)
     return rig
+
+
+async def ring_sampling_rig(our_side: set[SiloAddress]) -> Rig:
+    """ME among 12 fresh Active silos, monitoring 2, hearing only ``our_side`` (a symmetric cut)."""
+    return await rig_among(TWELVE, RING_OF_TWO, our_side)
 
 
 @async_test
@@ -253,13 +260,7 @@ RING_OF_TWO_FANOUT_FOUR = replace(RING_OF_TWO, gossip_fanout=4)
 
 async def forty_silo_rig() -> Rig:
     """ME among 41 fresh Active silos that all answer, monitoring 2, sending gossip to 4 arc heads."""
-    rig = Rig(options=RING_OF_TWO_FANOUT_FOUR)
-    snapshot = view(row(ME), *(row(peer) for peer in FORTY), version=1)
-    rig.liveness.observe(snapshot)
-    rig.cluster.start()
-    await rig.publisher.publish(snapshot)
-    await rig.clock.advance(rig.options.probe_interval)
-    return rig
+    return await rig_among(FORTY, RING_OF_TWO_FANOUT_FOUR)
 
 
 @async_test
@@ -291,12 +292,7 @@ THREE_HUNDRED = [address(port) for port in range(1000, 1300)]
 
 async def large_rig(our_side: set[SiloAddress]) -> Rig:
     """ME among 301 fresh Active silos, monitoring 2, reaching only ``our_side``."""
-    rig = Rig(reachable=lambda silo: silo in our_side, options=RING_OF_TWO)
-    snapshot = view(row(ME), *(row(peer) for peer in THREE_HUNDRED), version=1)
-    rig.liveness.observe(snapshot)
-    rig.cluster.start()
-    await rig.publisher.publish(snapshot)
-    await rig.clock.advance(rig.options.probe_interval)
+    rig = await rig_among(THREE_HUNDRED, RING_OF_TWO, our_side)
     rig.prober.pings.clear()
     return rig
 
