@@ -14,7 +14,10 @@ Timings are scaled up from the local preset so that probing fits two cores (see
 ``num_missed_probes_limit x probe_timeout`` of those options.
 
     python -m benchmarks.scale [--quick] [--sizes 200,500,1000] [--gossip on|off] [--steady SECONDS]
-                               [--per-process N]
+                               [--per-process N] [--set OPTION=VALUE ...]
+
+``--set`` changes one silo option over ``OVERRIDES`` (repeatable), e.g. slower probes for a
+larger cluster: ``--set probe_timeout=5s --set probe_interval=5s --set death_vote_expiration=120s``.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from benchmarks.common import (
 from benchmarks.propagation import Counts, difference, reads_per_change, statement_counts, window_counts
 from benchmarks.silo_cluster import BenchCluster, KillTrial
 from membership_tables import MembershipTableData, SiloStatus, TableUnavailableError, open_table
+from silo.cli.arguments import key_value, repeatable
 from silo.membership.options import SiloOptions
 from tests.services.process import ServerProcess
 
@@ -108,6 +112,8 @@ class Config:
     change_window: float = 10.0
     """Seconds counted after each kill, and just before it (the baseline), for the reads a death causes."""
     seed: int = 3
+    options_set: tuple[tuple[str, str], ...] = ()
+    """``--set`` options, applied over ``OVERRIDES``."""
 
     @classmethod
     def quick(cls) -> Config:
@@ -117,7 +123,7 @@ class Config:
 
 
 def overrides(config: Config) -> dict[str, str]:
-    return {**OVERRIDES, "use_liveness_gossip": "true" if config.gossip else "false"}
+    return {**OVERRIDES, "use_liveness_gossip": "true" if config.gossip else "false", **dict(config.options_set)}
 
 
 def options(config: Config) -> SiloOptions:
@@ -284,16 +290,25 @@ async def run(config: Config, root: Path) -> dict[str, Any]:
         try:
             results["sizes"][str(silos)] = await one_size(silos, config, root / str(silos))
         except (RuntimeError, AssertionError) as exc:  # this size did not fit: say so, try no larger one
-            results["sizes"][str(silos)] = {"silos": silos, "error": str(exc)[:3000]}
-            if isinstance(exc, JoinDidNotFinishError):
-                results["sizes"][str(silos)]["join_curve"] = exc.curve
+            measured = exc.measured if isinstance(exc, SizeFailedError) else {"silos": silos}
+            results["sizes"][str(silos)] = {**measured, "error": str(exc)[:3000]}
             print(f"[scale] {silos} silos failed: {str(exc)[:300]}", flush=True)
             break
     return results
 
 
+class SizeFailedError(RuntimeError):
+    """A size stopped part-way (join, steady window or kill trials); ``measured`` is what it measured before."""
+
+    def __init__(self, message: str, measured: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.measured = measured
+
+
 async def one_size(silos: int, config: Config, root: Path) -> dict[str, Any]:
+    """Join, steady window, kill trials at ``silos``; raises ``SizeFailedError`` keeping the phases done."""
     root.mkdir(parents=True)
+    measured: dict[str, Any] = {"silos": silos}
     with services.postgres(stats=True) as server:
         database = services.unique("scale")
         uri = server.create_database(database)
@@ -310,13 +325,18 @@ async def one_size(silos: int, config: Config, root: Path) -> dict[str, Any]:
 
         started = wall()
         hosts = start_hosts(uri, silos, config, root)
+        measured["processes"] = len(hosts)
         try:
             curve = await asyncio.to_thread(wait_all_active, watch_uri, silos, config, started, hosts)
-            all_active = curve[-1][0]
             dead_joining = dead_silos(table.read_all())
-            print(
-                f"[scale] {silos} silos Active after {all_active:.1f}s, {len(dead_joining)} declared Dead", flush=True
+            measured.update(
+                all_active_s=curve[-1][0],
+                join_curve=curve,
+                false_deaths_joining=len(dead_joining),
+                declared_dead={"joining": dead_joining},
             )
+            print(f"[scale] {silos} silos Active after {curve[-1][0]:.1f}s, {len(dead_joining)} declared Dead",
+                  flush=True)  # fmt: skip
             before = counts()
             cpu_before = [cpu_seconds(host.process.pid) for host in hosts]
             steady = await asyncio.to_thread(watch_steady, watch_uri, config, hosts)
@@ -325,9 +345,24 @@ async def one_size(silos: int, config: Config, root: Path) -> dict[str, Any]:
             per_second = {key: (after[key] - before[key]) / config.steady_window for key in after}
             host_rss = [rss_mb(host.process.pid) for host in hosts]
             dead_steady = sorted(set(dead_silos(table.read_all())) - set(dead_joining))
+            measured["declared_dead"]["steady"] = dead_steady
+            measured.update(
+                false_deaths_steady=len(dead_steady),
+                steady_window_s=config.steady_window,
+                steady_samples=steady,
+                steady_ops_per_s=per_second,
+                steady_ops_per_s_per_silo={key: value / silos for key, value in per_second.items()},
+                cpu_percent_per_silo=100 * cpu / config.steady_window / silos,
+                rss_mb_per_process=host_rss,
+                rss_mb_per_silo=sum(host_rss) / silos,
+            )
             print(f"[scale] {silos} silos: {len(dead_steady)} declared Dead in {config.steady_window:.0f}s steady",
                   flush=True)  # fmt: skip
             trials, caused = await detection_at_scale(uri, watch_uri, config, root, counts)
+        except (RuntimeError, AssertionError) as exc:
+            if isinstance(exc, JoinDidNotFinishError):
+                measured["join_curve"] = exc.curve
+            raise SizeFailedError(str(exc), measured) from exc
         finally:
             for host in hosts:  # SIGKILL: a graceful leave of hundreds of silos is not measured, only slow
                 host.signal(signal.SIGKILL)
@@ -335,20 +370,7 @@ async def one_size(silos: int, config: Config, root: Path) -> dict[str, Any]:
     floor = options(config).detection_time
     dead = summarize([t.table_dead for t in trials if t.table_dead is not None])
     return {
-        "silos": silos,
-        "processes": len(hosts),
-        "all_active_s": all_active,
-        "join_curve": curve,
-        "false_deaths_joining": len(dead_joining),
-        "false_deaths_steady": len(dead_steady),
-        "declared_dead": {"joining": dead_joining, "steady": dead_steady},
-        "steady_window_s": config.steady_window,
-        "steady_samples": steady,
-        "steady_ops_per_s": per_second,
-        "steady_ops_per_s_per_silo": {key: value / silos for key, value in per_second.items()},
-        "cpu_percent_per_silo": 100 * cpu / config.steady_window / silos,
-        "rss_mb_per_process": host_rss,
-        "rss_mb_per_silo": sum(host_rss) / silos,
+        **measured,
         "detection_table_dead": dead,
         "detection_ratio_to_floor": {"median": ratio(dead["median"], floor), "p99": ratio(dead["p99"], floor)},
         "detection_trials": [t.to_json() for t in trials],
@@ -359,22 +381,24 @@ async def one_size(silos: int, config: Config, root: Path) -> dict[str, Any]:
 
 
 def report(results: dict[str, Any]) -> None:
+    """One row per size; a size that stopped part-way shows what it measured before (``-`` for the rest)."""
     rows: list[list[object]] = []
     for size, entry in results["sizes"].items():
-        if "error" in entry:
-            rows.append([size, "-", "failed", *["-"] * 13])
-            continue
         caused = entry.get("caused_per_death", [])
         reads_caused = statistics.fmean(c["all_reads"] for c in caused) if caused else math.nan
         writes_caused = statistics.fmean(c["version_writes"] for c in caused) if caused else math.nan
-        ops = entry["steady_ops_per_s"]
-        rows.append(
-            [size, entry["processes"], entry["all_active_s"], entry["false_deaths_joining"],
-             entry["false_deaths_steady"], entry["rss_mb_per_silo"], entry["cpu_percent_per_silo"],
-             ops["full_reads"], ops["all_reads"], ops["version_writes"], ops["heartbeats"], ops["statements"],
-             entry["detection_table_dead"]["median"], entry["detection_ratio_to_floor"]["median"],
-             reads_caused, writes_caused]
-        )  # fmt: skip
+        ops = entry.get("steady_ops_per_s", {})
+        figures = [
+            entry.get("processes"),
+            "failed" if "error" in entry and "all_active_s" not in entry else entry.get("all_active_s"),
+            entry.get("false_deaths_joining"), entry.get("false_deaths_steady"), entry.get("rss_mb_per_silo"),
+            entry.get("cpu_percent_per_silo"), ops.get("full_reads"), ops.get("all_reads"),
+            ops.get("version_writes"), ops.get("heartbeats"), ops.get("statements"),
+            entry.get("detection_table_dead", {}).get("median"),
+            entry.get("detection_ratio_to_floor", {}).get("median"),
+            reads_caused if caused else None, writes_caused if caused else None,
+        ]  # fmt: skip
+        rows.append([size, *("-" if figure is None else figure for figure in figures)])
     gossip = "on" if results["gossip"] else "off"
     print_table(
         f"Silos on one PostgreSQL table, gossip {gossip} (floor {results['floor_s']}s)",
@@ -383,13 +407,16 @@ def report(results: dict[str, Any]) -> None:
          "reads caused per death", "writes caused per death"],
         rows,
     )  # fmt: skip
+    for size, entry in results["sizes"].items():
+        if "error" in entry:
+            print(f"{size} silos stopped: {entry['error'][:300]}")
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
     plt = pyplot()
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     names = ["full_reads", "all_reads", "version_writes", "heartbeats", "statements"]
-    done = {size: entry for size, entry in results["sizes"].items() if "error" not in entry}
+    done = {size: entry for size, entry in results["sizes"].items() if "steady_ops_per_s" in entry}
     curves = {size: entry for size, entry in results["sizes"].items() if entry.get("join_curve")}
     for size, entry in curves.items():
         times = [point[0] for point in entry["join_curve"]]
@@ -432,6 +459,7 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     extra.add_argument("--gossip", default=None)
     extra.add_argument("--steady", default=None)
     extra.add_argument("--per-process", default=None)
+    repeatable(extra, "--set", "options_set", key_value("OPTION", "probe_timeout=5s"), "OPTION=VALUE", "silo option")
     known, rest = extra.parse_known_args(argv)
     settings = common_arguments(__doc__ or NAME, rest)
     config = Config.quick() if settings.quick else Config()
@@ -450,7 +478,16 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
         changes["steady_window"] = positive(known.steady, "--steady", float)
     if known.per_process is not None:
         changes["per_process"] = positive(known.per_process, "--per-process")
-    return settings, dataclasses.replace(config, **changes)
+    if known.options_set:
+        if any(name == "use_liveness_gossip" for name, _ in known.options_set):
+            raise SystemExit("--set: use --gossip on|off to choose gossip, not use_liveness_gossip")
+        changes["options_set"] = tuple(known.options_set)
+    chosen = dataclasses.replace(config, **changes)
+    try:
+        options(chosen)
+    except ValueError as exc:
+        raise SystemExit(f"--set: {exc}") from None
+    return settings, chosen
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.scale import Config, hosts_for, overrides, parse, set_arguments
+from benchmarks.scale import Config, hosts_for, options, overrides, parse, report, set_arguments
 
 
 def test_the_acceptance_sizes_with_gossip_on_and_five_steady_minutes_by_default(tmp_path: Path) -> None:
@@ -25,6 +25,17 @@ def test_sizes_gossip_steady_and_per_process_from_the_command_line(tmp_path: Pat
     assert overrides(config)["use_liveness_gossip"] == "false"
 
 
+def test_set_changes_silo_options_over_the_preset_and_the_json_records_them(tmp_path: Path) -> None:
+    argv = ["--set", "probe_timeout=5s", "--set", "probe_interval=5s", "--gossip", "off", "--output-dir"]
+    config = parse([*argv, str(tmp_path)])[1]
+    chosen = overrides(config)
+    assert (chosen["probe_timeout"], chosen["probe_interval"]) == ("5s", "5s")
+    assert chosen["num_probed_silos"] == "3"  # the rest of the preset stays
+    assert chosen["use_liveness_gossip"] == "false"
+    assert options(config).detection_time == 15.0
+    assert set_arguments(config).count("--set") == len(chosen)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -33,6 +44,10 @@ def test_sizes_gossip_steady_and_per_process_from_the_command_line(tmp_path: Pat
         (["--gossip", "maybe"], "--gossip must be on or off"),
         (["--steady", "0"], "--steady must be a number of at least 1"),
         (["--per-process", "-3"], "--per-process must be"),
+        (["--set", "probe_timout=5s"], r"--set: unknown option 'probe_timout'; did you mean probe_timeout"),
+        (["--set", "probe_timeout=soon"], r"--set: .*probe_timeout"),
+        (["--set", "use_liveness_gossip=false"], r"--set: use --gossip on\|off"),
+        (["--set", "death_vote_expiration=1s"], r"--set: death_vote_expiration \(1.0s\) must be longer"),
     ],
 )
 def test_bad_options_exit_saying_what_is_wrong(argv: list[str], message: str, tmp_path: Path) -> None:
@@ -47,3 +62,27 @@ def test_silos_are_spread_over_at_most_ten_processes_per_core() -> None:
     assert hosts_for(25, Config(), cores=2) == [13, 12]  # at least ten a process
     assert hosts_for(5, Config(), cores=2) == [5]
     assert hosts_for(45, Config(per_process=20), cores=2) == [20, 20, 5]
+
+
+def test_a_size_stopped_in_its_kill_trials_reports_its_join_and_steady_figures(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    steady = {"full_reads": 1.5, "all_reads": 9.0, "version_writes": 0.0, "heartbeats": 50.0, "statements": 120.0}
+    stopped = {
+        "silos": 500,
+        "processes": 20,
+        "all_active_s": 54.7,
+        "join_curve": [[1.0, 0, 0, 0], [54.7, 500, 0, 0]],
+        "false_deaths_joining": 0,
+        "false_deaths_steady": 1,
+        "rss_mb_per_silo": 9.5,
+        "cpu_percent_per_silo": 0.4,
+        "steady_ops_per_s": steady,
+        "error": "timed out after 300.0s waiting for ACTIVE for 127.0.0.1:36883@1795662992903",
+    }
+    report({"gossip": True, "floor_s": 6.0, "sizes": {"500": stopped}})
+    out = capsys.readouterr().out
+    row = next(line.split() for line in out.splitlines() if line.startswith("500 "))
+    assert row[:12] == ["500", "20", "54.7", "0", "1", "9.5", "0.4", "1.5", "9", "0", "50", "120"]
+    assert row[12:] == ["-"] * 4  # no kill trial finished
+    assert "500 silos stopped: timed out after 300.0s waiting for ACTIVE" in out
