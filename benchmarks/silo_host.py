@@ -28,7 +28,7 @@ from silo.errors import SiloError
 from silo.membership.options import SiloOptions
 from silo.membership.probing import Prober
 from silo.runtime.gc_tuning import freeze_startup_objects, tune_for_silos
-from silo.runtime.process import SiloProcessConfig, SiloStack, assemble
+from silo.runtime.process import SiloProcessConfig, SiloStack, assemble, read_known_silos
 
 
 async def join(stack: SiloStack) -> bool:
@@ -66,7 +66,8 @@ async def serve(
 ) -> int:
     table = open_table(table_uri, cluster_id)
     wrap = impairment.wrap if impairment else None
-    stacks = [assemble(table, SiloProcessConfig(cluster_id, options=options), wrap) for _ in range(count)]
+    known = read_known_silos(table)  # one read for all the generations, not one per silo
+    stacks = [assemble(table, SiloProcessConfig(cluster_id, options=options), wrap, known) for _ in range(count)]
     print(f"listening {count}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -17,7 +17,7 @@ import logging
 import signal
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,14 +127,19 @@ class SiloStack:
 
 
 def assemble(
-    table: MembershipTable, config: SiloProcessConfig, wrap_prober: Callable[[Prober], Prober] | None = None
+    table: MembershipTable,
+    config: SiloProcessConfig,
+    wrap_prober: Callable[[Prober], Prober] | None = None,
+    known_silos: Sequence[SiloAddress] | None = None,
 ) -> SiloStack:
     """Bind the metrics server if asked for, then the gRPC server (so the address has the real
     port), then build the silo; raises ``MetricsUnavailableError``, ``BindError`` or ``OptionsError``
     (a reserved property, unusable TLS files) with nothing left bound.
 
     ``wrap_prober`` (benchmarks only, e.g. injected probe loss) wraps the prober the silo probes
-    with; gossip and ``SiloStack.prober`` stay the plain ``GrpcProber``.
+    with; gossip and ``SiloStack.prober`` stay the plain ``GrpcProber``. ``known_silos``: the
+    table's silos, read once by a caller that assembles many silos at once (a whole table read
+    each otherwise), for the generation (``next_generation``).
     """
     if TRANSPORT_PROPERTY in config.properties:
         raise OptionsError(
@@ -148,7 +153,8 @@ def assemble(
         if metrics is not None:
             metrics.close()
         raise
-    generation = next_generation(time.time_ns() // 1_000_000, config.host, server.port, _known_silos(table))
+    known = read_known_silos(table) if known_silos is None else known_silos
+    generation = next_generation(time.time_ns() // 1_000_000, config.host, server.port, known)
     address = SiloAddress(config.host, server.port, generation=generation)
     prober = GrpcProber(config.cluster_id, address, gossip_timeout=config.options.probe_timeout, tls=config.tls)
     joined_table = table
@@ -174,7 +180,7 @@ def assemble(
     return SiloStack(silo, server, prober, gateway_port, metrics, joined_table, config.tls is not None)
 
 
-def _known_silos(table: MembershipTable) -> list[SiloAddress]:
+def read_known_silos(table: MembershipTable) -> list[SiloAddress]:
     """The silos in the table now, to keep generations increasing; none if it cannot be read yet
     (the join retries the table; a clock stepped back while the table is down is not covered)."""
     try:

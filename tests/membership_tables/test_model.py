@@ -1,7 +1,11 @@
 from __future__ import annotations
 
 import copy as copy_module
+import dataclasses
+import os
 import pickle
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -142,6 +146,30 @@ def test_rows_and_snapshots_survive_pickle_and_deepcopy() -> None:
         assert copy == data
         with pytest.raises(TypeError):
             copy.entries[0].properties["endpoint"] = "x"  # type: ignore[index]
+
+
+def test_an_address_pickled_in_one_process_keys_dicts_in_another_with_other_string_hashes() -> None:
+    """Addresses cache their hash; Spark ships them between processes whose ``str`` hashes differ."""
+    address = SiloAddress("10.0.0.5", 11111, 1700000000000)
+    script = (
+        "import pickle, sys; from membership_tables import SiloAddress; "
+        "shipped = pickle.loads(sys.stdin.buffer.read()); here = SiloAddress('10.0.0.5', 11111, 1700000000000); "
+        "print(shipped[here], hash(next(iter(shipped))) == hash(here), next(iter(shipped)) == here)"
+    )
+    for seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", script],
+            input=pickle.dumps({address: "found"}),
+            capture_output=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
+        assert out.stdout.decode().split() == ["found", "True", "True"]
+    assert copy_module.deepcopy(address) == address
+    assert hash(dataclasses.replace(address, port=2)) == hash(SiloAddress("10.0.0.5", 2, 1700000000000))
+    assert repr(address) == "SiloAddress(host='10.0.0.5', port=11111, generation=1700000000000)"
+    assert address != ("10.0.0.5", 11111, 1700000000000)
+    assert sorted([SiloAddress("h", 2, 1), SiloAddress("h", 1, 9)]) == [SiloAddress("h", 1, 9), SiloAddress("h", 2, 1)]
 
 
 def test_a_new_heartbeat_copy_validates_the_time_and_keeps_the_rest() -> None:

@@ -285,6 +285,34 @@ async def test_a_join_storm_backs_off_with_jitter_and_never_reads_the_whole_tabl
     assert rows_without_heartbeats(joiner.manager.snapshot.data) == rows_without_heartbeats(store.read_all())
 
 
+@pytest.mark.parametrize("storm", [False, True], ids=["few joining", "join storm"])
+@async_test
+async def test_in_a_join_storm_a_joiner_behind_its_insert_keeps_its_view_until_it_is_active(storm: bool) -> None:
+    """The insert's re-read (N rows) is skipped in a storm; becoming Active reads the table then."""
+    store, clock = memory_table(), FakeClock(T0)
+    joining = [address(port) for port in range(10, 11 + (OPTIONS.gossip_fanout if storm else 1))]
+    seed(store, row(PEER), *(row(silo, SiloStatus.JOINING) for silo in joining))
+    joiner = Node(store, ME, clock, {})
+    await joiner.manager.refresh()
+    seen = joiner.manager.snapshot.version
+    seed(store, row(OTHER))  # another silo joins between our read and our insert
+    joiner.table_calls()
+    await joiner.manager.insert_self(row(ME, SiloStatus.JOINING), joiner.manager.deadline_in(10))
+    assert joiner.table_calls().count("read_all") == (0 if storm else 1)
+    if storm:
+        assert joiner.manager.snapshot.version == seen
+        assert joiner.manager.snapshot.entry(ME) is None
+        assert not joiner.manager.terminated.is_set(), "an older view without our row is no reason to stop"
+    else:
+        assert joiner.manager.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
+    assert [message.delta.silos for message, _ in joiner.gossiped if message.delta] == [frozenset({ME})]
+    assert await joiner.manager.update_own_status(SiloStatus.ACTIVE, joiner.manager.deadline_in(10))
+    assert joiner.table_calls().count("read_all") == (1 if storm else 0)  # else: our write applied as a delta
+    assert joiner.manager.snapshot.status_of(ME) is SiloStatus.ACTIVE
+    assert joiner.manager.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
+    assert rows_without_heartbeats(joiner.manager.snapshot.data) == rows_without_heartbeats(store.read_all())
+
+
 @async_test
 async def test_votes_of_one_moment_are_cast_in_one_write_and_several_deaths_take_one_version() -> None:
     """A lost rack: our monitors of two silos vote together; each vote completes a quorum; one update_rows."""

@@ -11,7 +11,9 @@ from silo.exit_codes import ExitCode
 from silo.membership.clock import FakeClock, settle
 from silo.membership.liveness import freshness_limit
 from silo.membership.probing import MembershipRpcHandler
+from silo.runtime.process import SiloProcessConfig, assemble
 from silo.runtime.silo import Silo
+from tests.services.process import free_port
 from tests.silo.harness import (
     CLUSTER,
     LOCAL,
@@ -227,3 +229,27 @@ def test_an_indirect_probe_for_a_peer_waits_at_most_a_few_probe_timeouts(asked: 
 
     scenario()
     assert prober.timeouts[0] == pytest.approx(given)
+
+
+@async_test
+async def test_a_host_of_many_silos_reads_the_table_once_for_their_generations() -> None:
+    """``assemble(..., known_silos)``: the generation still outranks a known older one at the
+    same endpoint, without a whole-table read per silo (``benchmarks.silo_host`` starts 50)."""
+    table = FlakyTable(memory_table())
+    port = free_port()
+    future = SiloAddress("127.0.0.1", port, 2**50)  # a generation far ahead of the wall clock
+    elsewhere = SiloAddress("127.0.0.1", port + 1, 2**51)
+    stack = assemble(table, SiloProcessConfig(CLUSTER, port=port), known_silos=[future, elsewhere])
+    try:
+        assert stack.silo.silo_address == SiloAddress("127.0.0.1", port, 2**50 + 1)
+        assert table.calls == []
+    finally:
+        await stack.close()
+    alone = SiloAddress("127.0.0.1", free_port(), 2**50)
+    seed(table.inner, row(alone))
+    stack = assemble(table, SiloProcessConfig(CLUSTER, port=alone.port))  # one silo: it reads the table itself
+    try:
+        assert stack.silo.silo_address.generation == 2**50 + 1
+        assert table.calls == ["read_all"]
+    finally:
+        await stack.close()
