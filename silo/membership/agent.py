@@ -101,9 +101,13 @@ class MembershipAgent:
         """Ping every live Active silo until each has answered once, or the deadline passes
         (beyond ``max_join_validation_pings`` silos, a sample of that many: see the option).
 
-        A silo that answered is not pinged again: the rounds (one each ``probe_timeout``, on a
-        fresh read) ping only the silos that have not answered yet, so joining a cluster of N
-        costs about N pings, not N per round. At most ``JOIN_PINGS_IN_FLIGHT`` are in flight.
+        The silos to reach are the fresh Active ones of the first round (or its sample): a silo
+        that turns Active later is not added (in a join storm hundreds do, and a joiner that
+        waited for a slow one kept finding new ones to ping). A silo that answered is not pinged
+        again: the rounds (one each ``probe_timeout``, on a fresh read, which drops the silos
+        that died or left meanwhile) ping only the chosen silos that have not answered yet, so
+        joining a cluster of N costs about N pings, not N per round. At most
+        ``JOIN_PINGS_IN_FLIGHT`` are in flight.
         A silo that does not answer blocks the join only while it may be alive: a row whose
         heartbeat we watched for a whole ``join_heartbeat_watch`` without seeing it move is
         a crashed silo nobody has declared Dead yet (e.g. after a whole-cluster crash), and
@@ -112,14 +116,15 @@ class MembershipAgent:
         liveness = self._manager.liveness
         watch = join_heartbeat_watch(self._options)
         answered: set[SiloAddress] = set()
-        sample: set[SiloAddress] | None = None  # None: every fresh Active silo
+        chosen: set[SiloAddress] | None = None  # the silos to reach, fixed by the first round
         in_flight = asyncio.Semaphore(JOIN_PINGS_IN_FLIGHT)
         while True:
             self._check_not_terminated()
             fresh = [s for s in liveness.fresh(self._manager.snapshot) if s != self._address]
-            if sample is None and len(fresh) > self._options.max_join_validation_pings:
-                sample = self._validation_sample(fresh, answered)
-            peers = [s for s in fresh if s not in answered and (sample is None or s in sample)]
+            if chosen is None:
+                limit = self._options.max_join_validation_pings
+                chosen = set(fresh) if len(fresh) <= limit else self._validation_sample(fresh, answered)
+            peers = [s for s in fresh if s not in answered and s in chosen]
             answers = await asyncio.gather(*(self._ping(peer, in_flight) for peer in peers))
             answered.update(peer for peer, answer in zip(peers, answers, strict=True) if answer)
             unreachable = [

@@ -157,6 +157,32 @@ async def test_join_pings_a_silo_that_answered_only_once() -> None:
 
 
 @async_test
+async def test_a_silo_that_turns_active_while_a_joiner_waits_is_not_added_to_what_it_must_reach() -> None:
+    """In a join storm hundreds turn Active meanwhile: each would be one more silo to wait for."""
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table, row(PEER, when=T0))
+    reachable = {PEER: False, OTHER: True}
+    prober = FunctionProber(reachable=lambda target: reachable[target])
+    silo = make_silo(table, ME, clock, prober=prober)
+    joining = asyncio.create_task(silo.start())
+    await clock.advance(LOCAL.probe_timeout)
+    seed(table, row(OTHER, when=clock.now()))  # Active after our first round
+    for _ in range(3):
+        await clock.advance(LOCAL.probe_timeout)
+        for peer in (PEER, OTHER):
+            table.update_i_am_alive(peer, clock.now())
+    assert not joining.done()
+    assert OTHER in silo.snapshot.active_silos  # seen, but not pinged for the join
+    assert prober.pings.count(OTHER) == 0
+    reachable[PEER] = True
+    await clock.advance(LOCAL.probe_timeout)
+    await joining
+    assert silo.status is SiloStatus.ACTIVE
+    assert prober.pings.count(PEER) >= 3
+    await silo.stop()
+
+
+@async_test
 async def test_beyond_max_join_validation_pings_a_joiner_pings_its_targets_and_a_random_sample() -> None:
     table, clock = memory_table(), FakeClock(T0)
     peers = [address(port) for port in range(10, 18)]
