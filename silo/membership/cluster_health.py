@@ -154,8 +154,15 @@ class ClusterHealthMonitor:
         self._side_watch.start()
 
     async def _run(self) -> None:
+        """``update`` on each new view; in a large cluster (``LARGE_VIEW``) at most once per probe
+        interval, on the latest view then (the subscription skips the ones in between). Monitors
+        probe once per interval anyway, and a changed ring, a vote against another silo or a
+        stale row is acted on at most one interval later; ``update`` is O(N), and at 1,000
+        silos each of them ran it for every change gossiped to it."""
         async for snapshot in self._publisher.subscribe(include_refreshes=True):
             await self.update(snapshot)
+            if snapshot.large:
+                await self._clock.sleep(self._options.effective_probe_interval)
 
     async def update(self, snapshot: MembershipSnapshot) -> None:
         """Start monitors for new targets and stop the ones no longer targeted.

@@ -77,6 +77,16 @@ class MembershipDelta:
         )
 
 
+LARGE_VIEW = 64
+"""Rows beyond which a view is large: there, work that is O(N) for every silo on every change
+(N^2 for the cluster) is deferred or left to the periodic refresh. A receiver off the base of a
+change that can wait (a join, a vote against another silo) does not pull the sender's whole
+view (``MembershipTableManager.on_gossip``), and probe targets are re-derived from the latest
+view at most once per probe interval (``ClusterHealthMonitor``). At 1,000 silos, after a join
+storm, each join gossiped to everyone made each silo decode a peer's 1,000 rows and re-rank
+the whole ring: the machine spent most of its time there."""
+
+
 def rows_written_between(older: MembershipSnapshot, newer: MembershipSnapshot) -> frozenset[SiloAddress] | None:
     """The silos whose rows differ between two snapshots (added or rewritten: a new etag); None if
     a row was removed, which no delta can express."""
@@ -116,6 +126,11 @@ class MembershipSnapshot:
 
     def with_status(self, *statuses: SiloStatus) -> tuple[MembershipEntry, ...]:
         return tuple(entry for entry in self.entries if entry.status in statuses)
+
+    @property
+    def large(self) -> bool:
+        """More than ``LARGE_VIEW`` rows: see there what a silo of such a cluster does differently."""
+        return len(self.data.rows) > LARGE_VIEW
 
     def in_join_storm(self, options: SiloOptions) -> bool:
         """More silos Joining than ``gossip_fanout``: many starting at once, when gossip of joins

@@ -336,8 +336,9 @@ class MembershipTableManager:
         looks again), and after one, the next waits ``probe_timeout`` (gossip that comes
         meanwhile is dropped; the next gossip or the periodic refresh catches up). A silo at the
         base version of each delta, the normal case, never catches up; in a join storm (more
-        silos Joining than ``gossip_fanout``) a delta it cannot place that takes no silo out and
-        is not about this silo (a join, a vote against another) is left to the periodic refresh,
+        silos Joining than ``gossip_fanout``) or a large cluster (``LARGE_VIEW``), a delta it
+        cannot place that takes no silo out and is not about this silo (a join, a vote against
+        another) is left to the periodic refresh,
         so the storm (every delta off its base) costs no pulls, and a sender
         announcing versions the table does not have (hostile, confused, or a lagging replica)
         costs one read per ``probe_timeout``.
@@ -348,12 +349,12 @@ class MembershipTableManager:
         if (
             message.delta is not None
             and not message.delta.is_urgent_for(self._address)
-            and self.snapshot.in_join_storm(self._options)
+            and (self.snapshot.large or self.snapshot.in_join_storm(self._options))
         ):
-            # A join or a vote we cannot place (we missed an earlier write) in a join storm: not
-            # worth a pull of a whole view. Then nearly every write finds its receivers off its
-            # base, and those pulls (N rows each) were most of the storm's CPU; the periodic
-            # refresh sees the version moved and reads them.
+            # A join or a vote we cannot place (we missed an earlier write) in a join storm or a
+            # large cluster (``LARGE_VIEW``): not worth a pull of a whole view. In a storm nearly
+            # every write finds its receivers off its base, and those pulls (N rows each) were
+            # most of the storm's CPU; the periodic refresh sees the version moved and reads them.
             logger.debug("silo %s: gossip of version %d is off our base; left to the refresh", self._address, version)
             return
         while version > self.snapshot.version:

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
+import pytest
+
 from membership_tables import SiloAddress, SiloStatus
 from silo.membership.clock import FakeClock
 from silo.membership.cluster_health import (
@@ -21,7 +23,7 @@ from silo.membership.local_health import LocalHealth
 from silo.membership.options import SiloOptions
 from silo.membership.ring import probe_targets
 from silo.membership.silo_health import SiloHealthMonitor
-from silo.membership.snapshot import SnapshotPublisher
+from silo.membership.snapshot import LARGE_VIEW, SnapshotPublisher
 from silo.membership.table_manager import VoteOutcome
 from tests.silo.harness import T0, FunctionProber, address, async_test, row, view
 
@@ -330,4 +332,31 @@ async def test_a_lagging_silo_whose_sample_falls_short_does_not_vote_and_pings_n
     assert rig.health.lagging()
     assert not await rig.cluster.reaches_majority()
     assert len(rig.prober.pings) == MAJORITY_SAMPLE
+    await rig.cluster.stop()
+
+
+@pytest.mark.parametrize("silos", [LARGE_VIEW - 8, LARGE_VIEW + 8], ids=["small view", "large view"])
+@async_test
+async def test_in_a_large_view_probe_targets_follow_the_latest_view_at_most_once_a_probe_interval(silos: int) -> None:
+    """Each update is O(N): in a large cluster, changes gossiped in between are taken together."""
+    peers = [address(port) for port in range(2000, 2000 + silos)]
+    rig = await rig_among(peers, SiloOptions.local())
+    before = set(rig.cluster.monitors)
+    assert len(before) == rig.options.num_probed_silos
+    # A silo joins right after us on every ring: our new successor on each.
+    newcomer = next(
+        candidate
+        for port in range(3000, 4000)
+        if set(probe_targets(ME, [*peers, candidate := address(port)], 1)) == {candidate}
+    )
+    await rig.publisher.publish(view(row(ME), *(row(peer) for peer in peers), version=2))  # taken at once
+    await rig.clock.advance(0)
+    snapshot = view(row(ME), *(row(peer) for peer in [*peers, newcomer]), version=3)
+    rig.liveness.observe(snapshot)
+    await rig.publisher.publish(snapshot)
+    await rig.clock.advance(0)
+    large = len(snapshot.entries) > LARGE_VIEW
+    assert (newcomer in rig.cluster.monitors) is not large
+    await rig.clock.advance(rig.options.effective_probe_interval)
+    assert newcomer in rig.cluster.monitors
     await rig.cluster.stop()
