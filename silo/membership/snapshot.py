@@ -66,25 +66,30 @@ class MembershipDelta:
     def silos(self) -> frozenset[SiloAddress]:
         return frozenset(entry.silo_address for entry, _ in self.rows)
 
+    def is_about(self, silo: SiloAddress) -> bool:
+        """Whether the delta writes ``silo``'s row (a vote against it, its death, its own write)."""
+        return any(entry.silo_address == silo for entry, _ in self.rows)
+
     def is_urgent_for(self, silo: SiloAddress) -> bool:
         """Whether ``silo``, if it cannot apply this delta, should catch up at once rather than at
         its next refresh: the delta takes a silo out (Dead, ShuttingDown, Stopping) or is about
         ``silo`` itself. Joins, activations, property changes and votes against others can wait:
         votes are always cast on a fresh read of the table anyway."""
-        return any(
-            entry.status not in (SiloStatus.JOINING, SiloStatus.ACTIVE) or entry.silo_address == silo
-            for entry, _ in self.rows
+        return self.is_about(silo) or any(
+            entry.status not in (SiloStatus.JOINING, SiloStatus.ACTIVE) for entry, _ in self.rows
         )
 
 
 LARGE_VIEW = 64
 """Rows beyond which a view is large: there, work that is O(N) for every silo on every change
 (N^2 for the cluster) is deferred or left to the periodic refresh. A receiver off the base of a
-change that can wait (a join, a vote against another silo) does not pull the sender's whole
-view (``MembershipTableManager.on_gossip``), and probe targets are re-derived from the latest
-view at most once per probe interval (``ClusterHealthMonitor``). At 1,000 silos, after a join
-storm, each join gossiped to everyone made each silo decode a peer's 1,000 rows and re-rank
-the whole ring: the machine spent most of its time there."""
+change that is not about itself (a join, a vote against another silo, another silo's death)
+does not pull the sender's whole view (``MembershipTableManager.on_gossip``), and probe targets
+are re-derived from the latest view at most once per probe interval (``ClusterHealthMonitor``).
+At 1,000 silos, after a join storm, each join gossiped to everyone made each silo decode a
+peer's 1,000 rows and re-rank the whole ring, and one death made all of them pull at once (load
+average 200 on two cores): the machine spent most of its time there. Receivers at the base
+version still apply every change at once, and the silo a change is about always catches up."""
 
 
 def rows_written_between(older: MembershipSnapshot, newer: MembershipSnapshot) -> frozenset[SiloAddress] | None:

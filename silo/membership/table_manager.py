@@ -335,10 +335,10 @@ class MembershipTableManager:
         into a flood of pulls or reads: at most one is in flight (later gossip waits for it and
         looks again), and after one, the next waits ``probe_timeout`` (gossip that comes
         meanwhile is dropped; the next gossip or the periodic refresh catches up). A silo at the
-        base version of each delta, the normal case, never catches up; in a join storm (more
-        silos Joining than ``gossip_fanout``) or a large cluster (``LARGE_VIEW``), a delta it
-        cannot place that takes no silo out and is not about this silo (a join, a vote against
-        another) is left to the periodic refresh,
+        base version of each delta, the normal case, never catches up; in a large cluster
+        (``LARGE_VIEW``) a delta it cannot place that is not about this silo, and in a join storm
+        (more silos Joining than ``gossip_fanout``) one that also takes no silo out (a join, a
+        vote against another), is left to the periodic refresh,
         so the storm (every delta off its base) costs no pulls, and a sender
         announcing versions the table does not have (hostile, confused, or a lagging replica)
         costs one read per ``probe_timeout``.
@@ -346,15 +346,16 @@ class MembershipTableManager:
         version = message.version
         if message.delta is not None and await self._apply(message.delta):
             return
-        if (
-            message.delta is not None
-            and not message.delta.is_urgent_for(self._address)
-            and (self.snapshot.large or self.snapshot.in_join_storm(self._options))
+        delta = message.delta
+        if delta is not None and (
+            (self.snapshot.large and not delta.is_about(self._address))
+            or (not delta.is_urgent_for(self._address) and self.snapshot.in_join_storm(self._options))
         ):
-            # A join or a vote we cannot place (we missed an earlier write) in a join storm or a
-            # large cluster (``LARGE_VIEW``): not worth a pull of a whole view. In a storm nearly
-            # every write finds its receivers off its base, and those pulls (N rows each) were
-            # most of the storm's CPU; the periodic refresh sees the version moved and reads them.
+            # A change we cannot place (we missed an earlier write) that is not about us, in a
+            # large cluster (``LARGE_VIEW``), or a join or a vote against another in a join storm:
+            # not worth a pull of a whole view. In a storm nearly every write finds its receivers
+            # off its base, and those pulls (N rows each) were most of the storm's CPU; the
+            # periodic refresh sees the version moved and reads them.
             logger.debug("silo %s: gossip of version %d is off our base; left to the refresh", self._address, version)
             return
         while version > self.snapshot.version:

@@ -463,3 +463,28 @@ async def test_a_join_off_the_receivers_base_is_left_to_the_refresh_in_a_join_st
     assert vote is not None
     assert not vote.is_urgent_for(OTHER), "a vote against another silo can wait for the refresh"
     assert vote.is_urgent_for(PEER), "a vote against us cannot"
+
+
+@async_test
+async def test_in_a_large_cluster_only_a_change_about_the_receiver_is_caught_up_at_once() -> None:
+    """After a join storm most views are off the base of the next change: a death gossiped to
+    1,000 silos then made each of them pull a peer's 1,000 rows at once."""
+    store, _, nodes = await cluster_of_three()
+    seed(store, *(row(address(port)) for port in range(10, 10 + LARGE_VIEW)))
+    for node in nodes.values():
+        await node.manager.refresh()
+        node.table_calls()
+    receiver = nodes[OTHER]
+    version = receiver.manager.snapshot.table_version
+    skipped = version.next()  # a write the receiver missed
+    death = MembershipDelta(skipped.version, skipped.next(), ((row(address(10), SiloStatus.DEAD), "dead-etag"),))
+    await receiver.manager.on_gossip(GossipMessage(death.version.version, death), ME)
+    assert (receiver.pulls, receiver.table_calls()) == ([], [])
+    assert receiver.manager.snapshot.table_version == version  # left to the periodic refresh
+    assert await nodes[ME].manager.try_vote(PEER) is VoteOutcome.VOTED  # OTHER misses this one too
+    assert await nodes[ME].manager.try_vote(OTHER) is VoteOutcome.VOTED
+    (against_receiver, _) = nodes[ME].gossiped[-1]
+    await receiver.manager.on_gossip(against_receiver, ME)
+    assert receiver.pulls == [ME]  # about the receiver: caught up at once
+    assert receiver.manager.snapshot.entry(OTHER) is not None
+    assert receiver.manager.snapshot.version == store.read_version().version
