@@ -290,17 +290,19 @@ def scale(document: dict[str, Any]) -> list[str]:
     lines = header("silos", "processes", "all Active after s", "live silos declared Dead joining", "... steady",
                    "RSS MB per silo", "CPU % per silo", "full reads/s", "writes/s", "heartbeats/s", "statements/s",
                    "crash to Dead median s", "p99 s", "median/floor")  # fmt: skip
-    for size, r in results["sizes"].items():
+    stopped: list[str] = []
+    for size, r in results["sizes"].items():  # a size stopped part-way shows what it measured before
+        ops, dead = r.get("steady_ops_per_s", {}), r.get("detection_table_dead", {})
         if "error" in r:
-            lines.append(row(size, "-", "failed: " + r["error"].splitlines()[0][:120], *["-"] * 11))
-            continue
-        ops, dead = r["steady_ops_per_s"], r["detection_table_dead"]
+            stopped.append(f"{size} silos stopped: {r['error'].splitlines()[0][:200]}")
         lines.append(
-            row(r["silos"], r["processes"], r["all_active_s"], r.get("false_deaths_joining", "-"),
-                r.get("false_deaths_steady", "-"), r["rss_mb_per_silo"], r.get("cpu_percent_per_silo", "-"),
-                ops["full_reads"], ops["version_writes"], ops["heartbeats"], ops["statements"], dead["median"],
-                dead["p99"], r["detection_ratio_to_floor"]["median"])
+            row(size, r.get("processes", "-"), r.get("all_active_s", "failed" if "error" in r else "-"),
+                r.get("false_deaths_joining", "-"), r.get("false_deaths_steady", "-"), r.get("rss_mb_per_silo", "-"),
+                r.get("cpu_percent_per_silo", "-"), ops.get("full_reads", "-"), ops.get("version_writes", "-"),
+                ops.get("heartbeats", "-"), ops.get("statements", "-"), dead.get("median", "-"), dead.get("p99", "-"),
+                r.get("detection_ratio_to_floor", {}).get("median", "-"))
         )  # fmt: skip
+    lines.extend(["", *stopped] if stopped else [])
     overrides = ", ".join(f"{k}={v}" for k, v in document["config"]["overrides"].items())
     steady = document["config"].get("steady_window")
     return [*lines, "", f"Options: {overrides} over the local preset (floor {results['floor_s']} s); steady "

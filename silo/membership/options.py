@@ -120,9 +120,10 @@ class SiloOptions:
     """Seconds between cleanups of defunct rows (done by the oldest Active silo only)."""
 
     max_join_validation_pings: int = 1000
-    """Active silos a joining silo must reach before it turns Active: every one while there are
-    at most this many, else this many: the silos it will probe, those it will send its gossip to
-    (their channels stay open for later), then others chosen at random.
+    """Active silos a joining silo must reach before it turns Active: every one it sees at its
+    first validation round while there are at most this many, else this many: the silos it will
+    probe, those it will send its gossip to (their channels stay open for later), then others
+    chosen at random.
     Validating against all of N silos costs N pings per joining silo, N^2 / 2 in a cluster that
     starts at once; a random sample still catches a silo that cannot reach a share of them."""
 
