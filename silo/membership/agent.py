@@ -116,15 +116,15 @@ class MembershipAgent:
         liveness = self._manager.liveness
         watch = join_heartbeat_watch(self._options)
         answered: set[SiloAddress] = set()
-        chosen: set[SiloAddress] | None = None  # the silos to reach, fixed by the first round
         in_flight = asyncio.Semaphore(JOIN_PINGS_IN_FLIGHT)
+
+        def fresh_others() -> list[SiloAddress]:
+            return [s for s in liveness.fresh(self._manager.snapshot) if s != self._address]
+
+        chosen = self._silos_to_reach(fresh_others())
         while True:
             self._check_not_terminated()
-            fresh = [s for s in liveness.fresh(self._manager.snapshot) if s != self._address]
-            if chosen is None:
-                limit = self._options.max_join_validation_pings
-                chosen = set(fresh) if len(fresh) <= limit else self._validation_sample(fresh, answered)
-            peers = [s for s in fresh if s not in answered and s in chosen]
+            peers = [s for s in fresh_others() if s not in answered and s in chosen]
             answers = await asyncio.gather(*(self._ping(peer, in_flight) for peer in peers))
             answered.update(peer for peer, answer in zip(peers, answers, strict=True) if answer)
             unreachable = [
@@ -149,13 +149,15 @@ class MembershipAgent:
             except TableUnavailableError:
                 logger.debug("silo %s: table unreachable while validating connectivity", self._address)
 
-    def _validation_sample(self, fresh: list[SiloAddress], answered: set[SiloAddress]) -> set[SiloAddress]:
-        """``max_join_validation_pings`` silos of ``fresh``: those that answered already, the ones
-        we will probe once Active, the ones we will send our gossip to, then others at random.
+    def _silos_to_reach(self, fresh: list[SiloAddress]) -> set[SiloAddress]:
+        """All of ``fresh`` up to ``max_join_validation_pings``; beyond, that many: the ones we
+        will probe once Active, the ones we will send our gossip to, then others at random.
         The silos we will keep talking to come first: their channels stay open for that; every
         other one is a channel opened for one ping."""
         limit = self._options.max_join_validation_pings
-        sample = set(answered) | set(probe_targets(self._address, fresh, self._options.num_probed_silos))
+        if len(fresh) <= limit:
+            return set(fresh)
+        sample = set(probe_targets(self._address, fresh, self._options.num_probed_silos))
         gossiped_to = [s for s in gossip_peers(self._address, fresh, self._options.gossip_fanout) if s not in sample]
         sample.update(gossiped_to[: max(0, limit - len(sample))])
         rest = [silo for silo in fresh if silo not in sample]

@@ -447,13 +447,13 @@ class MembershipTableManager:
         since = self._applies_from(base, delta.silos) if self.snapshot.version == base else base
         if since < base:
             delta = dataclasses.replace(delta, since_version=since)
-        reread = not await self._apply(delta) and (reread_if_behind or self.publisher.current is None)
-        if reread and self.publisher.current is None:  # no view yet to address the gossip with
+        behind = not await self._apply(delta)
+        if behind and self.publisher.current is None:  # no view yet to address the gossip with
             await self._reread_after_write()
-            reread = False
+            behind = False
         if self._on_write is not None:
             self._on_write(GossipMessage(delta.version.version, delta), self.snapshot, declared_dead)
-        if reread:
+        if behind and reread_if_behind:
             await self._reread_after_write()
 
     async def _reread_after_write(self) -> None:
