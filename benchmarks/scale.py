@@ -54,7 +54,7 @@ from benchmarks.common import (
     wall,
     workdir,
 )
-from benchmarks.propagation import Counts, difference, reads_per_change, statement_counts, window_counts
+from benchmarks.propagation import Counts, difference, reads_per_change, statement_counts
 from benchmarks.silo_cluster import BenchCluster, KillTrial
 from membership_tables import MembershipTableData, SiloStatus, TableUnavailableError, open_table
 from silo.cli.arguments import key_value, repeatable
@@ -113,8 +113,9 @@ class Config:
     steady_window: float = 300.0
     """Seconds of steady state watched for false deaths and counted for store load (``--steady``)."""
     detection_trials: int = 3
-    change_window: float = 10.0
-    """Seconds counted after each kill, and just before it (the baseline), for the reads a death causes."""
+    change_window: float = 25.0
+    """Seconds counted from each kill, and one ``baseline_period`` before (the baseline), for the reads a
+    death causes: longer than the detection time, at most the period."""
     seed: int = 3
     options_set: tuple[tuple[str, str], ...] = ()
     """``--set`` options, applied over ``OVERRIDES``."""
@@ -264,8 +265,8 @@ WATCH_ROLE = "bench_watch"
 async def detection_at_scale(
     uri: str, watch_uri: str, config: Config, root: Path, counts: Callable[[], Counts]
 ) -> tuple[list[KillTrial], list[Counts]]:
-    """Start one separate ``silo run`` and SIGKILL it, ``detection_trials`` times; the table's view of it,
-    and the silos' statements in the ``change_window`` after each kill minus those in the one before it."""
+    """Start one separate ``silo run`` and SIGKILL it, ``detection_trials`` times; the table's view of
+    it, and the statements it caused (``caused_by_kill``)."""
     # The victim gossips even with --gossip off, so that its join reaches every hosted silo at once.
     arguments = [*set_arguments(config), "--set", "use_liveness_gossip=true"]
     bench = BenchCluster(root, uri, "scale", arguments, watch_uri=watch_uri)
@@ -276,43 +277,82 @@ async def detection_at_scale(
         for _ in range(config.detection_trials):
             await asyncio.to_thread(bench.cluster.start_active, 1, *arguments, timeout=config.join_timeout)
             await asyncio.sleep(2 * options(config).probe_timeout)  # its probers have started
-            quiet = await window_counts(counts, config.change_window)
-            before, killed_at = await asyncio.to_thread(counts), wall()
-            trials.append(await bench.kill_one(rng))
-            await asyncio.sleep(max(0.0, killed_at + config.change_window - wall()))
-            change = difference(await asyncio.to_thread(counts), before)
-            caused.append({key: change[key] - quiet[key] for key in change})
+            caused.append(await caused_by_kill(bench, rng, config, counts, trials))
     finally:
         await bench.close()
     return trials, caused
 
 
-async def run(config: Config, root: Path) -> dict[str, Any]:
-    results: dict[str, Any] = {"floor_s": options(config).detection_time, "gossip": config.gossip, "sizes": {}}
-    for silos in config.sizes:
-        print(f"[scale] {silos} silos, gossip {'on' if config.gossip else 'off'}", flush=True)
+def baseline_period(config: Config) -> float:
+    """The period of the silos' own statements: their refresh and heartbeat timers repeat every this many
+    seconds, so a window of it has the same background load as the same window one period later."""
+    chosen = options(config)
+    milliseconds = (round(1000 * chosen.table_refresh_timeout), round(1000 * chosen.i_am_alive_table_publish_timeout))
+    return math.lcm(*milliseconds) / 1000
+
+
+async def caused_by_kill(
+    bench: BenchCluster, rng: random.Random, config: Config, counts: Callable[[], Counts], trials: list[KillTrial]
+) -> Counts:
+    """Kill one silo (its trial appended to ``trials``): the statements of the ``change_window`` from the
+    kill, minus those of the same window one ``baseline_period`` earlier.
+
+    Both windows have the same length, and the same phase of every silo's periodic timers: at
+    1,000 silos the background is ~65 reads a second, so a baseline taken just before the kill
+    (another phase) or an after-window stretched to the detection time (the runs before 26
+    November took it once the Dead row was seen, 14-20 s after the kill, against a 10 s baseline)
+    counted hundreds of periodic reads as caused by the death.
+    """
+    window = config.change_window
+    quiet_from, started = await asyncio.to_thread(counts), wall()
+    await asyncio.sleep(window)
+    quiet = difference(await asyncio.to_thread(counts), quiet_from)
+    await asyncio.sleep(max(0.0, started + baseline_period(config) - wall()))
+    before, killed_at = await asyncio.to_thread(counts), wall()
+
+    async def at_window_end() -> Counts:
+        await asyncio.sleep(max(0.0, killed_at + window - wall()))
+        return await asyncio.to_thread(counts)
+
+    after = asyncio.ensure_future(at_window_end())
+    trials.append(await bench.kill_one(rng))
+    change = difference(await after, before)
+    return {key: change[key] - quiet[key] for key in change}
+
+
+INTERRUPTED = "interrupted (SIGINT or SIGTERM) before this size finished"
+
+
+def measure(config: Config) -> dict[str, Any]:
+    """Every size (``run``); an interrupt (Ctrl-C, or SIGTERM: ``run_benchmark``) stops the run but
+    keeps what it measured: the sizes finished, and the one under way as far as it got."""
+    results = {"floor_s": options(config).detection_time, "gossip": config.gossip, "sizes": {}}
+    with workdir(NAME) as root:
         try:
-            results["sizes"][str(silos)] = await one_size(silos, config, root / str(silos))
-        except (RuntimeError, AssertionError) as exc:  # this size did not fit: say so, try no larger one
-            measured = exc.measured if isinstance(exc, SizeFailedError) else {"silos": silos}
-            results["sizes"][str(silos)] = {**measured, "error": str(exc)[:3000]}
-            print(f"[scale] {silos} silos failed: {str(exc)[:300]}", flush=True)
-            break
+            asyncio.run(run(config, root, results))
+        except KeyboardInterrupt:
+            print(f"[scale] {INTERRUPTED}: writing what was measured", flush=True)
     return results
 
 
-class SizeFailedError(RuntimeError):
-    """A size stopped part-way (join, steady window or kill trials); ``measured`` is what it measured before."""
+async def run(config: Config, root: Path, results: dict[str, Any]) -> None:
+    """Each size in turn into ``results["sizes"]``, filled as it goes: an interrupted run keeps what it measured."""
+    for silos in config.sizes:
+        print(f"[scale] {silos} silos, gossip {'on' if config.gossip else 'off'}", flush=True)
+        measured = results["sizes"][str(silos)] = {"silos": silos, "error": INTERRUPTED}
+        try:
+            await one_size(silos, config, root / str(silos), measured)
+            del measured["error"]
+        except (RuntimeError, AssertionError) as exc:  # this size did not fit: say so, try no larger one
+            measured["error"] = str(exc)[:3000]
+            print(f"[scale] {silos} silos failed: {str(exc)[:300]}", flush=True)
+            break
 
-    def __init__(self, message: str, measured: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.measured = measured
 
-
-async def one_size(silos: int, config: Config, root: Path) -> dict[str, Any]:
-    """Join, steady window, kill trials at ``silos``; raises ``SizeFailedError`` keeping the phases done."""
+async def one_size(silos: int, config: Config, root: Path, measured: dict[str, Any]) -> None:
+    """Join, steady window, kill trials at ``silos``, into ``measured`` as each phase ends (a size
+    stopped part-way keeps the phases done)."""
     root.mkdir(parents=True)
-    measured: dict[str, Any] = {"silos": silos}
     with services.postgres(stats=True) as server:
         database = services.unique("scale")
         uri = server.create_database(database)
@@ -363,25 +403,23 @@ async def one_size(silos: int, config: Config, root: Path) -> dict[str, Any]:
             print(f"[scale] {silos} silos: {len(dead_steady)} declared Dead in {config.steady_window:.0f}s steady",
                   flush=True)  # fmt: skip
             trials, caused = await detection_at_scale(uri, watch_uri, config, root, counts)
-        except (RuntimeError, AssertionError) as exc:
-            if isinstance(exc, JoinDidNotFinishError):
-                measured["join_curve"] = exc.curve
-            raise SizeFailedError(str(exc), measured) from exc
+        except JoinDidNotFinishError as exc:
+            measured["join_curve"] = exc.curve
+            raise
         finally:
             for host in hosts:  # SIGKILL: a graceful leave of hundreds of silos is not measured, only slow
                 host.signal(signal.SIGKILL)
                 host.stop()
     floor = options(config).detection_time
     dead = summarize([t.table_dead for t in trials if t.table_dead is not None])
-    return {
-        **measured,
-        "detection_table_dead": dead,
-        "detection_ratio_to_floor": {"median": ratio(dead["median"], floor), "p99": ratio(dead["p99"], floor)},
-        "detection_trials": [t.to_json() for t in trials],
-        "caused_per_death": caused,
-        "reads_per_change": summarize(reads_per_change(caused)),
-        "change_window_s": config.change_window,
-    }
+    measured.update(
+        detection_table_dead=dead,
+        detection_ratio_to_floor={"median": ratio(dead["median"], floor), "p99": ratio(dead["p99"], floor)},
+        detection_trials=[t.to_json() for t in trials],
+        caused_per_death=caused,
+        reads_per_change=summarize(reads_per_change(caused)),
+        change_window_s=config.change_window,
+    )
 
 
 def report(results: dict[str, Any]) -> None:
@@ -491,19 +529,21 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
         options(chosen)
     except ValueError as exc:
         raise SystemExit(f"--set: {exc}") from None
+    if chosen.change_window > baseline_period(chosen):
+        raise SystemExit(
+            f"--set: the silos' refresh and heartbeat period ({baseline_period(chosen):g}s) must be at least the "
+            f"{chosen.change_window:g}s counted after each kill (the baseline is the same window one period "
+            "earlier): raise table_refresh_timeout or i_am_alive_table_publish_timeout"
+        )
     return settings, chosen
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings, config = parse(argv)
 
-    def measure() -> dict[str, Any]:
-        with workdir(NAME) as root:
-            return asyncio.run(run(config, root))
-
     arguments = list(argv if argv is not None else sys.argv[1:])  # the recorded command omits the extra flags
     extra = {"overrides": overrides(config), "options": asdict(options(config)), "arguments": arguments}
-    return run_benchmark(NAME, settings, config, measure, report, plot, extra)
+    return run_benchmark(NAME, settings, config, lambda: measure(config), report, plot, extra)
 
 
 if __name__ == "__main__":

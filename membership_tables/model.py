@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -370,6 +371,6 @@ class MembershipTableData:
             self.__dict__["_index"] = index  # a cache beside the frozen fields (not one of them)
         return index.get(silo_address)
 
-    @property
+    @functools.cached_property
     def entries(self) -> tuple[MembershipEntry, ...]:
         return tuple(entry for entry, _ in self.rows)

@@ -2,7 +2,8 @@
 
 Targets are this silo's successors on the hash rings of the Active silos, plus every
 silo that has a fresh vote against it or a stale heartbeat (so suspicions are confirmed
-or cleared by more than one prober). A silo still joining probes only those suspects.
+or cleared by more than one prober; in a large view only the suspects we are a watcher of:
+``SuspectWatchers``). A silo still joining probes only those suspects.
 It keeps one ``SiloHealthMonitor`` per target, creating and stopping them as the
 targets change.
 
@@ -29,6 +30,7 @@ our monitors does not stop a vote (``may_try_vote``), the global check decides.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 import random as random_module
@@ -42,7 +44,7 @@ from silo.membership.liveness import LivenessTracker
 from silo.membership.local_health import LocalHealth, effective_timeout
 from silo.membership.options import SiloOptions
 from silo.membership.probing import ProbeOutcome, Prober
-from silo.membership.ring import probe_targets
+from silo.membership.ring import probe_targets, ring_index
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot, SnapshotPublisher
 from silo.membership.votes import fresh_votes, may_vote
@@ -84,22 +86,63 @@ def select_targets(
     options: SiloOptions,
     is_fresh: Callable[[SiloAddress], bool],
     ring: list[SiloAddress] | None = None,
+    watches: Callable[[SiloAddress], bool] | None = None,
 ) -> list[SiloAddress]:
     """Ring successors (only once we are Active; ``ring_targets``, unless given) followed by
-    suspected or stale silos."""
+    suspected or stale silos: all of them, or only those ``watches`` accepts (a large view:
+    see ``SuspectWatchers``)."""
     if snapshot.status_of(local) not in (SiloStatus.JOINING, SiloStatus.ACTIVE):
         return []
     if ring is None:
         ring = ring_targets(snapshot, local, options)
-    suspects = [
+    expiration = options.death_vote_expiration
+    suspects = [  # cheap tests first: they run for every row of every view
         entry.silo_address
         for entry in snapshot.entries
-        if entry.silo_address != local
+        if (
+            not is_fresh(entry.silo_address)
+            or (entry.suspect_times and fresh_votes(entry.suspect_times, now, expiration))
+        )
         and entry.status is not SiloStatus.DEAD
+        and entry.silo_address != local
         and entry.silo_address not in ring
-        and (fresh_votes(entry.suspect_times, now, options.death_vote_expiration) or not is_fresh(entry.silo_address))
+        and (watches is None or watches(entry.silo_address))
     ]
     return ring + suspects
+
+
+class SuspectWatchers:
+    """Who probes a suspected or stale silo beyond its ring probers, in a large view.
+
+    In a small cluster every silo does (more than one prober confirms or clears a suspicion
+    soon). In a large one that made one death cost the whole cluster: at 1,000 silos, the
+    first vote against a killed silo made all 1,000 probe it, each miss its probes, check its
+    majority (64 pings) and try to vote (a read of 1,000 rows): the machine never got to the
+    Dead write. There the watchers of a suspect are the ``num_probed_silos`` fresh Active silos
+    just before it on ring 0 (every silo computes the same ones from the same view), on top of
+    its ring probers: a suspicion is still confirmed or cleared by several probers, and a stale
+    silo off the ring (one stuck Joining) still has some. A silo still joining is on no ring
+    and watches none there.
+    """
+
+    def __init__(self, local: SiloAddress, count: int, is_fresh: Callable[[SiloAddress], bool]) -> None:
+        self._local = local
+        self._count = count
+        self._is_fresh = is_fresh
+
+    def for_view(self, snapshot: MembershipSnapshot) -> Callable[[SiloAddress], bool] | None:
+        """Whether we watch a given suspect of ``snapshot``; None (every silo does) in a small view."""
+        if not snapshot.large:
+            return None
+
+        def counted(silo: SiloAddress) -> bool:
+            return silo == self._local or self._is_fresh(silo)
+
+        def watches(suspect: SiloAddress) -> bool:
+            before = ring_index(snapshot.active_silos).preceding(suspect)
+            return self._local in itertools.islice(filter(counted, before), self._count)
+
+        return watches
 
 
 def _answered(ping: asyncio.Task[ProbeOutcome]) -> bool:
@@ -143,6 +186,7 @@ class ClusterHealthMonitor:
         self.monitors: dict[SiloAddress, SiloHealthMonitor] = {}
         self._ring: tuple[int | None, list[SiloAddress]] = (None, [])
         """(table version, our ring targets at it)."""
+        self._watchers = SuspectWatchers(local, options.num_probed_silos, liveness.is_fresh)
         self._heads: tuple[int | None, frozenset[SiloAddress]] = (None, frozenset())
         """(table version, our gossip arc heads at it): see ``_arc_heads``."""
         self._task: asyncio.Task[None] | None = None
@@ -173,7 +217,13 @@ class ClusterHealthMonitor:
         if self._ring[0] != snapshot.version:
             self._ring = (snapshot.version, ring_targets(snapshot, self._local, self._options))
         targets = select_targets(
-            snapshot, self._local, self._clock.now(), self._options, self._liveness.is_fresh, self._ring[1]
+            snapshot,
+            self._local,
+            self._clock.now(),
+            self._options,
+            self._liveness.is_fresh,
+            self._ring[1],
+            self._watchers.for_view(snapshot),
         )
         for gone in [silo for silo in self.monitors if silo not in targets]:
             await self.monitors.pop(gone).stop()

@@ -40,7 +40,7 @@ from silo.membership.background import BackgroundTasks
 from silo.membership.clock import Clock
 from silo.membership.options import SiloOptions
 from silo.membership.probing import GossipMessage, GossipSender
-from silo.membership.ring import ring_order
+from silo.membership.ring import ring_index, ring_order
 from silo.membership.snapshot import MembershipSnapshot
 
 logger = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def relay_plan(
 
 def gossip_peers(local: SiloAddress, silos: Iterable[SiloAddress], fanout: int) -> list[SiloAddress]:
     """The silos ``local`` sends its own writes to itself: the heads of its arcs (``relay_plan``)."""
-    return [head for head, _ in relay_plan(ring_order(local, silos), fanout)]
+    return [head for head, _ in relay_plan(list(ring_index(tuple(silos)).following(local)), fanout)]
 
 
 class Gossiper:

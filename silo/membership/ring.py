@@ -9,8 +9,9 @@ probed by someone.
 
 from __future__ import annotations
 
+import bisect
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from membership_tables import SiloAddress
 from silo.hashing import ring_position
@@ -47,14 +48,64 @@ def probe_targets(local: SiloAddress, silos: Iterable[SiloAddress], num_rings: i
     When a ring's successor was already chosen on an earlier ring, the next successor on
     that ring is taken instead. Never returns ``local``; returns fewer targets than
     ``num_rings`` when there are fewer other silos. A ring orders silos by (position,
-    address); the successor is the first after ``local`` in that order, wrapping around:
-    found in one pass, without sorting the cluster.
+    address); the successor is the first after ``local`` in that order, wrapping around
+    (``RingIndex.following``).
     """
-    others = set(silos) - {local}
+    index = ring_index(tuple(silos))
     chosen: list[SiloAddress] = []
     for ring in range(num_rings):
-        candidates = others.difference(chosen)
-        if not candidates:
+        successor = next((silo for silo in index.following(local, ring) if silo not in chosen), None)
+        if successor is None:
             break
-        chosen.append(min(candidates, key=_after(local, ring)))
+        chosen.append(successor)
     return chosen
+
+
+RingSlot = tuple[int, SiloAddress]
+"""(position, address): a silo's place on a ring, in the order ``_after`` wraps around."""
+
+
+class RingIndex:
+    """A set of silos sorted on each ring (on first use), walked from any point by bisection.
+
+    Shared by every silo of a process that asks about the same silos (``ring_index``): at
+    1,000 silos, re-ranking the cluster on three rings for each silo after each change was a
+    fifth of a host's time, 50 silos to a host."""
+
+    def __init__(self, silos: Iterable[SiloAddress]) -> None:
+        self._silos = frozenset(silos)
+        self._rings: dict[int, list[RingSlot]] = {}
+
+    def slots(self, ring: int) -> list[RingSlot]:
+        slots = self._rings.get(ring)
+        if slots is None:
+            slots = self._rings[ring] = sorted((_position(silo, ring), silo) for silo in self._silos)
+        return slots
+
+    def following(self, local: SiloAddress, ring: int = 0) -> Iterator[SiloAddress]:
+        """Every silo but ``local`` in ring order, starting just after ``local`` (which need not be one)."""
+        slots = self.slots(ring)
+        at = bisect.bisect_right(slots, (_position(local, ring), local))
+        for step in range(len(slots)):
+            silo = slots[(at + step) % len(slots)][1]
+            if silo != local:
+                yield silo
+
+    def preceding(self, target: SiloAddress, ring: int = 0) -> Iterator[SiloAddress]:
+        """Every silo but ``target`` in reverse ring order, starting just before ``target`` (which need not be one)."""
+        slots = self.slots(ring)
+        at = bisect.bisect_left(slots, (_position(target, ring), target))
+        for step in range(1, len(slots) + 1):
+            silo = slots[(at - step) % len(slots)][1]
+            if silo != target:
+                yield silo
+
+
+RING_INDEXES_CACHED = 32
+"""Ring indexes kept per process: a host of many silos holds a few versions of the cluster at once."""
+
+
+@functools.lru_cache(maxsize=RING_INDEXES_CACHED)
+def ring_index(silos: tuple[SiloAddress, ...]) -> RingIndex:
+    """The ``RingIndex`` of ``silos``, shared by every caller in this process that asks with equal silos."""
+    return RingIndex(silos)

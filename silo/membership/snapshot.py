@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -142,8 +143,9 @@ class MembershipSnapshot:
         goes to a few silos only and receivers leave the joins they cannot place to the refresh."""
         return len(self.with_status(SiloStatus.JOINING)) > options.gossip_fanout
 
-    @property
+    @functools.cached_property
     def active_silos(self) -> tuple[SiloAddress, ...]:
+        """Computed once per snapshot (every probe-target and gossip decision asks for it)."""
         return tuple(entry.silo_address for entry in self.with_status(SiloStatus.ACTIVE))
 
     def fresh_votes_against(self, silo: SiloAddress, now: datetime, options: SiloOptions) -> int:

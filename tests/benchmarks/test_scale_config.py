@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from benchmarks import scale
 from benchmarks.scale import Config, hosts_for, options, overrides, parse, report, set_arguments
 
 
@@ -48,6 +50,10 @@ def test_set_changes_silo_options_over_the_preset_and_the_json_records_them(tmp_
         (["--set", "probe_timeout=soon"], r"--set: .*probe_timeout"),
         (["--set", "use_liveness_gossip=false"], r"--set: use --gossip on\|off"),
         (["--set", "death_vote_expiration=1s"], r"--set: death_vote_expiration \(1.0s\) must be longer"),
+        (
+            ["--set", "table_refresh_timeout=20s", "--set", "i_am_alive_table_publish_timeout=20s"],
+            r"--set: the silos' refresh and heartbeat period \(20s\) must be at least the 25s",
+        ),
     ],
 )
 def test_bad_options_exit_saying_what_is_wrong(argv: list[str], message: str, tmp_path: Path) -> None:
@@ -86,3 +92,20 @@ def test_a_size_stopped_in_its_kill_trials_reports_its_join_and_steady_figures(
     assert row[:12] == ["500", "20", "54.7", "0", "1", "9.5", "0.4", "1.5", "9", "0", "50", "120"]
     assert row[12:] == ["-"] * 4  # no kill trial finished
     assert "500 silos stopped: timed out after 300.0s waiting for ACTIVE" in out
+
+
+def test_an_interrupted_run_keeps_the_sizes_finished_and_the_phases_done(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run stopped by hand (SIGTERM unwinds as KeyboardInterrupt) used to write no JSON at all."""
+
+    async def fake_size(silos: int, config: Config, root: Path, measured: dict[str, Any]) -> None:
+        measured.update(all_active_s=float(silos) / 10, false_deaths_joining=0)
+        if silos == 500:
+            raise KeyboardInterrupt  # during 500's steady window
+        measured["false_deaths_steady"] = 0
+
+    monkeypatch.setattr(scale, "one_size", fake_size)
+    results = scale.measure(Config(sizes=(200, 500, 1000)))
+    assert results["sizes"] == {
+        "200": {"silos": 200, "all_active_s": 20.0, "false_deaths_joining": 0, "false_deaths_steady": 0},
+        "500": {"silos": 500, "all_active_s": 50.0, "false_deaths_joining": 0, "error": scale.INTERRUPTED},
+    }

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import random
 from collections.abc import Callable
@@ -15,15 +16,16 @@ from silo.membership.cluster_health import (
     MAJORITY_SAMPLE,
     MAJORITY_SAMPLE_SHARE,
     ClusterHealthMonitor,
+    SuspectWatchers,
     select_targets,
 )
 from silo.membership.gossiper import gossip_peers
 from silo.membership.liveness import LivenessTracker
 from silo.membership.local_health import LocalHealth
 from silo.membership.options import SiloOptions
-from silo.membership.ring import probe_targets
+from silo.membership.ring import probe_targets, ring_index
 from silo.membership.silo_health import SiloHealthMonitor
-from silo.membership.snapshot import LARGE_VIEW, SnapshotPublisher
+from silo.membership.snapshot import LARGE_VIEW, MembershipSnapshot, SnapshotPublisher
 from silo.membership.table_manager import VoteOutcome
 from tests.silo.harness import T0, FunctionProber, address, async_test, row, view
 
@@ -360,3 +362,37 @@ async def test_in_a_large_view_probe_targets_follow_the_latest_view_at_most_once
     await rig.clock.advance(rig.options.effective_probe_interval)
     assert newcomer in rig.cluster.monitors
     await rig.cluster.stop()
+
+
+def probers_of(
+    suspect: SiloAddress, snapshot: MembershipSnapshot, is_fresh: Callable[[SiloAddress], bool]
+) -> set[SiloAddress]:
+    """The silos of ``snapshot`` that probe ``suspect``, each choosing its targets as a monitor does."""
+    options = SiloOptions(num_probed_silos=3)
+    probers = set()
+    for local in (entry.silo_address for entry in snapshot.entries):
+        watchers = SuspectWatchers(local, options.num_probed_silos, is_fresh).for_view(snapshot)
+        if suspect in select_targets(snapshot, local, NOW, options, is_fresh, watches=watchers):
+            probers.add(local)
+    return probers
+
+
+@pytest.mark.parametrize("silos", [LARGE_VIEW - 4, LARGE_VIEW + 36], ids=["small view", "large view"])
+def test_in_a_large_view_a_suspect_is_probed_by_its_ring_probers_and_a_few_watchers_not_by_all(silos: int) -> None:
+    """One vote made every silo of a 1,000-silo cluster probe the suspect, then check its majority and try to vote."""
+    peers = [address(port) for port in range(2000, 2000 + silos)]
+    suspect, voter, stuck = peers[0], peers[1], peers[2]
+    snapshot = view(
+        row(suspect, when=NOW).replace(suspect_times=((voter, NOW),)),
+        row(stuck, SiloStatus.JOINING, when=NOW),  # stale: it never became Active
+        *(row(peer, when=NOW) for peer in [*peers[3:], voter]),
+    )
+    is_fresh = lambda silo: silo != stuck  # noqa: E731
+    ring_probers = {silo for silo in snapshot.active_silos if suspect in probe_targets(silo, snapshot.active_silos, 3)}
+    if not snapshot.large:
+        assert probers_of(suspect, snapshot, is_fresh) == set(peers) - {suspect}
+        assert probers_of(stuck, snapshot, is_fresh) == set(peers) - {stuck}
+        return
+    watchers = list(itertools.islice(filter(is_fresh, ring_index(snapshot.active_silos).preceding(suspect)), 3))
+    assert probers_of(suspect, snapshot, is_fresh) == ring_probers | set(watchers)
+    assert len(probers_of(stuck, snapshot, is_fresh)) == 3  # off the ring: its watchers only

@@ -1,15 +1,17 @@
 from __future__ import annotations
 
+import itertools
 import random
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
 from membership_tables import SiloAddress
 from silo.hashing import ring_position
-from silo.membership.ring import probe_targets
+from silo.membership.ring import RingIndex, probe_targets, ring_order
 
 
 def cluster(size: int) -> list[SiloAddress]:
@@ -97,3 +99,39 @@ def test_targets_match_the_sorted_rings_for_random_clusters() -> None:
         local = rng.choice([*silos, SiloAddress("10.0.0.2", 1, 1)])
         rings = rng.randint(1, 6)
         assert probe_targets(local, silos, rings) == sorted_ring_targets(local, silos, rings)
+
+
+def sorted_predecessors(
+    silos: list[SiloAddress], target: SiloAddress, count: int, accept: Callable[[SiloAddress], bool]
+) -> list[SiloAddress]:
+    """The definition: walk ring 0, sorted with ``target`` in it, backwards from ``target``."""
+    order = sorted(set(silos) | {target}, key=lambda silo: (ring_position(silo, 0), silo))
+    start = order.index(target)
+    before = [order[(start - step) % len(order)] for step in range(1, len(order))]
+    return [silo for silo in before if accept(silo)][:count]
+
+
+def test_predecessors_match_the_sorted_ring_whether_or_not_the_target_is_on_it() -> None:
+    rng = random.Random(12)
+    for _ in range(200):
+        silos = list({SiloAddress("10.0.0.1", rng.randint(1, 60), 1) for _ in range(rng.randint(1, 30))})
+        target = rng.choice([*silos, SiloAddress("10.0.0.2", 1, 1)])
+        accepted = set(silos) - set(rng.sample(silos, rng.randint(0, len(silos) // 2)))
+        count = rng.randint(1, 5)
+        found = list(itertools.islice(filter(accepted.__contains__, RingIndex(silos).preceding(target)), count))
+        assert found == sorted_predecessors(silos, target, count, accepted.__contains__)
+        assert target not in found
+
+
+def test_an_empty_ring_has_no_successors_or_predecessors() -> None:
+    assert list(RingIndex([]).preceding(SiloAddress("10.0.0.1", 1, 1))) == []
+    assert list(RingIndex([]).following(SiloAddress("10.0.0.1", 1, 1))) == []
+
+
+def test_an_index_walks_the_ring_in_the_order_of_ring_order() -> None:
+    rng = random.Random(13)
+    for _ in range(100):
+        silos = list({SiloAddress("10.0.0.1", rng.randint(1, 60), 1) for _ in range(rng.randint(1, 30))})
+        local = rng.choice([*silos, SiloAddress("10.0.0.2", 1, 1)])
+        ring = rng.randint(0, 3)
+        assert list(RingIndex(silos).following(local, ring)) == ring_order(local, silos, ring)
