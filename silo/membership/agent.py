@@ -124,7 +124,6 @@ class MembershipAgent:
         chosen = self._silos_to_reach(fresh_others())
         while True:
             self._check_not_terminated()
-            started = self._clock.monotonic()
             peers = [s for s in fresh_others() if s not in answered and s in chosen]
             answers = await asyncio.gather(*(self._ping(peer, in_flight) for peer in peers))
             answered.update(peer for peer, answer in zip(peers, answers, strict=True) if answer)
@@ -144,9 +143,7 @@ class MembershipAgent:
                     unreachable,
                 )
             logger.info("silo %s is joining; still cannot reach %s", self._address, names)
-            # The next round starts one probe timeout after this one did: a round whose pings timed
-            # out has waited that long already (a loaded cluster's late joiners spent two per round).
-            await self._clock.sleep(max(0.0, started + self._options.probe_timeout - self._clock.monotonic()))
+            await self._clock.sleep(self._options.probe_timeout)
             try:
                 await self._manager.refresh()
             except TableUnavailableError:
