@@ -95,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe-delay", type=float, default=0.0, help="fraction of probes delayed (default 0)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first silo's loss/delay RNG")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # WARNING: hundreds of silos to a process; SILO_HOST_LOG_LEVEL=INFO to follow each one's join and votes.
+    level = os.environ.get("SILO_HOST_LOG_LEVEL", "WARNING").upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     options = SiloOptions.local().with_overrides(dict(args.overrides))
     lossy = args.probe_loss > 0 or args.probe_delay > 0

@@ -20,10 +20,11 @@ def test_the_acceptance_sizes_with_gossip_on_and_five_steady_minutes_by_default(
     assert "use_liveness_gossip=true" in set_arguments(config)
 
 
-def test_sizes_gossip_steady_and_per_process_from_the_command_line(tmp_path: Path) -> None:
-    argv = ["--sizes", "200,500", "--gossip", "off", "--steady", "30", "--per-process", "25", "--output-dir"]
-    config = parse([*argv, str(tmp_path)])[1]
+def test_sizes_gossip_steady_per_process_and_max_load_from_the_command_line(tmp_path: Path) -> None:
+    argv = ["--sizes", "200,500", "--gossip", "off", "--steady", "30", "--per-process", "25", "--max-load", "45"]
+    config = parse([*argv, "--output-dir", str(tmp_path)])[1]
     assert (config.sizes, config.gossip, config.steady_window, config.per_process) == ((200, 500), False, 30.0, 25)
+    assert config.max_load == 45.0
     assert overrides(config)["use_liveness_gossip"] == "false"
 
 
@@ -46,6 +47,7 @@ def test_set_changes_silo_options_over_the_preset_and_the_json_records_them(tmp_
         (["--gossip", "maybe"], "--gossip must be on or off"),
         (["--steady", "0"], "--steady must be a number of at least 1"),
         (["--per-process", "-3"], "--per-process must be"),
+        (["--max-load", "none"], "--max-load must be a number"),
         (["--set", "probe_timout=5s"], r"--set: unknown option 'probe_timout'; did you mean probe_timeout"),
         (["--set", "probe_timeout=soon"], r"--set: .*probe_timeout"),
         (["--set", "use_liveness_gossip=false"], r"--set: use --gossip on\|off"),
