@@ -30,6 +30,7 @@ our monitors does not stop a vote (``may_try_vote``), the global check decides.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import math
@@ -44,7 +45,7 @@ from silo.membership.liveness import LivenessTracker
 from silo.membership.local_health import LocalHealth, effective_timeout
 from silo.membership.options import SiloOptions
 from silo.membership.probing import ProbeOutcome, Prober
-from silo.membership.ring import probe_targets, ring_index
+from silo.membership.ring import RingIndex, probe_targets, ring_index
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot, SnapshotPublisher
 from silo.membership.votes import fresh_votes, may_vote
@@ -138,9 +139,12 @@ class SuspectWatchers:
         def counted(silo: SiloAddress) -> bool:
             return silo == self._local or self._is_fresh(silo)
 
+        @functools.cache
+        def index() -> RingIndex:  # only if some row is suspected or stale
+            return ring_index(snapshot.active_silos)
+
         def watches(suspect: SiloAddress) -> bool:
-            before = ring_index(snapshot.active_silos).preceding(suspect)
-            return self._local in itertools.islice(filter(counted, before), self._count)
+            return self._local in itertools.islice(filter(counted, index().preceding(suspect)), self._count)
 
         return watches
 
