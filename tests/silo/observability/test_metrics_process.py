@@ -34,6 +34,11 @@ def test_counters_move_as_probes_fail_and_a_silo_is_declared_dead(cluster: Clust
     silos = cluster.start_active(3, "--metrics-port", "0")
     victim, survivors = silos[0], silos[1:]
     victim_label = str(victim.address)
+    # A silo's monitors start once its own view shows it Active, which for the last joiner may be
+    # just after start_active returns (the table says Active before that silo's view does).
+    cluster.wait_for(
+        lambda _: all(Scrape.of(s).total("silo_probes_sent_total") > 0 for s in survivors), 10, "the first probes"
+    )
     before = [Scrape.of(silo) for silo in survivors]
     for scrape in before:
         assert scrape.value("silo_view_version") >= 3
