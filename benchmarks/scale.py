@@ -280,7 +280,9 @@ async def detection_at_scale(
         for _ in range(config.detection_trials):
             await asyncio.to_thread(bench.cluster.start_active, 1, *arguments, timeout=config.join_timeout)
             await asyncio.sleep(2 * options(config).probe_timeout)  # its probers have started
-            caused.append(await caused_by_kill(bench, rng, config, counts, trials))
+            trial, change = await caused_by_kill(bench, rng, config, counts)
+            trials.append(trial)
+            caused.append(change)
     finally:
         await bench.close()
     return trials, caused
@@ -295,10 +297,10 @@ def baseline_period(config: Config) -> float:
 
 
 async def caused_by_kill(
-    bench: BenchCluster, rng: random.Random, config: Config, counts: Callable[[], Counts], trials: list[KillTrial]
-) -> Counts:
-    """Kill one silo (its trial appended to ``trials``): the statements of the ``change_window`` from the
-    kill, minus those of the same window one ``baseline_period`` earlier.
+    bench: BenchCluster, rng: random.Random, config: Config, counts: Callable[[], Counts]
+) -> tuple[KillTrial, Counts]:
+    """Kill one silo: its trial, and the statements of the ``change_window`` from the kill minus
+    those of the same window one ``baseline_period`` earlier.
 
     Both windows have the same length, and the same phase of every silo's periodic timers: at
     1,000 silos the background is ~65 reads a second, so a baseline taken just before the kill
@@ -318,9 +320,9 @@ async def caused_by_kill(
         return await asyncio.to_thread(counts)
 
     after = asyncio.ensure_future(at_window_end())
-    trials.append(await bench.kill_one(rng))
+    trial = await bench.kill_one(rng)
     change = difference(await after, before)
-    return {key: change[key] - quiet[key] for key in change}
+    return trial, {key: change[key] - quiet[key] for key in change}
 
 
 INTERRUPTED = "interrupted (SIGINT or SIGTERM) before this size finished"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from membership_tables import SiloAddress
 from silo.hashing import ring_position
@@ -26,20 +26,10 @@ def _position(silo: SiloAddress, ring: int) -> int:
     return ring_position(silo, ring)
 
 
-def _after(local: SiloAddress, ring: int) -> Callable[[SiloAddress], tuple[bool, int, SiloAddress]]:
-    """Sort key: ring ``ring``'s order (position, address) starting just after ``local``, wrapping around."""
-    here = (_position(local, ring), local)
-
-    def cyclic_order(silo: SiloAddress) -> tuple[bool, int, SiloAddress]:
-        place = (_position(silo, ring), silo)
-        return (place < here, *place)  # after ``local`` first, then the wrapped-around ones
-
-    return cyclic_order
-
-
 def ring_order(local: SiloAddress, silos: Iterable[SiloAddress], ring: int = 0) -> list[SiloAddress]:
-    """``silos`` other than ``local`` in ring ``ring``'s order, starting just after ``local``."""
-    return sorted((silo for silo in silos if silo != local), key=_after(local, ring))
+    """``silos`` other than ``local`` in ring ``ring``'s order, starting just after ``local``
+    (``RingIndex.following``, of an index not shared: ``silos`` here is any set, e.g. a relay group)."""
+    return list(RingIndex(silos).following(local, ring))
 
 
 def probe_targets(local: SiloAddress, silos: Iterable[SiloAddress], num_rings: int) -> list[SiloAddress]:
@@ -62,7 +52,7 @@ def probe_targets(local: SiloAddress, silos: Iterable[SiloAddress], num_rings: i
 
 
 RingSlot = tuple[int, SiloAddress]
-"""(position, address): a silo's place on a ring, in the order ``_after`` wraps around."""
+"""(position, address): a silo's place on a ring; a ring orders silos by it, wrapping around."""
 
 
 class RingIndex:

@@ -128,10 +128,18 @@ def test_an_empty_ring_has_no_successors_or_predecessors() -> None:
     assert list(RingIndex([]).following(SiloAddress("10.0.0.1", 1, 1))) == []
 
 
-def test_an_index_walks_the_ring_in_the_order_of_ring_order() -> None:
+def sorted_following(silos: list[SiloAddress], local: SiloAddress, ring: int) -> list[SiloAddress]:
+    """The definition: sort ring ``ring`` with ``local`` on it and walk forwards from ``local``."""
+    order = sorted(set(silos) | {local}, key=lambda silo: (ring_position(silo, ring), silo))
+    start = order.index(local)
+    return [order[(start + step) % len(order)] for step in range(1, len(order))]
+
+
+def test_an_index_and_ring_order_walk_the_sorted_ring_from_any_silo() -> None:
     rng = random.Random(13)
     for _ in range(100):
         silos = list({SiloAddress("10.0.0.1", rng.randint(1, 60), 1) for _ in range(rng.randint(1, 30))})
         local = rng.choice([*silos, SiloAddress("10.0.0.2", 1, 1)])
         ring = rng.randint(0, 3)
-        assert list(RingIndex(silos).following(local, ring)) == ring_order(local, silos, ring)
+        assert list(RingIndex(silos).following(local, ring)) == sorted_following(silos, local, ring)
+        assert ring_order(local, silos, ring) == sorted_following(silos, local, ring)
