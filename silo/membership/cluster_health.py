@@ -25,6 +25,11 @@ that still reaches the table sees the majority's heartbeats, so it counts them a
 cannot reach them, and never votes: whatever its sample says. Conversely a majority silo
 whose sample sits wholly across the cut hears none of it: under ring sampling the rule over
 our monitors does not stop a vote (``may_try_vote``), the global check decides.
+
+**A heal is not evidence** (``MajorityHistory``): when the majority rule passes again because
+more silos answer (the cut healed), the silences our monitors measured while we could not vote
+were the cut's, not their targets'; the silos not yet reconnected must be silent for a whole
+suspicion time after the heal, with an indirect round started after it, before we vote.
 """
 
 from __future__ import annotations
@@ -71,6 +76,34 @@ MAJORITY_PINGS_IN_FLIGHT = 32
 """Pings of ``reaches_majority`` in flight at once: enough to settle a majority of hundreds of
 silos within one probe timeout, few enough not to flood a large cluster when a cut makes
 many silos check at once."""
+
+
+class MajorityHistory:
+    """Tells a heal from a shrinking cluster when the majority rule passes again.
+
+    On an even or minority side a silo measures long silences of the silos across the cut but
+    may not vote. When the cut heals, the silos it reaches first restore its majority while its
+    monitors of the others, not reconnected yet, are still silent: voting on that silence
+    declared live silos Dead (the 2|2 fault test: both silos of one side voted 2.4 s after the
+    heal). The rule passing again with *more silos heard* than at any time while it failed is a
+    heal; passing again because silos went stale (crashed ones stop heartbeating, so the fresh
+    set shrinks) is not, and their silences stay evidence.
+    """
+
+    def __init__(self) -> None:
+        self._failing = False
+        self._most_heard_while_failing = 0
+
+    def observe(self, allowed: bool, heard: int) -> bool:
+        """Record one verdict of the rule and how many silos we heard; True on a heal."""
+        if not allowed:
+            most = self._most_heard_while_failing if self._failing else 0
+            self._most_heard_while_failing = max(most, heard)
+            self._failing = True
+            return False
+        healed = self._failing and heard > self._most_heard_while_failing
+        self._failing = False
+        return healed
 
 
 def ring_targets(snapshot: MembershipSnapshot, local: SiloAddress, options: SiloOptions) -> list[SiloAddress]:
@@ -185,6 +218,7 @@ class ClusterHealthMonitor:
         self._random = random or random_module.Random()
         self._majority_check: asyncio.Task[bool] | None = None
         self._majority_confirmed_at: float | None = None
+        self._majority_history = MajorityHistory()
         self.majority_pings = 0
         """Pings sent by ``reaches_majority`` so far (its cost; the tests read it)."""
         self.monitors: dict[SiloAddress, SiloHealthMonitor] = {}
@@ -241,9 +275,31 @@ class ClusterHealthMonitor:
             logger.debug("silo %s probes %s", self._local, ", ".join(map(str, targets)))
 
     def may_vote(self) -> bool:
-        """The majority rule over the monitored silos that are fresh (``votes.may_vote``)."""
+        """The majority rule over the monitored silos that are fresh (``votes.may_vote``).
+
+        Without ring sampling it is the rule in force, so its verdicts also feed the heal
+        detection (``MajorityHistory``): a monitor re-checks its evidence after asking."""
         fresh = self._fresh_monitors()
-        return may_vote(sum(1 for monitor in fresh if monitor.heard_recently()), len(fresh))
+        heard = sum(1 for monitor in fresh if monitor.heard_recently())
+        allowed = may_vote(heard, len(fresh))
+        if not self._sampling():
+            self._observe_majority(allowed, heard, len(fresh))
+        return allowed
+
+    def _observe_majority(self, allowed: bool, heard: int, fresh: int) -> bool:
+        """Feed the rule's verdict to ``MajorityHistory``; on a heal, make every monitor disregard
+        the silence measured until now. True on a heal."""
+        if not self._majority_history.observe(allowed, heard):
+            return False
+        now = self._clock.monotonic()
+        for monitor in self.monitors.values():
+            monitor.disregard_silence_before(now)
+        logger.info(
+            "silo %s hears %d of the %d other fresh silos again, a majority: the silences before now were the cut's, "
+            "so it votes only on silence from now on",
+            self._local, heard, fresh,
+        )  # fmt: skip
+        return True
 
     def may_try_vote(self) -> bool:
         """Whether a monitor may go on to a vote: ``may_vote``, except under ring sampling.
@@ -286,7 +342,7 @@ class ClusterHealthMonitor:
             enough = math.ceil(MAJORITY_SAMPLE_SHARE * len(sample))
             answered = await self._ping_until(sample, timeout, lambda answered: answered >= enough)
             if answered >= enough:
-                return self._confirm_majority()
+                return self._confirm_majority(reached + answered, len(fresh))
             if self._health.lagging():
                 logger.info(
                     "silo %s: %d of a sample of %d silos answered and its own event loop lags: it does not vote now",
@@ -298,15 +354,19 @@ class ClusterHealthMonitor:
             unmonitored, timeout, lambda answered: may_vote(reached + answered, len(fresh))
         )
         if may_vote(reached, len(fresh)):
-            return self._confirm_majority()
+            return self._confirm_majority(reached, len(fresh))
+        self._observe_majority(False, reached, len(fresh))
         logger.info(
             "silo %s reaches %d of the %d other fresh Active silos, not a majority: it does not vote (minority side?)",
             self._local, reached, len(fresh),
         )  # fmt: skip
         return False
 
-    def _confirm_majority(self) -> bool:
-        """Remember a confirmed majority (it holds for one probe interval); True."""
+    def _confirm_majority(self, reached: int, fresh: int) -> bool:
+        """Remember a confirmed majority (it holds for one probe interval); True, unless it is a
+        heal: then no vote now (the monitors' silences were just disregarded)."""
+        if self._observe_majority(True, reached, fresh):
+            return False
         self._majority_confirmed_at = self._clock.monotonic()
         return True
 

@@ -23,12 +23,17 @@ One instance per probed silo. The rules (docs/protocol.md, "Failure detector"):
   last answer and was not vetoed (unless no intermediary exists), and the majority rule of
   the cluster health monitor (``may_vote``). It is repeated every ``suspect_after`` while the
   silence lasts, so a vote that expired or a quorum that shrank is completed.
+- **A heal is not evidence.** When the cluster health monitor sees our majority come back
+  because more silos answer (``disregard_silence_before``), silence before then does not count
+  towards a vote: the target must stay silent a whole suspicion time after the heal, and an
+  indirect round must start after it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random as random_module
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -82,6 +87,8 @@ class SiloHealthMonitor:
         self._random = random
         self._observer = observer
         self._was_suspected = False
+        self._evidence_from = -math.inf
+        """Silence before this monotonic time is not evidence for a vote (a heal: see above)."""
         self.last_heard = clock.monotonic()
         """Monotonic time of the last answer (or veto); the monitor's start counts as one."""
         self.refusals = 0
@@ -131,6 +138,20 @@ class SiloHealthMonitor:
 
     def suspected(self) -> bool:
         return self.refusals >= REFUSALS_TO_SUSPECT or self.silence() >= self.suspect_after()
+
+    def disregard_silence_before(self, moment: float) -> None:
+        """Our majority came back at ``moment`` because a cut healed: the silence measured until
+        then was the cut's. A vote needs a suspicion time of silence after it, and a new round."""
+        self._evidence_from = max(self._evidence_from, moment)
+
+    def _evidence_start(self) -> float:
+        """Where the silence that counts as evidence for a vote starts."""
+        return max(self.last_heard, self._evidence_from)
+
+    def _suspected_for_vote(self) -> bool:
+        """``suspected``, counting only the silence since ``_evidence_start``."""
+        silence = self._clock.monotonic() - self._evidence_start()
+        return self.refusals >= REFUSALS_TO_SUSPECT or silence >= self.suspect_after()
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -211,7 +232,7 @@ class SiloHealthMonitor:
             return
         if self._options.enable_indirect_probes and self._needs_new_round():
             self._start_round()
-        if not self.suspected() or not self._round_allows_vote():
+        if not self._suspected_for_vote() or not self._round_allows_vote():
             return
         if self._voting is not None and not self._voting.done():
             return
@@ -226,6 +247,8 @@ class SiloHealthMonitor:
                     self._local, self.target,
                 )  # fmt: skip
             return
+        if not self._suspected_for_vote():
+            return  # asking found a heal: the silence so far no longer counts
         self._last_vote = now
         self._voting = asyncio.create_task(self._cast_vote())
 
@@ -244,8 +267,8 @@ class SiloHealthMonitor:
         would delay every hang's verdict by a probe timeout."""
         if self._round is not None and not self._round.done():
             return False
-        if self._round_started is None or self._round_started <= self.last_heard:
-            return True  # no round covers the current silence yet (or the last one vetoed)
+        if self._round_started is None or self._round_started <= self._evidence_start():
+            return True  # no round covers the current silence yet (or the last one vetoed, or a heal)
         return self._clock.monotonic() - self._round_started >= self.suspect_after()
 
     def _round_allows_vote(self) -> bool:
@@ -255,7 +278,7 @@ class SiloHealthMonitor:
         if self._round_started is None:
             return not self._candidates()  # no intermediary exists: our own evidence decides
         in_flight = self._round is not None and not self._round.done() and self._round is not asyncio.current_task()
-        return not in_flight and self._round_started > self.last_heard and not self._round_vetoed
+        return not in_flight and self._round_started > self._evidence_start() and not self._round_vetoed
 
     def _candidates(self) -> list[SiloAddress]:
         return [silo for silo in self._intermediaries() if silo not in (self.target, self._local)]

@@ -16,6 +16,7 @@ from silo.membership.cluster_health import (
     MAJORITY_SAMPLE,
     MAJORITY_SAMPLE_SHARE,
     ClusterHealthMonitor,
+    MajorityHistory,
     SuspectWatchers,
     select_targets,
 )
@@ -162,6 +163,83 @@ async def test_the_majority_rule_counts_the_fresh_targets_we_hear_and_asks_a_min
     await cluster.stop()
 
 
+async def even_split_rig(heard: set[SiloAddress]) -> Rig:
+    """ME and PEERS[:3] (every silo monitors the others), hearing only ``heard``, which keeps
+    changing; every silo heartbeats. Run until the silent silos are long suspected."""
+    rig = Rig(reachable=lambda silo: silo in heard)
+    snapshot = view(row(ME), *(row(peer) for peer in PEERS[:3]), version=1)
+    rig.liveness.observe(snapshot)
+    rig.cluster.start()
+    await rig.publisher.publish(snapshot)
+    await advance_heartbeating(rig, rig.options.detection_time, PEERS[:3])
+    silent = [monitor for silo, monitor in rig.cluster.monitors.items() if silo not in heard]
+    while not all(monitor.suspected() for monitor in silent):  # our failed probes lengthen it (Lifeguard)
+        await advance_heartbeating(rig, rig.options.probe_interval, PEERS[:3])
+    await advance_heartbeating(rig, rig.options.detection_time, PEERS[:3])
+    return rig
+
+
+async def advance_heartbeating(rig: Rig, seconds: float, alive: list[SiloAddress]) -> None:
+    """Advance ``seconds``, one probe interval at a time, while ``alive`` heartbeat into the table."""
+    end = rig.clock.monotonic() + seconds
+    while rig.clock.monotonic() < end:
+        await rig.clock.advance(rig.options.probe_interval)
+        rig.liveness.observe(view(row(ME), *(row(peer, when=rig.clock.now()) for peer in alive), version=1))
+
+
+@async_test
+async def test_after_a_heal_the_silence_measured_during_the_split_is_no_evidence() -> None:
+    """2|2 of 4, then a heal that reconnects one far silo before the other (the fault test's
+    race): our majority is back, but the one still silent gets no vote until it has been silent
+    a whole suspicion time after the heal; if it answers by then, never."""
+    heard = {PEERS[0]}
+    rig = await even_split_rig(heard)
+    late = rig.cluster.monitors[PEERS[2]]
+    assert late.suspected()
+    assert not rig.cluster.may_vote()
+    assert all(monitor.votes_cast == 0 for monitor in rig.cluster.monitors.values())
+    heard.add(PEERS[1])  # the heal reaches PEERS[1] first
+    healed = rig.clock.monotonic()
+    while rig.clock.monotonic() - healed < late.suspect_after() - rig.options.probe_interval:
+        await advance_heartbeating(rig, rig.options.probe_interval, PEERS[:3])
+        assert late.votes_cast == 0  # before the fix it voted a probe interval after the heal
+    assert rig.cluster.may_vote()
+    assert late.suspected()
+    heard.add(PEERS[2])  # ...and PEERS[2] a moment later
+    await advance_heartbeating(rig, 2 * late.suspect_after(), PEERS[:3])
+    assert late.votes_cast == 0
+    await rig.cluster.stop()
+
+
+@async_test
+async def test_after_a_heal_a_silo_still_silent_is_voted_on_its_silence_since_the_heal() -> None:
+    heard = {PEERS[0]}
+    rig = await even_split_rig(heard)
+    late = rig.cluster.monitors[PEERS[2]]
+    heard.add(PEERS[1])
+    healed = rig.clock.monotonic()
+    await advance_heartbeating(rig, late.suspect_after() + 4 * rig.options.probe_timeout, PEERS[:3])
+    assert late.votes_cast >= 1  # it never answered after the heal: a death in the split
+    assert rig.prober.indirect_calls  # after a new indirect round
+    assert rig.clock.monotonic() - healed >= late.suspect_after()
+    await rig.cluster.stop()
+
+
+@async_test
+async def test_a_majority_regained_because_crashed_silos_went_stale_votes_at_once() -> None:
+    """Two of four crash: the survivor hears 1 of 3 and may not vote until the two stop counting
+    (stale heartbeats). That is no heal: their silence still counts, and they are voted on at once."""
+    heard = {PEERS[0]}
+    rig = await even_split_rig(heard)
+    crashed = [rig.cluster.monitors[PEERS[1]], rig.cluster.monitors[PEERS[2]]]
+    while rig.liveness.is_fresh(PEERS[1]) or rig.liveness.is_fresh(PEERS[2]):
+        assert not rig.cluster.may_vote()
+        await advance_heartbeating(rig, rig.options.probe_interval, [PEERS[0]])
+    await advance_heartbeating(rig, 2 * rig.options.probe_interval, [PEERS[0]])
+    assert all(monitor.votes_cast >= 1 for monitor in crashed)
+    await rig.cluster.stop()
+
+
 RING_OF_TWO = replace(SiloOptions.local(), num_probed_silos=2, num_votes_for_death_declaration=2)
 TWELVE = [address(port) for port in range(2, 13)]  # ME and 11 others: ring sampling with 2 targets
 
@@ -213,6 +291,29 @@ async def test_with_ring_sampling_a_minority_silo_that_hears_its_sample_still_do
     assert not await rig.cluster.reaches_majority()
     assert rig.cluster.majority_pings == len(TWELVE) - len(sample)  # asked everyone before giving up
     await rig.cluster.stop()
+
+
+@async_test
+async def test_with_ring_sampling_the_check_that_finds_a_heal_does_not_let_a_vote_through() -> None:
+    sample = probe_targets(ME, [ME, *TWELVE], RING_OF_TWO.num_probed_silos)
+    our_side = {*sample, *[peer for peer in TWELVE if peer not in sample][:3]}  # 6 of 12 with us
+    rig = await ring_sampling_rig(our_side)
+    assert not await rig.cluster.reaches_majority()
+    our_side.update(TWELVE)  # the cut heals
+    assert not await rig.cluster.reaches_majority()  # a heal: the monitors' silences are disregarded
+    assert await rig.cluster.reaches_majority()  # from then on the majority holds
+    await rig.cluster.stop()
+
+
+def test_majority_history_tells_a_heal_from_a_shrinking_cluster() -> None:
+    history = MajorityHistory()
+    assert not history.observe(True, 3)  # never failed
+    assert not history.observe(False, 1)
+    assert not history.observe(False, 2)
+    assert not history.observe(True, 2)  # no more heard than while failing: the fresh set shrank
+    assert not history.observe(False, 2)
+    assert history.observe(True, 3)  # more heard: a heal
+    assert not history.observe(True, 4)  # once
 
 
 @async_test
