@@ -22,6 +22,11 @@ class BackgroundTasks:
         task.add_done_callback(self._tasks.discard)
         return task
 
+    async def finished(self) -> None:
+        """Until every task has ended, the ones they start meanwhile included."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
     async def cancel_all(self) -> None:
         """Cancel every running task and wait until they have all ended."""
         tasks = list(self._tasks)

@@ -32,12 +32,13 @@ to everyone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Collection, Iterable, Sequence
 
 from membership_tables import SiloAddress, SiloStatus
 from silo.membership.background import BackgroundTasks
-from silo.membership.clock import Clock
+from silo.membership.clock import Clock, with_timeout
 from silo.membership.options import SiloOptions
 from silo.membership.probing import GossipMessage, GossipSender
 from silo.membership.ring import ring_index, ring_order
@@ -176,5 +177,16 @@ class Gossiper:
         if message.relay_to:  # the relay is down or cut off: deal its group out ourselves
             self._deal(GossipMessage(message.version, message.delta), message.relay_to)
 
-    async def stop(self) -> None:
+    async def stop(self, drain: float = 0.0) -> None:
+        """Stop sending: first give the sends under way (re-deals of failed relays included) up to
+        ``drain`` seconds to finish.
+
+        A silo that leaves gossips its ShuttingDown and Dead rows and stops right after: without
+        the drain, the sends still queued were cancelled, and the silos they were for (and their
+        relay arcs) kept a left silo in their views until their next table refresh (two of 19
+        for 12 and 18 s in one of eight leaves measured at N = 20).
+        """
+        if drain > 0:
+            with contextlib.suppress(TimeoutError):
+                await with_timeout(self._clock, self._sends.finished(), drain)
         await self._sends.cancel_all()

@@ -341,7 +341,7 @@ class Silo:
         await self._agent.stop_heartbeat()
         await self._cleanup.stop()
         await self._health.stop()
-        await self._gossiper.stop()
+        await self._gossiper.stop(drain=self._options.probe_timeout)  # our last writes reach the others
         await self._manager.stop()
         if self._event_log is not None:  # ends with the snapshots (the publisher closed)
             await asyncio.gather(self._event_log, return_exceptions=True)

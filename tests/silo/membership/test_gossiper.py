@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from membership_tables import SiloAddress, SiloStatus, TableVersion
@@ -7,6 +8,7 @@ from silo.membership.clock import FakeClock, settle
 from silo.membership.gossiper import Gossiper, gossip_targets, relay_plan
 from silo.membership.options import SiloOptions
 from silo.membership.probing import GossipMessage
+from silo.membership.ring import ring_order
 from silo.membership.snapshot import MembershipDelta
 from tests.silo.harness import T0, RecordingGossip, address, async_test, row, view
 
@@ -61,6 +63,60 @@ async def test_each_write_is_gossiped_fire_and_forget() -> None:
     await settle()
     assert sorted(sender.sent) == [(address(2), 17), (address(3), 17), (address(4), 17), (address(5), 17)]
     await gossiper.stop()
+
+
+async def stop_after(gossiper: Gossiper, clock: FakeClock, drain: float, waited: float) -> bool:
+    """Stop ``gossiper`` with ``drain``, advancing ``clock`` by ``waited``: whether the stop is done."""
+    stopping = asyncio.ensure_future(gossiper.stop(drain=drain))
+    await clock.advance(waited)
+    await settle()
+    return stopping.done()
+
+
+@async_test
+async def test_stopping_lets_the_sends_under_way_and_the_re_deals_of_failed_relays_finish() -> None:
+    """A leaving silo stops right after gossiping its Dead row: the sends still under way, and the
+    re-deal of a failed relay's arc, get ``drain`` seconds (they were cancelled at once)."""
+    clock = FakeClock(NOW)
+    delivered: list[SiloAddress] = []
+
+    async def deliver(target: SiloAddress, message: GossipMessage) -> None:
+        await clock.sleep(0.3)
+        if message.relay_to:
+            raise ConnectionError("every relay is down")
+        delivered.append(target)
+
+    targets = [address(port) for port in range(2, 8)]
+    gossiper = Gossiper(
+        address=ME, options=SiloOptions(gossip_fanout=2), clock=clock, sender=RecordingGossip(deliver=deliver),
+        is_fresh=lambda silo: True,
+    )  # fmt: skip
+    gossiper.publish(GossipMessage(9), view(row(ME), *(row(target, when=NOW) for target in targets)))
+    await settle()
+    assert await stop_after(gossiper, clock, drain=1.5, waited=1.0)  # two sends in flight at a time: 0.9 s
+    heads = {target for target, arc in relay_plan(ring_order(ME, targets), 2) if arc}
+    assert len(heads) == 2
+    assert sorted(delivered) == sorted(set(targets) - heads)  # each arc re-dealt by us, then delivered
+
+
+@async_test
+async def test_stopping_gives_up_on_a_send_that_outlasts_the_drain() -> None:
+    clock = FakeClock(NOW)
+    delivered: list[SiloAddress] = []
+
+    async def deliver(target: SiloAddress, message: GossipMessage) -> None:
+        await clock.sleep(60 if target == address(3) else 0.1)  # address(3) hangs
+        delivered.append(target)
+
+    gossiper = Gossiper(address=ME, options=SiloOptions(), clock=clock, sender=RecordingGossip(deliver=deliver),
+                        is_fresh=is_fresh)  # fmt: skip
+    gossiper.publish(GossipMessage(9), SNAPSHOT)
+    await settle()
+    assert not await stop_after(gossiper, clock, drain=1.0, waited=0.5)  # the hung send holds it...
+    await clock.advance(0.5)
+    await settle()
+    assert sorted(delivered) == [address(2), address(4), address(5)]  # ...until the drain time is up
+    assert not gossiper._sends._tasks
 
 
 @async_test
