@@ -95,9 +95,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe-delay", type=float, default=0.0, help="fraction of probes delayed (default 0)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first silo's loss/delay RNG")
     args = parser.parse_args(argv)
-    # WARNING: hundreds of silos to a process; SILO_HOST_LOG_LEVEL=INFO to follow each one's join and votes.
+    # WARNING: hundreds of silos to a process; SILO_HOST_LOG_LEVEL=INFO to follow each one's join and votes
+    # (membership events too with SILO_HOST_EVENT_LOG=1; SILO_HOST_DEBUG_LOGGERS=a,b for DEBUG on some loggers).
     level = os.environ.get("SILO_HOST_LOG_LEVEL", "WARNING").upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not os.environ.get("SILO_HOST_EVENT_LOG"):
+        # every silo logging every change it sees: a 1,000-silo join is a million lines, and
+        # logging them at INFO overloaded the machine (load 90 at 187 s, 26 November)
+        logging.getLogger("silo.events").setLevel(logging.WARNING)
+    for name in filter(None, os.environ.get("SILO_HOST_DEBUG_LOGGERS", "").split(",")):
+        logging.getLogger(name.strip()).setLevel(logging.DEBUG)  # e.g. silo.membership.silo_health: each vote's outcome
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     options = SiloOptions.local().with_overrides(dict(args.overrides))
     lossy = args.probe_loss > 0 or args.probe_delay > 0

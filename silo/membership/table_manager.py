@@ -356,7 +356,11 @@ class MembershipTableManager:
             # not worth a pull of a whole view. In a storm nearly every write finds its receivers
             # off its base, and those pulls (N rows each) were most of the storm's CPU; the
             # periodic refresh sees the version moved and reads them.
-            logger.debug("silo %s: gossip of version %d is off our base; left to the refresh", self._address, version)
+            logger.debug(
+                "silo %s: gossip of version %d (base %d, since %d) is off our version %d; left to the refresh",
+                self._address, version, delta.base_version, delta.since_version or delta.base_version,
+                self.snapshot.version,
+            )  # fmt: skip
             return
         while version > self.snapshot.version:
             read = self._gossip_read

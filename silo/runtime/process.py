@@ -156,7 +156,8 @@ def assemble(
     known = read_known_silos(table) if known_silos is None else known_silos
     generation = next_generation(time.time_ns() // 1_000_000, config.host, server.port, known)
     address = SiloAddress(config.host, server.port, generation=generation)
-    prober = GrpcProber(config.cluster_id, address, gossip_timeout=config.options.probe_timeout, tls=config.tls)
+    timeout = config.options.probe_timeout
+    prober = GrpcProber(config.cluster_id, address, gossip_timeout=timeout, tls=config.tls, connect_timeout=timeout)
     joined_table = table
     if metrics is not None:
         table = metrics.table

@@ -21,7 +21,7 @@ from silo.errors import SiloError
 from silo.membership.background import BackgroundTasks
 from silo.membership.probing import GossipMessage, IndirectProbeResult, ProbeOutcome
 from silo.wire import codec, gossip_codec
-from silo.wire.channels import CHANNEL_OPTIONS
+from silo.wire.channels import CHANNEL_OPTIONS, channel_options
 from silo.wire.ping_stream import UNARY_PINGS_FIRST, EndpointPinger, StreamEndedError
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.wire.tls import ChannelPool, TlsSettings
@@ -89,8 +89,11 @@ class GrpcProber:
         *,
         tls: TlsSettings | None = None,
         unary_pings_first: int = UNARY_PINGS_FIRST,
+        connect_timeout: float | None = None,
     ) -> None:
-        """``unary_pings_first``: pings of each endpoint sent as unary calls before its stream opens."""
+        """``unary_pings_first``: pings of each endpoint sent as unary calls before its stream opens;
+        ``connect_timeout``: seconds a connection attempt may take (``channel_options``; None: the
+        callers' 100 ms of ``CHANNEL_OPTIONS``)."""
         self._cluster_id = cluster_id
         self._unary_pings_first = unary_pings_first
         self._sender = sender
@@ -98,7 +101,12 @@ class GrpcProber:
         self._closing: dict[asyncio.Task[None], grpc.aio.Channel] = {}
         """Evicted channels still closing (after their calls in flight)."""
         self._channels = ChannelPool(
-            cluster_id, tls, CHANNEL_OPTIONS, aio=True, max_channels=MAX_CHANNELS, evict=self._close_later
+            cluster_id,
+            tls,
+            CHANNEL_OPTIONS if connect_timeout is None else channel_options(connect_timeout),
+            aio=True,
+            max_channels=MAX_CHANNELS,
+            evict=self._close_later,
         )
         self._pingers: dict[str, EndpointPinger] = {}
         """By endpoint, each on the pool's current channel to it."""

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
 import pytest
@@ -178,3 +178,48 @@ def test_a_prober_keeps_at_most_max_channels_and_reopens_an_evicted_one_with_its
     assert stream_closed
     assert after == MAX_CHANNELS
     assert opened == 2
+
+
+@contextlib.asynccontextmanager
+async def slow_handshake_proxy(target: SiloAddress, delay: float) -> AsyncIterator[int]:
+    """A TCP proxy to ``target`` that holds each new connection ``delay`` seconds before relaying:
+    a silo whose process is too busy to finish an HTTP/2 handshake at once."""
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    async def relay(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(delay)
+        server_reader, server_writer = await asyncio.open_connection(target.host, target.port)
+        await asyncio.gather(pipe(client_reader, server_writer), pipe(server_reader, client_writer))
+
+    proxy = await asyncio.start_server(relay, "127.0.0.1", 0)
+    try:
+        yield proxy.sockets[0].getsockname()[1]
+    finally:
+        proxy.close()
+
+
+def test_a_silo_that_is_slow_to_finish_the_handshake_is_still_reached() -> None:
+    """gRPC takes ``grpc.min_reconnect_backoff_ms`` as the connect timeout: at the callers' 100 ms
+    a busy silo (here 300 ms to start its handshake) is never reached; silos give a connection the
+    probe timeout (``channel_options``)."""
+
+    async def scenario(connect_timeout: float | None) -> str:
+        async with (
+            serving(FakeHandler) as (_, handler),
+            slow_handshake_proxy(handler.silo_address, 0.3) as port,
+            GrpcProber(CLUSTER, ME, connect_timeout=connect_timeout) as prober,
+        ):
+            try:
+                await prober.ping_call(SiloAddress("127.0.0.1", port, handler.silo_address.generation), 2.0)
+            except grpc.aio.AioRpcError as exc:
+                return exc.code().name
+            return "answered"
+
+    assert run(scenario(2.0)) == "answered"
+    assert run(scenario(None)) == "UNAVAILABLE"
