@@ -137,7 +137,7 @@ class SiloHealthMonitor:
         return self.heard_within(self.suspect_after() / 2)
 
     def suspected(self) -> bool:
-        return self.refusals >= REFUSALS_TO_SUSPECT or self.silence() >= self.suspect_after()
+        return self._suspected_since(self.last_heard)
 
     def disregard_silence_before(self, moment: float) -> None:
         """Our majority came back at ``moment`` because a cut healed: the silence measured until
@@ -150,7 +150,11 @@ class SiloHealthMonitor:
 
     def _suspected_for_vote(self) -> bool:
         """``suspected``, counting only the silence since ``_evidence_start``."""
-        silence = self._clock.monotonic() - self._evidence_start()
+        return self._suspected_since(self._evidence_start())
+
+    def _suspected_since(self, silent_from: float) -> bool:
+        """Refusing, or silent since ``silent_from`` for at least ``suspect_after``."""
+        silence = self._clock.monotonic() - silent_from
         return self.refusals >= REFUSALS_TO_SUSPECT or silence >= self.suspect_after()
 
     # --- lifecycle ------------------------------------------------------------------

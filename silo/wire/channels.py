@@ -16,12 +16,15 @@ MESSAGE_SIZE_OPTIONS = [
 ]
 """The size limits, as gRPC options for both servers and channels."""
 
+MIN_CONNECT_OPTION = "grpc.min_reconnect_backoff_ms"
+"""Also the connect timeout (see ``CHANNEL_OPTIONS``)."""
+
 CHANNEL_OPTIONS = [
     # Silos talk to each other directly; an http_proxy in the environment must not apply.
     ("grpc.enable_http_proxy", 0),
     # Reconnect to a silo that came back within about a second, not gRPC's default two minutes.
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),  # also the connect timeout: see below
+    (MIN_CONNECT_OPTION, 100),  # also the connect timeout: see below
     ("grpc.max_reconnect_backoff_ms", 1000),
     *MESSAGE_SIZE_OPTIONS,
 ]
@@ -29,8 +32,6 @@ CHANNEL_OPTIONS = [
 least time a connection attempt (TCP, then HTTP/2 up to the server's SETTINGS) may take before it
 is abandoned (MIN_CONNECT_TIMEOUT of gRPC's connection backoff protocol; 20 s by default): here
 100 ms, which a client's fail-over wants; silos use ``channel_options``."""
-
-MIN_CONNECT_OPTION = "grpc.min_reconnect_backoff_ms"
 
 
 def channel_options(connect_timeout: float) -> list[tuple[str, int]]:
