@@ -2,7 +2,8 @@
 
 Join: initialize the table, read it, declare Dead any older generation of this endpoint
 that is still alive (a crashed predecessor), insert our row as Joining, ping every Active
-silo until each has answered once (so we never join a cluster we cannot talk to), then become Active.
+silo until each has answered once (so we never join a cluster we cannot talk to; once half of
+them answered, one that another silo reaches for us counts too), then become Active.
 Every step retries until ``max_join_attempt_time``. While Active it writes IAmAlive every
 ``i_am_alive_table_publish_timeout``. Leaving writes ShuttingDown, then Dead.
 All writes go through the table manager.
@@ -111,7 +112,9 @@ class MembershipAgent:
         A silo that does not answer blocks the join only while it may be alive: a row whose
         heartbeat we watched for a whole ``join_heartbeat_watch`` without seeing it move is
         a crashed silo nobody has declared Dead yet (e.g. after a whole-cluster crash), and
-        unreachable for a reason that says nothing about our own connectivity.
+        unreachable for a reason that says nothing about our own connectivity; nor does one
+        that a silo which answered us reaches for us, once half of them answered
+        (``_reached_through_others``).
         """
         liveness = self._manager.liveness
         watch = join_heartbeat_watch(self._options)
@@ -124,7 +127,8 @@ class MembershipAgent:
         chosen = self._silos_to_reach(fresh_others())
         while True:
             self._check_not_terminated()
-            peers = [s for s in fresh_others() if s not in answered and s in chosen]
+            targets = [s for s in fresh_others() if s in chosen]
+            peers = [s for s in targets if s not in answered]
             answers = await asyncio.gather(*(self._ping(peer, in_flight) for peer in peers))
             answered.update(peer for peer, answer in zip(peers, answers, strict=True) if answer)
             unreachable = [
@@ -132,6 +136,10 @@ class MembershipAgent:
                 for peer, answer in zip(peers, answers, strict=True)
                 if not answer and liveness.seen_heartbeating(peer, watch) is not False
             ]
+            if unreachable and 2 * len(answered.intersection(targets)) >= len(targets):
+                reached = await self._reached_through_others(unreachable, answered, in_flight)
+                answered.update(reached)
+                unreachable = [peer for peer in unreachable if peer not in reached]
             if not unreachable:
                 return
             names = ", ".join(map(str, unreachable))
@@ -162,6 +170,48 @@ class MembershipAgent:
         sample.update(gossiped_to[: max(0, limit - len(sample))])
         rest = [silo for silo in fresh if silo not in sample]
         return sample | set(self._random.sample(rest, max(0, min(len(rest), limit - len(sample)))))
+
+    async def _reached_through_others(
+        self, peers: list[SiloAddress], answered: set[SiloAddress], in_flight: asyncio.Semaphore
+    ) -> set[SiloAddress]:
+        """The ``peers`` that a silo which answered us reaches on our behalf (an indirect probe
+        through up to ``num_indirect_probes`` of them each).
+
+        Only once at least half of the silos to reach answered us directly, so a joiner cut off
+        from the cluster still fails. Such a peer is alive and the cluster talks to it; only our
+        link to it is bad or slow (at 1,000 silos on two cores, a few silo pairs stayed unreachable
+        directly for minutes while their host loops stalled, and joiners waited for them until the
+        join limit). Once Active, our failure detector treats that link the same way: a target an
+        intermediary reaches is not voted on.
+        """
+        if not self._options.enable_indirect_probes or not answered:
+            return set()
+        witnesses = sorted(answered)
+        count = min(self._options.num_indirect_probes, len(witnesses))
+
+        async def reached(peer: SiloAddress) -> SiloAddress | None:
+            vias = self._random.sample(witnesses, count)
+            answers = await asyncio.gather(*(self._probe_through(via, peer, in_flight) for via in vias))
+            through = [via for via, answer in zip(vias, answers, strict=True) if answer]
+            if not through:
+                return None
+            logger.info(
+                "silo %s is joining; reached %s only through %s (our link to it may be bad)",
+                self._address, peer, through[0],
+            )  # fmt: skip
+            return peer
+
+        return {peer for peer in await asyncio.gather(*(reached(peer) for peer in peers)) if peer is not None}
+
+    async def _probe_through(self, via: SiloAddress, peer: SiloAddress, in_flight: asyncio.Semaphore) -> bool:
+        timeout = self._options.probe_timeout
+        async with in_flight:
+            try:
+                result = await with_timeout(self._clock, self._prober.probe_indirectly(via, peer, timeout), 2 * timeout)
+                return result.succeeded
+            except Exception as exc:
+                logger.debug("silo %s: cannot ask %s to ping %s: %r", self._address, via, peer, exc)
+                return False
 
     async def _ping(self, peer: SiloAddress, in_flight: asyncio.Semaphore) -> bool:
         timeout = self._options.probe_timeout

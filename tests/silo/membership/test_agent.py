@@ -6,13 +6,14 @@ from datetime import timedelta
 
 import pytest
 
-from membership_tables import CommittedWrite, MembershipEntry, SiloStatus, TableVersion
+from membership_tables import CommittedWrite, MembershipEntry, MembershipTable, SiloAddress, SiloStatus, TableVersion
 from membership_tables.contract import RowUpdate
 from silo.errors import DeclaredDeadError, JoinError, TableUnavailableAtStartError
 from silo.exit_codes import ExitCode
 from silo.membership.agent import join_heartbeat_watch
 from silo.membership.clock import FakeClock
 from silo.membership.gossiper import gossip_peers
+from silo.membership.probing import IndirectProbeResult
 from silo.membership.ring import probe_targets
 from tests.silo.harness import (
     LOCAL,
@@ -257,6 +258,87 @@ async def test_an_unreachable_silo_that_still_heartbeats_blocks_the_join() -> No
         await clock.advance(LOCAL.probe_timeout)
         table.update_i_am_alive(PEER, clock.now())
     with pytest.raises(JoinError):
+        await joining
+
+
+def keep_heartbeating(table: MembershipTable, clock: FakeClock, *peers: SiloAddress) -> None:
+    for peer in peers:
+        table.update_i_am_alive(peer, clock.now())
+
+
+@async_test
+async def test_a_silo_another_silo_reaches_for_us_counts_once_half_answered_us() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table, row(PEER, when=T0), row(OTHER, when=T0))
+    prober = FunctionProber(
+        reachable=lambda target: target != PEER,
+        indirect=lambda via, target: IndirectProbeResult(via == OTHER and target == PEER, 0, 0.01),
+    )
+    silo = make_silo(table, ME, clock, prober=prober)
+    await asyncio.wait_for(silo.start(), 1)  # no round waited: OTHER answered, and reached PEER for us
+    assert silo.status is SiloStatus.ACTIVE
+    assert prober.indirect_calls == [(OTHER, PEER)]
+    await silo.stop()
+
+
+@async_test
+async def test_a_silo_nobody_reaches_for_us_still_blocks_the_join() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table, row(PEER, when=T0), row(OTHER, when=T0))
+    reachable = {PEER: False, OTHER: True}
+    prober = FunctionProber(
+        reachable=lambda target: reachable[target], indirect=lambda via, target: IndirectProbeResult(False, 0, 0.01)
+    )
+    silo = make_silo(table, ME, clock, prober=prober)
+    joining = asyncio.create_task(silo.start())
+    for _ in range(4):
+        await clock.advance(LOCAL.probe_timeout)
+        keep_heartbeating(table, clock, PEER, OTHER)
+    assert not joining.done()
+    assert prober.indirect_calls.count((OTHER, PEER)) >= 4  # asked again each round
+    reachable[PEER] = True
+    await clock.advance(LOCAL.probe_timeout)
+    await joining
+    assert silo.status is SiloStatus.ACTIVE
+    await silo.stop()
+
+
+@async_test
+async def test_a_joiner_that_reaches_fewer_than_half_directly_asks_nobody_to_reach_the_rest() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    third = address(4)
+    seed(table, row(PEER, when=T0), row(OTHER, when=T0), row(third, when=T0))
+    prober = FunctionProber(
+        reachable=lambda target: target == third, indirect=lambda via, target: IndirectProbeResult(True, 0, 0.01)
+    )
+    silo = make_silo(table, ME, clock, prober=prober)
+    joining = asyncio.create_task(silo.start())
+    while not joining.done():
+        await clock.advance(LOCAL.probe_timeout)
+        keep_heartbeating(table, clock, PEER, OTHER, third)
+    with pytest.raises(JoinError) as failure:
+        await joining
+    assert set(failure.value.unreachable) == {PEER, OTHER}
+    assert prober.indirect_calls == []  # cut off from most of the cluster: others' word does not count
+
+
+@async_test
+async def test_without_indirect_probes_a_joiner_must_reach_every_silo_itself() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table, row(PEER, when=T0), row(OTHER, when=T0))
+    prober = FunctionProber(
+        reachable=lambda target: target != PEER, indirect=lambda via, target: IndirectProbeResult(True, 0, 0.01)
+    )
+    options = LOCAL.with_overrides({"enable_indirect_probes": "false"})
+    silo = make_silo(table, ME, clock, prober=prober, options=options)
+    joining = asyncio.create_task(silo.start())
+    for _ in range(4):
+        await clock.advance(LOCAL.probe_timeout)
+        keep_heartbeating(table, clock, PEER, OTHER)
+    assert not joining.done()
+    assert prober.indirect_calls == []
+    joining.cancel()
+    with pytest.raises(asyncio.CancelledError):
         await joining
 
 
