@@ -79,6 +79,12 @@ class Driver:
         self._liveness = liveness(engine)
         self._kept: list[PoolProxiedConnection] = []
 
+    @property
+    def integrity_error(self) -> type[Exception]:
+        """The driver's ``IntegrityError`` (PEP 249), as a statement in a ``Transaction`` raises it."""
+        error: type[Exception] = self._dialect.loaded_dbapi.IntegrityError
+        return error
+
     def close(self) -> None:
         """Give the connections kept between transactions back to the pool."""
         while self._kept:

@@ -49,9 +49,11 @@ def read_options(dialect: str) -> dict[str, Any]:
 def write_options(dialect: str) -> dict[str, Any]:
     """Execution options of a write transaction.
 
-    SQLite takes the write lock up front. On PostgreSQL and MySQL the first statement, a
+    SQLite takes the write lock up front. On PostgreSQL and MySQL the last statement, a
     conditional UPDATE of the version row, locks that row and sees the latest committed
-    version whatever the isolation level, which serialises the writers of one cluster.
+    version whatever the isolation level, which serialises the writers of one cluster; each
+    conditional UPDATE of a member row before it likewise waits for a writer of that row and
+    then sees its committed etag.
     """
     return {SQLITE_BEGIN: "IMMEDIATE"} if dialect == "sqlite" else {}
 

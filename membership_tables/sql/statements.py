@@ -44,7 +44,10 @@ BUMP_VERSION = (
     .where(_versions.cluster_id == sa.bindparam("cluster"), _versions.etag == sa.bindparam("based_on"))
     .values(version=sa.bindparam("new_version"), etag=sa.bindparam("new_etag"), updated_at=sa.bindparam("now"))
 )
-"""Lock the version row if it still carries the etag the caller read, and set the next version."""
+"""Lock the version row if it still carries the etag the caller read, and set the next version.
+
+A write runs it last, right before COMMIT (``SqlMembershipTable``): the lock that serialises
+every writer of a cluster is then held for one round trip, not for the whole write."""
 
 _CANONICAL = tuple(name for name in ROW_COLUMNS if name not in (*KEY_COLUMNS, "etag", "i_am_alive_time"))
 _alive = sa.bindparam("alive", type_=UtcDateTime())
@@ -62,6 +65,16 @@ UPDATE_ROW = (
     )
 )
 """Rewrite a row if it still carries the etag the caller read."""
+
+INSERT_ROW = sa.insert(membership_table).values(
+    {
+        **{column: sa.bindparam(param) for column, param in zip(KEY_COLUMNS, _KEY_PARAMS, strict=True)},
+        **{name: sa.bindparam(f"new_{name}") for name in _CANONICAL},
+        "etag": sa.bindparam("new_etag"),
+        "i_am_alive_time": sa.bindparam("alive", type_=UtcDateTime()),
+    }
+)
+"""Insert a row (the caller checked first that its key is free)."""
 
 UPDATE_I_AM_ALIVE = (
     sa.update(membership_table).where(_KEY, _members.i_am_alive_time < _alive).values(i_am_alive_time=_alive)
@@ -95,8 +108,13 @@ def bump_params(cluster_id: str, version: TableVersion, new_etag: str, now: date
     }
 
 
+def insert_row_params(values: dict[str, Any], new_etag: str) -> dict[str, Any]:
+    """The parameters of ``INSERT_ROW`` besides the key; ``values`` is ``rows.entry_to_values``."""
+    params = {f"new_{name}": values[name] for name in _CANONICAL}
+    params.update(new_etag=new_etag, alive=values["i_am_alive_time"])
+    return params
+
+
 def update_row_params(values: dict[str, Any], based_on: str, new_etag: str) -> dict[str, Any]:
     """The parameters of ``UPDATE_ROW`` besides the key; ``values`` is ``rows.entry_to_values``."""
-    params = {f"new_{name}": values[name] for name in _CANONICAL}
-    params.update(based_on=based_on, new_etag=new_etag, alive=values["i_am_alive_time"])
-    return params
+    return {**insert_row_params(values, new_etag), "based_on": based_on}

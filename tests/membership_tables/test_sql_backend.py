@@ -390,7 +390,8 @@ LOCK_WAITS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("server_fixture", SERVERS.values())
 def test_a_deadlock_with_another_transaction_is_retried(request: pytest.FixtureRequest, server_fixture: str) -> None:
-    """An admin transaction locks the member rows, then the version row the writer holds.
+    """An admin transaction locks the version row, then the member row the writer holds (a
+    writer updates its rows first and the version row last).
 
     The database aborts one of the two: PostgreSQL the writer (it waited first, so it detects
     the deadlock), InnoDB the writer too (it changed fewer rows than the admin).
@@ -406,7 +407,9 @@ def test_a_deadlock_with_another_transaction_is_retried(request: pytest.FixtureR
         read = table.read_all()
         entry, etag = read.rows[0]
         results: list[bool] = []
-        blocker.execute(sa.text("UPDATE silo_membership SET silo_name = 'admin' WHERE cluster_id = :cluster"), where)
+        blocker.execute(
+            sa.text("UPDATE silo_membership_version SET version = version WHERE cluster_id = :cluster"), where
+        )
         writer = threading.Thread(
             target=lambda: results.append(table.update_row(entry.replace(role_name="w"), etag, read.version.next()))
         )
@@ -414,7 +417,7 @@ def test_a_deadlock_with_another_transaction_is_retried(request: pytest.FixtureR
         wait_until(lambda: observer.execute(sa.text(lock_waits)).scalar_one() > 0, 30, "the writer to wait for a lock")
         try:  # closes the cycle; the database aborts one of the two transactions
             blocker.execute(
-                sa.text("UPDATE silo_membership_version SET version = version WHERE cluster_id = :cluster"), where
+                sa.text("UPDATE silo_membership SET silo_name = 'admin' WHERE cluster_id = :cluster"), where
             )
             blocker.commit()
         except sa.exc.DBAPIError:
@@ -422,6 +425,54 @@ def test_a_deadlock_with_another_transaction_is_retried(request: pytest.FixtureR
         writer.join()
     admin.dispose()
     assert results == [True]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("server_fixture", SERVERS.values())
+def test_a_writer_waiting_for_its_row_does_not_hold_up_writers_of_other_rows(
+    request: pytest.FixtureRequest, server_fixture: str
+) -> None:
+    """The version row, which every write locks, is locked last: a writer waiting for a member
+    row (an admin's open transaction here; another writer of that row in a storm) holds nothing
+    every other writer needs. It then loses the race: the version moved meanwhile."""
+    server: ThrowawayServer = request.getfixturevalue(server_fixture)
+    cluster_id = f"order-{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(server.url)
+    lock_waits = LOCK_WAITS[admin.dialect.name]
+    with open_table(server.url, cluster_id) as table, admin.connect() as blocker, admin.connect() as observer:
+        table.initialize()
+        insert(table, make_entry(1000), make_entry(1001))
+        read = table.read_all()
+        (first, first_etag), (second, second_etag) = read.rows
+        key = "cluster_id = :cluster AND address = :host AND port = :port AND generation = :generation"
+        blocker.execute(  # by the whole key: InnoDB locks every row a locking read scans
+            sa.text(f"SELECT etag FROM silo_membership WHERE {key} FOR UPDATE"),
+            {"cluster": cluster_id, "host": first.silo_address.host, "port": first.silo_address.port,
+             "generation": first.silo_address.generation},
+        )  # fmt: skip
+        waiting: list[bool] = []
+        writer = threading.Thread(
+            target=lambda: waiting.append(
+                table.update_row(first.replace(role_name="w"), first_etag, read.version.next())
+            )
+        )
+        writer.start()
+        try:
+            wait_until(lambda: observer.execute(sa.text(lock_waits)).scalar_one() > 0, 30, "the writer to wait")
+            other: list[bool] = []
+            free = threading.Thread(
+                target=lambda: other.append(
+                    table.update_row(second.replace(role_name="x"), second_etag, read.version.next())
+                )
+            )
+            free.start()
+            free.join(timeout=20)
+            assert other == [True], "a writer of another row waited for the blocked writer"
+        finally:
+            blocker.rollback()
+            writer.join()
+    admin.dispose()
+    assert waiting == [False]
 
 
 def _join_and_count(url: str, index: int, updates: int) -> None:
