@@ -58,6 +58,13 @@ def write_options(dialect: str) -> dict[str, Any]:
     return {SQLITE_BEGIN: "IMMEDIATE"} if dialect == "sqlite" else {}
 
 
+def skips_locked_rows(dialect: sa.Dialect) -> bool:
+    """Whether a writer can lose at once instead of waiting for the version row another writer
+    holds (``statements.BUMP_UNLOCKED_VERSION``): PostgreSQL. MySQL refuses a subquery on the
+    table an UPDATE changes; SQLite takes its write lock up front."""
+    return dialect.name == "postgresql"
+
+
 def _error_code(dialect: str, exc: sa.exc.DBAPIError) -> object:
     orig = exc.orig
     if dialect == "postgresql":

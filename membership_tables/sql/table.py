@@ -3,7 +3,8 @@
 Every canonical write is one transaction: the member rows are inserted or updated
 (each update conditioned on the row's etag), then, last, a conditional UPDATE of the
 cluster's version row (``WHERE etag = <the version the caller read>``), then COMMIT. That row
-lock serialises the writers of one cluster; a row count of 0 means the caller lost the race.
+lock serialises the writers of one cluster; a row count of 0 means the caller lost the race
+(on PostgreSQL also when another writer holds the row: ``BUMP_UNLOCKED_VERSION``).
 Taking it last holds it for one round trip: taken first, it was held across every statement
 of the write, and in a 1,000-silo join storm on PostgreSQL (writers in busy processes) the
 version UPDATE waited 380 ms on average for it. Any failed precondition rolls the whole
@@ -45,6 +46,7 @@ from membership_tables.sql.engine import SqlOptions, create_engine, parse_url
 from membership_tables.sql.rows import RowParser, entry_to_values, key_of, row_to_entry
 from membership_tables.sql.schema import membership_table, version_table
 from membership_tables.sql.statements import (
+    BUMP_UNLOCKED_VERSION,
     BUMP_VERSION,
     INSERT_ROW,
     SELECT_ROW,
@@ -83,6 +85,7 @@ class SqlMembershipTable(MembershipTable):
         super().__init__(validate_cluster_id(cluster_id))
         self._engine = engine
         self._dialect = engine.dialect.name
+        self._bump = BUMP_UNLOCKED_VERSION if dialects.skips_locked_rows(engine.dialect) else BUMP_VERSION
         self._where = engine.url.render_as_string(hide_password=True)
         self._driver = Driver(engine)
         self._rows = RowParser(self.cluster_id)
@@ -213,9 +216,7 @@ class SqlMembershipTable(MembershipTable):
     def _bump_version(self, connection: sa.Connection | Transaction, version: TableVersion) -> TableVersion:
         """Lock the version row if it still carries ``version.etag`` and set ``version``; the new version."""
         written = TableVersion(version.version, new_etag())
-        result = connection.execute(
-            BUMP_VERSION, bump_params(self.cluster_id, version, written.etag, datetime.now(UTC))
-        )
+        result = connection.execute(self._bump, bump_params(self.cluster_id, version, written.etag, datetime.now(UTC)))
         if result.rowcount != 1:
             raise _LostRaceError
         return written
