@@ -53,8 +53,15 @@ def test_set_changes_silo_options_over_the_preset_and_the_json_records_them(tmp_
         (["--set", "use_liveness_gossip=false"], r"--set: use --gossip on\|off"),
         (["--set", "death_vote_expiration=1s"], r"--set: death_vote_expiration \(1.0s\) must be longer"),
         (
-            ["--set", "table_refresh_timeout=20s", "--set", "i_am_alive_table_publish_timeout=20s"],
-            r"--set: the silos' refresh and heartbeat period \(20s\) must be at least the 25s",
+            [
+                "--set",
+                "table_refresh_timeout=20s",
+                "--set",
+                "i_am_alive_table_publish_timeout=20s",
+                "--set",
+                "full_refresh_every=1",
+            ],
+            r"--set: the silos' refresh, full-read and heartbeat period \(20s\) must be at least the 25s",
         ),
     ],
 )
@@ -111,3 +118,11 @@ def test_an_interrupted_run_keeps_the_sizes_finished_and_the_phases_done(monkeyp
         "200": {"silos": 200, "all_active_s": 20.0, "false_deaths_joining": 0, "false_deaths_steady": 0},
         "500": {"silos": 500, "all_active_s": 50.0, "false_deaths_joining": 0, "error": scale.INTERRUPTED},
     }
+
+
+def test_a_kill_is_compared_with_the_window_one_full_read_cycle_earlier() -> None:
+    """The baseline window must hold the same periodic statements: heartbeats and version reads
+    every 30 s, and each silo's full read every third refresh (90 s)."""
+    assert scale.baseline_period(Config()) == 90.0
+    assert scale.baseline_period(Config(options_set=(("full_refresh_every", "1"),))) == 30.0
+    assert scale.baseline_period(Config(options_set=(("i_am_alive_table_publish_timeout", "20s"),))) == 180.0
