@@ -285,6 +285,16 @@ async def test_a_join_storm_backs_off_with_jitter_and_never_reads_the_whole_tabl
     assert rows_without_heartbeats(joiner.manager.snapshot.data) == rows_without_heartbeats(store.read_all())
 
 
+@async_test
+async def test_a_joiner_that_keeps_losing_waits_at_most_a_probe_timeout_between_tries() -> None:
+    """The silos that lost most often in the bulk of a storm must not wait out the tail."""
+    store, clock = memory_table(), FakeClock(T0)
+    joiner = Node(store, ME, clock, {})
+    pauses = [joiner.manager._lost_race_pause(lost) for lost in range(1, 40) for _ in range(20)]
+    assert max(pauses) <= OPTIONS.probe_timeout
+    assert max(pauses[-100:]) > OPTIONS.probe_timeout / 2  # still spread over the whole range
+
+
 @pytest.mark.parametrize("storm", [False, True], ids=["few joining", "join storm"])
 @async_test
 async def test_in_a_join_storm_a_joiner_behind_its_insert_keeps_its_view_until_it_is_active(storm: bool) -> None:
