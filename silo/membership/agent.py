@@ -3,7 +3,7 @@
 Join: initialize the table, read it, declare Dead any older generation of this endpoint
 that is still alive (a crashed predecessor), insert our row as Joining, ping every Active
 silo until each has answered once (so we never join a cluster we cannot talk to; once half of
-them answered, one that another silo reaches for us counts too), then become Active.
+them answered, one of the last few that another silo reaches for us counts too), then become Active.
 Every step retries until ``max_join_attempt_time``. While Active it writes IAmAlive every
 ``i_am_alive_table_publish_timeout``. Leaving writes ShuttingDown, then Dead.
 All writes go through the table manager.
@@ -112,8 +112,8 @@ class MembershipAgent:
         A silo that does not answer blocks the join only while it may be alive: a row whose
         heartbeat we watched for a whole ``join_heartbeat_watch`` without seeing it move is
         a crashed silo nobody has declared Dead yet (e.g. after a whole-cluster crash), and
-        unreachable for a reason that says nothing about our own connectivity; nor does one
-        that a silo which answered us reaches for us, once half of them answered
+        unreachable for a reason that says nothing about our own connectivity; nor does one of
+        the last few that a silo which answered us reaches for us, once half of them answered
         (``_reached_through_others``).
         """
         liveness = self._manager.liveness
@@ -136,7 +136,9 @@ class MembershipAgent:
                 for peer, answer in zip(peers, answers, strict=True)
                 if not answer and liveness.seen_heartbeating(peer, watch) is not False
             ]
-            if unreachable and 2 * len(answered.intersection(targets)) >= len(targets):
+            if 0 < len(unreachable) <= self._options.num_indirect_probes and 2 * len(
+                answered.intersection(targets)
+            ) >= len(targets):
                 reached = await self._reached_through_others(unreachable, answered, in_flight)
                 answered.update(reached)
                 unreachable = [peer for peer in unreachable if peer not in reached]
@@ -175,30 +177,29 @@ class MembershipAgent:
         self, peers: list[SiloAddress], answered: set[SiloAddress], in_flight: asyncio.Semaphore
     ) -> set[SiloAddress]:
         """The ``peers`` that a silo which answered us reaches on our behalf (an indirect probe
-        through up to ``num_indirect_probes`` of them each).
+        through one of them, another each round).
 
         Only once at least half of the silos to reach answered us directly, so a joiner cut off
-        from the cluster still fails. Such a peer is alive and the cluster talks to it; only our
-        link to it is bad or slow (at 1,000 silos on two cores, a few silo pairs stayed unreachable
-        directly for minutes while their host loops stalled, and joiners waited for them until the
-        join limit). Once Active, our failure detector treats that link the same way: a target an
-        intermediary reaches is not voted on.
+        from the cluster still fails, and only for the last few (at most ``num_indirect_probes``).
+        Such a peer is alive and the cluster talks to it; only our link to it is bad or slow (at
+        1,000 silos on two cores, a few silo pairs stayed unreachable directly for minutes while
+        their host loops stalled, and joiners waited for them until the join limit). Once Active,
+        our failure detector treats that link the same way: a target an intermediary reaches is
+        not voted on. Many silos that do not answer mean an overloaded machine, not a bad link:
+        asking others to ping them adds load where there is too much (two 1,000-silo storms whose
+        joiners asked three intermediaries for every silo that did not answer never finished).
         """
         if not self._options.enable_indirect_probes or not answered:
             return set()
         witnesses = sorted(answered)
-        count = min(self._options.num_indirect_probes, len(witnesses))
 
         async def reached(peer: SiloAddress) -> SiloAddress | None:
-            vias = self._random.sample(witnesses, count)
-            answers = await asyncio.gather(*(self._probe_through(via, peer, in_flight) for via in vias))
-            through = [via for via, answer in zip(vias, answers, strict=True) if answer]
-            if not through:
+            via = self._random.choice(witnesses)
+            if not await self._probe_through(via, peer, in_flight):
                 return None
             logger.info(
-                "silo %s is joining; reached %s only through %s (our link to it may be bad)",
-                self._address, peer, through[0],
-            )  # fmt: skip
+                "silo %s is joining; reached %s only through %s (our link to it may be bad)", self._address, peer, via
+            )
             return peer
 
         return {peer for peer in await asyncio.gather(*(reached(peer) for peer in peers)) if peer is not None}

@@ -323,6 +323,30 @@ async def test_a_joiner_that_reaches_fewer_than_half_directly_asks_nobody_to_rea
 
 
 @async_test
+async def test_only_the_last_few_silos_that_do_not_answer_are_asked_of_others() -> None:
+    """Many silos that do not answer mean an overloaded machine: asking others to ping them adds load."""
+    table, clock = memory_table(), FakeClock(T0)
+    reachable = {address(port): port < 14 for port in range(10, 18)}  # 4 answer, 4 do not
+    seed(table, *(row(peer, when=T0) for peer in reachable))
+    prober = FunctionProber(
+        reachable=lambda target: reachable[target], indirect=lambda via, target: IndirectProbeResult(True, 0, 0.01)
+    )
+    silo = make_silo(table, ME, clock, prober=prober)
+    joining = asyncio.create_task(silo.start())
+    for _ in range(3):
+        await clock.advance(LOCAL.probe_timeout)
+        keep_heartbeating(table, clock, *reachable)
+    assert not joining.done()
+    assert prober.indirect_calls == []
+    reachable[address(14)] = True  # three left: num_indirect_probes
+    await clock.advance(LOCAL.probe_timeout)
+    await joining
+    assert silo.status is SiloStatus.ACTIVE
+    assert sorted(target for _, target in prober.indirect_calls) == [address(15), address(16), address(17)]
+    await silo.stop()
+
+
+@async_test
 async def test_without_indirect_probes_a_joiner_must_reach_every_silo_itself() -> None:
     table, clock = memory_table(), FakeClock(T0)
     seed(table, row(PEER, when=T0), row(OTHER, when=T0))
