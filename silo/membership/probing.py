@@ -83,11 +83,17 @@ class GossipMessage:
             raise ValueError(f"gossip of version {self.version} carries a delta to {self.delta.version.version}")
 
 
+class NotDeliveredError(ConnectionError):
+    """A gossip message surely did not reach its target: no connection could be made to it (a
+    timeout, by contrast, says nothing: the target may have received the message, slowly)."""
+
+
 class GossipSender(Protocol):
     """Fire-and-forget gossip, and the pull a receiver that fell behind makes from its sender."""
 
     async def send(self, target: SiloAddress, message: GossipMessage) -> None:
-        """Deliver one message; errors are swallowed by the caller."""
+        """Deliver one message; errors are swallowed by the caller. Raises a ``ConnectionError``
+        (``NotDeliveredError`` from the wire) only when the message surely did not arrive."""
         ...
 
     async def fetch_membership(self, target: SiloAddress, timeout: float) -> MembershipTableData:

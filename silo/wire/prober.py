@@ -19,7 +19,7 @@ import grpc
 from membership_tables import InvalidEntryError, MembershipTableData, SiloAddress
 from silo.errors import SiloError
 from silo.membership.background import BackgroundTasks
-from silo.membership.probing import GossipMessage, IndirectProbeResult, ProbeOutcome
+from silo.membership.probing import GossipMessage, IndirectProbeResult, NotDeliveredError, ProbeOutcome
 from silo.wire import codec, gossip_codec
 from silo.wire.channels import CHANNEL_OPTIONS, channel_options
 from silo.wire.ping_stream import UNARY_PINGS_FIRST, EndpointPinger, StreamEndedError
@@ -167,10 +167,15 @@ class GrpcProber:
         )
 
     async def send(self, target: SiloAddress, message: GossipMessage) -> None:
-        """Send ``message`` to ``target``; raises ``grpc.aio.AioRpcError`` if it was not delivered."""
-        await self._call(
-            target, codec.GOSSIP, gossip_codec.gossip_to_proto(message, self._header()), self._gossip_timeout
-        )
+        """Send ``message`` to ``target``; raises ``NotDeliveredError`` if no connection to it could be
+        made (UNAVAILABLE), ``grpc.aio.AioRpcError`` for any other failure (it may have arrived)."""
+        request = gossip_codec.gossip_to_proto(message, self._header())
+        try:
+            await self._call(target, codec.GOSSIP, request, self._gossip_timeout)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is grpc.StatusCode.UNAVAILABLE:
+                raise NotDeliveredError(f"gossip to {target} not delivered: {exc.details()}") from exc
+            raise
 
     async def fetch_membership(self, target: SiloAddress, timeout: float) -> MembershipTableData:
         """``target``'s current view (raises ``grpc.aio.AioRpcError``, or ``InvalidEntryError`` for a bad row)."""

@@ -7,7 +7,7 @@ from membership_tables import SiloAddress, SiloStatus, TableVersion
 from silo.membership.clock import FakeClock, settle
 from silo.membership.gossiper import Gossiper, gossip_targets, relay_plan
 from silo.membership.options import SiloOptions
-from silo.membership.probing import GossipMessage
+from silo.membership.probing import GossipMessage, NotDeliveredError
 from silo.membership.ring import ring_order
 from silo.membership.snapshot import MembershipDelta
 from tests.silo.harness import T0, RecordingGossip, address, async_test, row, view
@@ -154,7 +154,15 @@ def test_a_silo_a_write_is_about_heads_an_arc_only_if_the_arc_is_all_such_silos(
 class Cluster:
     """In-process gossipers wired to each other: each one relays what it receives, as the runtime does."""
 
-    def __init__(self, size: int, fanout: int, down: frozenset[SiloAddress] = frozenset()) -> None:
+    def __init__(
+        self,
+        size: int,
+        fanout: int,
+        down: frozenset[SiloAddress] = frozenset(),
+        slow: frozenset[SiloAddress] = frozenset(),
+    ) -> None:
+        """``down``: refuse every message (``NotDeliveredError``); ``slow``: receive and relay it,
+        but answer too late (the sender's call times out)."""
         self.silos = [address(port) for port in range(1, size + 1)]
         self.snapshot = view(*(row(silo) for silo in self.silos))
         self.options = SiloOptions(gossip_fanout=fanout)
@@ -162,6 +170,7 @@ class Cluster:
         self.direct_sends: dict[SiloAddress, int] = {}
         self.peers: dict[SiloAddress, set[SiloAddress]] = {}
         self.down = down
+        self.slow = slow
         self.gossipers = {silo: self.gossiper(silo) for silo in self.silos}
 
     def gossiper(self, me: SiloAddress) -> Gossiper:
@@ -169,9 +178,11 @@ class Cluster:
             self.direct_sends[me] = self.direct_sends.get(me, 0) + 1
             self.peers.setdefault(me, set()).add(target)
             if target in self.down:
-                raise ConnectionError(f"{target} is down")
+                raise NotDeliveredError(f"{target} is down")
             self.received[target] = self.received.get(target, 0) + 1
             self.gossipers[target].relay(message, self.snapshot)
+            if target in self.slow:
+                raise TimeoutError(f"{target} answered too late")
 
         return Gossiper(
             address=me,
@@ -216,28 +227,17 @@ async def test_when_a_relay_is_down_the_sender_deals_its_group_out_itself() -> N
 
 
 @async_test
-async def test_when_a_relay_times_out_the_sender_deals_its_group_out_itself() -> None:
-    """gRPC never runs a handler whose deadline passed while the receiver's loop was stalled: a
-    relay that timed out did not pass the write on, and its whole arc would miss it."""
-    delivered: list[SiloAddress] = []
-
-    async def deliver(target: SiloAddress, message: GossipMessage) -> None:
-        if message.relay_to:
-            raise TimeoutError(f"{target} did not answer in time")
-        delivered.append(target)
-
-    targets = [address(port) for port in range(2, 12)]
-    sender = RecordingGossip(deliver=deliver)
-    gossiper = Gossiper(
-        address=ME, options=SiloOptions(gossip_fanout=2), clock=FakeClock(NOW), sender=sender,
-        is_fresh=lambda silo: True,
-    )  # fmt: skip
-    gossiper.publish(GossipMessage(9), view(row(ME), *(row(target, when=NOW) for target in targets)))
+async def test_a_relay_that_answers_too_late_is_not_replaced_its_arc_hears_the_write_once() -> None:
+    """Only a relay that surely did not get the write is replaced: one that answers too late
+    passed it on, and a re-deal would send it twice to its whole arc (and, measured at 1,000
+    silos, re-dealing on timeouts made join storms melt down: see ``Gossiper._send``)."""
+    writer = address(1)
+    heads = frozenset(head for head, arc in relay_plan(ring_order(writer, [address(p) for p in range(2, 61)]), 4))
+    cluster = Cluster(size=60, fanout=4, slow=heads)
+    cluster.gossipers[writer].publish(GossipMessage(5), cluster.snapshot)
     await settle()
-    timed_out = {target for target, message in sender.messages if message.relay_to}
-    assert timed_out
-    assert sorted(delivered) == sorted(set(targets) - timed_out)  # every other silo, once
-    await gossiper.stop()
+    assert sorted(cluster.received) == cluster.silos[1:]
+    assert set(cluster.received.values()) == {1}
 
 
 @async_test

@@ -12,7 +12,14 @@ import grpc
 import pytest
 
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
-from silo.membership.probing import GossipMessage, GossipSender, IndirectProbeResult, ProbeOutcome, Prober
+from silo.membership.probing import (
+    GossipMessage,
+    GossipSender,
+    IndirectProbeResult,
+    NotDeliveredError,
+    ProbeOutcome,
+    Prober,
+)
 from silo.membership.snapshot import MembershipDelta
 from silo.wire import codec
 from silo.wire.prober import MAX_CHANNELS, GrpcProber, IntermediaryUnreachableError
@@ -121,11 +128,33 @@ def test_gossip_with_a_delta_and_relays_is_delivered_and_a_failure_raises() -> N
     async def scenario() -> list[GossipMessage]:
         async with serving(FakeHandler) as (_, handler), GrpcProber(CLUSTER, ME, gossip_timeout=1.0) as prober:
             await prober.send(handler.silo_address, sent)
-            with pytest.raises(grpc.aio.AioRpcError):
+            with pytest.raises(NotDeliveredError):
                 await prober.send(closed_port(), GossipMessage(13))
             return handler.messages
 
     assert run(scenario()) == [sent]
+
+
+class SlowGossipHandler(FakeHandler):
+    async def on_gossip(self, message: GossipMessage, sender: SiloAddress | None) -> None:
+        await super().on_gossip(message, sender)
+        await asyncio.sleep(2.0)
+
+
+def test_gossip_that_times_out_is_not_reported_as_undelivered() -> None:
+    """The receiver got it and answered late: its relays must not be dealt out again."""
+
+    async def scenario() -> tuple[BaseException, list[int]]:
+        async with serving(SlowGossipHandler) as (_, handler), GrpcProber(CLUSTER, ME, gossip_timeout=0.3) as prober:
+            with pytest.raises(grpc.aio.AioRpcError) as failure:
+                await prober.send(handler.silo_address, GossipMessage(13))
+            return failure.value, handler.gossiped
+
+    failure, received = run(scenario())
+    assert not isinstance(failure, NotDeliveredError)
+    assert isinstance(failure, grpc.aio.AioRpcError)
+    assert failure.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert received == [13]
 
 
 def test_fetch_membership_returns_a_peers_view_as_table_data() -> None:
