@@ -171,11 +171,11 @@ class Gossiper:
         Only then. A timeout usually means the relay did not get the message either (gRPC never
         runs a handler whose deadline passed while the receiver's loop was stalled), so its arc
         misses the write and catches up at its next one or at its periodic refresh: about 65
-        silos per death read the table in full at 1,000 silos. But with re-deals on timeouts too,
-        1,000-silo join storms on two cores (with the faster table writes of session 12) melted
-        down in 3 runs of 3 (332-630 Active after two to three minutes, load average 85-96,
-        joiners unable to reach their targets), against 0 of 3 without; the mechanism is not
-        understood yet. Stability first.
+        silos per death read the table in full at 1,000 silos. Re-dealing on timeouts too was
+        put back in session 12 and taken out again after three 1,000-silo storms melted down; a
+        fourth melted down without it, so that was not the cause (a profile showed the joiners'
+        validation rounds, each a read of the whole table). Re-dealing on timeouts may well be
+        the better rule: it is to be measured again once storms no longer melt down.
         """
         async with self._in_flight:
             try:
