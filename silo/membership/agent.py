@@ -21,7 +21,7 @@ from silo.errors import DeclaredDeadError, JoinError, TableAccessDeniedError, Ta
 from silo.membership.clock import Clock, Periodic, with_timeout
 from silo.membership.gossiper import gossip_peers
 from silo.membership.options import SiloOptions
-from silo.membership.probing import ProbeOutcome, Prober
+from silo.membership.probing import ProbeOutcome, Prober, reached_through
 from silo.membership.ring import probe_targets
 from silo.membership.table_manager import MembershipTableManager
 
@@ -205,14 +205,10 @@ class MembershipAgent:
         return {peer for peer in await asyncio.gather(*(reached(peer) for peer in peers)) if peer is not None}
 
     async def _probe_through(self, via: SiloAddress, peer: SiloAddress, in_flight: asyncio.Semaphore) -> bool:
-        timeout = self._options.probe_timeout
         async with in_flight:
-            try:
-                result = await with_timeout(self._clock, self._prober.probe_indirectly(via, peer, timeout), 2 * timeout)
-                return result.succeeded
-            except Exception as exc:
-                logger.debug("silo %s: cannot ask %s to ping %s: %r", self._address, via, peer, exc)
-                return False
+            return await reached_through(
+                self._prober, self._clock, self._address, via, peer, self._options.probe_timeout
+            )
 
     async def _ping(self, peer: SiloAddress, in_flight: asyncio.Semaphore) -> bool:
         timeout = self._options.probe_timeout

@@ -8,12 +8,16 @@ implement them over gRPC, and unit tests implement them with plain functions
 from __future__ import annotations
 
 import enum
+import logging
 from dataclasses import dataclass
 from typing import Protocol
 
 from membership_tables import MembershipTableData, SiloAddress
+from silo.membership.clock import Clock, with_timeout
 from silo.membership.local_health import MAX_SCORE, effective_timeout
 from silo.membership.snapshot import MembershipDelta
+
+logger = logging.getLogger(__name__)
 
 
 class ProbeOutcome(enum.Enum):
@@ -66,6 +70,22 @@ class Prober(Protocol):
         ...
 
 
+async def reached_through(
+    prober: Prober, clock: Clock, local: SiloAddress, intermediary: SiloAddress, target: SiloAddress, timeout: float
+) -> bool:
+    """Whether ``intermediary``, asked by ``local`` to ping ``target`` within ``timeout``, reached it.
+
+    Its report is awaited up to twice ``timeout``; an intermediary that cannot be asked (or does
+    not report in time) is logged at debug level and counts as not having reached the target.
+    """
+    try:
+        result = await with_timeout(clock, prober.probe_indirectly(intermediary, target, timeout), 2 * timeout)
+    except Exception as exc:
+        logger.debug("silo %s: cannot ask %s to probe %s: %r", local, intermediary, target, exc)
+        return False
+    return result.succeeded
+
+
 @dataclass(frozen=True)
 class GossipMessage:
     """ "The table is now at ``version``", with the write that set it when the writer knows it.
@@ -84,8 +104,9 @@ class GossipMessage:
 
 
 class NotDeliveredError(ConnectionError):
-    """A gossip message surely did not reach its target: no connection could be made to it (a
-    timeout, by contrast, says nothing: the target may have received the message, slowly)."""
+    """A gossip message surely did not reach its target: no connection could be made to it. A
+    timeout is not reported this way, although the target most likely did not get the message
+    either (see ``Gossiper._send`` for why only this case is re-dealt)."""
 
 
 class GossipSender(Protocol):

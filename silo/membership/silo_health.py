@@ -43,7 +43,7 @@ from silo.membership.clock import Clock, with_timeout
 from silo.membership.local_health import LocalHealth, effective_timeout
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
-from silo.membership.probing import IndirectProbeResult, ProbeOutcome, Prober
+from silo.membership.probing import ProbeOutcome, Prober, reached_through
 from silo.membership.table_manager import VoteOutcome
 
 logger = logging.getLogger(__name__)
@@ -315,11 +315,4 @@ class SiloHealthMonitor:
 
     async def _probe_through(self, intermediary: SiloAddress) -> bool:
         timeout = effective_timeout(self._options.probe_timeout, self._health.score())
-        try:
-            result: IndirectProbeResult = await with_timeout(
-                self._clock, self._prober.probe_indirectly(intermediary, self.target, timeout), 2 * timeout
-            )
-        except Exception as exc:
-            logger.debug("silo %s: cannot ask %s to probe %s: %r", self._local, intermediary, self.target, exc)
-            return False
-        return result.succeeded
+        return await reached_through(self._prober, self._clock, self._local, intermediary, self.target, timeout)
