@@ -245,17 +245,14 @@ class SqlMembershipTable(MembershipTable):
         rolls everything back."""
         batch = checked_updates(updates, self.max_rows_per_update)
         new_etags = [new_etag() for _ in batch]
-        rows = []
-        for (entry, etag), new in zip(batch, new_etags, strict=True):
-            params = self._key_params(entry.silo_address)
-            params.update(update_row_params(entry_to_values(entry), etag, new))
-            rows.append(params)
-
-        addresses = [entry.silo_address for entry, _ in batch]
-        in_key_order = [params for _, params in sorted(zip(addresses, rows, strict=True), key=lambda pair: pair[0])]
+        in_key_order = sorted(zip(batch, new_etags, strict=True), key=lambda update: update[0][0].silo_address)
+        rows = [
+            {**self._key_params(entry.silo_address), **update_row_params(entry_to_values(entry), etag, new)}
+            for (entry, etag), new in in_key_order
+        ]
 
         def work(transaction: Transaction) -> CommittedWrite:
-            for params in in_key_order:
+            for params in rows:
                 if transaction.execute(UPDATE_ROW, params).rowcount != 1:
                     raise _LostRaceError
             written = self._bump_version(transaction, version)  # last: see the module's docstring
