@@ -51,6 +51,12 @@ class StatusLog(FlakyTable):
         return committed
 
 
+def keep_heartbeating(table: MembershipTable, clock: FakeClock, *peers: SiloAddress) -> None:
+    """Write a heartbeat of each of ``peers`` now: alive, whether or not we can reach them."""
+    for peer in peers:
+        table.update_i_am_alive(peer, clock.now())
+
+
 @async_test
 async def test_join_inserts_joining_then_becomes_active_with_the_silo_fields() -> None:
     table, clock = StatusLog(), FakeClock(T0)
@@ -104,8 +110,7 @@ async def test_join_retries_an_unreachable_active_silo_then_fails_naming_it() ->
     # heartbeats of the peers, so they stay non-stale while we try
     for _ in range(int(LOCAL.max_join_attempt_time / LOCAL.probe_timeout) - 2):
         await clock.advance(LOCAL.probe_timeout)
-        for peer in (PEER, OTHER):
-            table.update_i_am_alive(peer, clock.now())
+        keep_heartbeating(table, clock, PEER, OTHER)
     assert not joining.done()
     assert silo.status is SiloStatus.JOINING
     await clock.advance(LOCAL.probe_timeout * 3)
@@ -145,8 +150,7 @@ async def test_join_pings_a_silo_that_answered_only_once() -> None:
     joining = asyncio.create_task(silo.start())
     for _ in range(4):
         await clock.advance(LOCAL.probe_timeout)
-        for peer in (PEER, OTHER):
-            table.update_i_am_alive(peer, clock.now())
+        keep_heartbeating(table, clock, PEER, OTHER)
     assert not joining.done()
     assert prober.pings.count(PEER) >= 4  # every round
     assert prober.pings.count(OTHER) == 1  # answered in the first round: not pinged again
@@ -170,8 +174,7 @@ async def test_a_silo_that_turns_active_while_a_joiner_waits_is_not_added_to_wha
     seed(table, row(OTHER, when=clock.now()))  # Active after our first round
     for _ in range(3):
         await clock.advance(LOCAL.probe_timeout)
-        for peer in (PEER, OTHER):
-            table.update_i_am_alive(peer, clock.now())
+        keep_heartbeating(table, clock, PEER, OTHER)
     assert not joining.done()
     assert OTHER in silo.snapshot.active_silos  # seen, but not pinged for the join
     assert prober.pings.count(OTHER) == 0
@@ -252,18 +255,13 @@ async def test_an_unreachable_silo_that_still_heartbeats_blocks_the_join() -> No
     joining = asyncio.create_task(silo.start())
     for _ in range(int(join_heartbeat_watch(LOCAL) / LOCAL.probe_timeout) * 2):
         await clock.advance(LOCAL.probe_timeout)
-        table.update_i_am_alive(PEER, clock.now())  # alive, but we cannot reach it
+        keep_heartbeating(table, clock, PEER)  # alive, but we cannot reach it
     assert not joining.done()
     while not joining.done():
         await clock.advance(LOCAL.probe_timeout)
-        table.update_i_am_alive(PEER, clock.now())
+        keep_heartbeating(table, clock, PEER)
     with pytest.raises(JoinError):
         await joining
-
-
-def keep_heartbeating(table: MembershipTable, clock: FakeClock, *peers: SiloAddress) -> None:
-    for peer in peers:
-        table.update_i_am_alive(peer, clock.now())
 
 
 @async_test
