@@ -35,7 +35,7 @@ cluster of a thousand must not open a thousand calls (and channels) in one burst
 
 def join_heartbeat_watch(options: SiloOptions) -> float:
     """Seconds a joining silo watches an unreachable peer's heartbeat before ignoring it:
-    one heartbeat period plus two of our re-reads (we re-read every ``probe_timeout``)."""
+    one heartbeat period plus two of our re-reads (we re-read its row every ``probe_timeout``)."""
     return options.i_am_alive_table_publish_timeout + 2 * options.probe_timeout
 
 
@@ -105,10 +105,11 @@ class MembershipAgent:
         The silos to reach are the fresh Active ones of the first round (or its sample): a silo
         that turns Active later is not added (in a join storm hundreds do, and a joiner that
         waited for a slow one kept finding new ones to ping). A silo that answered is not pinged
-        again: the rounds (one each ``probe_timeout``, on a fresh read, which drops the silos
-        that died or left meanwhile) ping only the chosen silos that have not answered yet, so
-        joining a cluster of N costs about N pings, not N per round. At most
-        ``JOIN_PINGS_IN_FLIGHT`` are in flight.
+        again: the rounds (one each ``probe_timeout``) ping only the chosen silos that have not
+        answered yet, so joining a cluster of N costs about N pings, not N per round. At most
+        ``JOIN_PINGS_IN_FLIGHT`` are in flight. Between rounds we re-read the rows of the silos
+        that did not answer (``reread_rows``: not the whole table unless that is cheaper), which
+        drops the ones that died or left meanwhile and shows whether they still heartbeat.
         A silo that does not answer blocks the join only while it may be alive: a row whose
         heartbeat we watched for a whole ``join_heartbeat_watch`` without seeing it move is
         a crashed silo nobody has declared Dead yet (e.g. after a whole-cluster crash), and
@@ -119,10 +120,11 @@ class MembershipAgent:
         liveness = self._manager.liveness
         watch = join_heartbeat_watch(self._options)
         answered: set[SiloAddress] = set()
+        gone: set[SiloAddress] = set()
         in_flight = asyncio.Semaphore(JOIN_PINGS_IN_FLIGHT)
 
         def fresh_others() -> list[SiloAddress]:
-            return [s for s in liveness.fresh(self._manager.snapshot) if s != self._address]
+            return [s for s in liveness.fresh(self._manager.snapshot) if s != self._address and s not in gone]
 
         chosen = self._silos_to_reach(fresh_others())
         while True:
@@ -155,7 +157,8 @@ class MembershipAgent:
             logger.info("silo %s is joining; still cannot reach %s", self._address, names)
             await self._clock.sleep(self._options.probe_timeout)
             try:
-                await self._manager.refresh()
+                rows = await self._manager.reread_rows(unreachable)
+                gone.update(peer for peer, row in rows.items() if row is None or row.status is not SiloStatus.ACTIVE)
             except TableUnavailableError:
                 logger.debug("silo %s: table unreachable while validating connectivity", self._address)
 

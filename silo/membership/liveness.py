@@ -78,12 +78,13 @@ class LivenessTracker:
             del self._watches[gone]
 
     def learn(self, entries: Iterable[MembershipEntry]) -> None:
-        """Record rows learned from a peer (delta gossip, or a peer's view), not read from the table.
+        """Record rows that are not a full read of the table: learned from a peer (delta gossip,
+        a peer's view) or read one by one (a joiner re-reading the silos it has not reached).
 
         A silo seen for the first time starts being watched, and a newer IAmAlive counts as
         changed now. That is never later than a table read of ours would have seen it (a peer's
         row cannot be newer than the table), so learning never keeps a silo fresh longer than
-        reading would. It does not end a blind gap (only our own table reads do) and drops no
+        reading would. It does not end a blind gap (only our own full reads do) and drops no
         watch (a row missing from a peer's view may just be one that peer has not seen yet).
         """
         now = self._monotonic()

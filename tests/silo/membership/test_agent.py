@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -15,6 +16,7 @@ from silo.membership.clock import FakeClock
 from silo.membership.gossiper import gossip_peers
 from silo.membership.probing import IndirectProbeResult
 from silo.membership.ring import probe_targets
+from silo.membership.table_manager import ROW_READ_COST_IN_ROWS
 from tests.silo.harness import (
     LOCAL,
     T0,
@@ -262,6 +264,93 @@ async def test_an_unreachable_silo_that_still_heartbeats_blocks_the_join() -> No
         keep_heartbeating(table, clock, PEER)
     with pytest.raises(JoinError):
         await joining
+
+
+def large_cluster(table: MembershipTable) -> list[SiloAddress]:
+    """Seed a cluster whose rows cost more to read in full than a joiner's few row reads."""
+    peers = [PEER, *(address(port) for port in range(10, 10 + 2 * ROW_READ_COST_IN_ROWS))]
+    seed(table, *(row(peer, when=T0) for peer in peers))
+    return peers
+
+
+def write_status(table: MembershipTable, silo: SiloAddress, status: SiloStatus) -> None:
+    """Another silo (or an operator) writes ``silo``'s status."""
+    data = table.read_row(silo)
+    found = data.get(silo)
+    assert found is not None
+    assert table.update_row(dataclasses.replace(found[0], status=status), found[1], data.version.next())
+
+
+@async_test
+async def test_a_joiner_of_a_large_cluster_rereads_only_the_rows_of_the_silos_it_has_not_reached() -> None:
+    """Not the whole table each round: hundreds of joiners doing so melted 1,000-silo join storms down."""
+    table, clock = FlakyTable(memory_table()), FakeClock(T0)
+    peers = large_cluster(table)
+    silo = make_silo(table, ME, clock, prober=FunctionProber(reachable=lambda target: target != PEER))
+    joining = asyncio.create_task(silo.start())
+    await clock.advance(0)
+    table.calls.clear()
+    rounds = 4  # within one periodic refresh (table_refresh_timeout)
+    for _ in range(rounds):
+        await clock.advance(LOCAL.probe_timeout)
+        keep_heartbeating(table, clock, *peers)
+    assert not joining.done()
+    assert table.calls.count("read_all") <= 1  # the periodic refresh's, if its tick came
+    assert table.calls.count("read_row") == 2 * rounds  # PEER's row and our own, each round
+    joining.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await joining
+
+
+@async_test
+async def test_in_a_large_cluster_an_active_row_that_never_heartbeats_does_not_block_the_join_for_long() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    peers = large_cluster(table)
+    silo = make_silo(table, ME, clock, prober=FunctionProber(reachable=lambda target: target != PEER))
+    joining = asyncio.create_task(silo.start())
+    waited = 0.0
+    while not joining.done() and waited < LOCAL.max_join_attempt_time:
+        await clock.advance(LOCAL.probe_timeout)
+        waited += LOCAL.probe_timeout
+        keep_heartbeating(table, clock, *(peer for peer in peers if peer != PEER))  # PEER crashed
+    await joining
+    assert silo.status is SiloStatus.ACTIVE
+    assert waited <= join_heartbeat_watch(LOCAL) + 2 * LOCAL.probe_timeout
+    await silo.stop()
+
+
+@async_test
+async def test_in_a_large_cluster_a_silo_that_still_heartbeats_blocks_the_join_until_it_is_declared_dead() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    peers = large_cluster(table)
+    silo = make_silo(table, ME, clock, prober=FunctionProber(reachable=lambda target: target != PEER))
+    joining = asyncio.create_task(silo.start())
+    for _ in range(int(join_heartbeat_watch(LOCAL) / LOCAL.probe_timeout) * 2):
+        await clock.advance(LOCAL.probe_timeout)
+        keep_heartbeating(table, clock, *peers)
+    assert not joining.done()
+    write_status(table, PEER, SiloStatus.DEAD)  # the cluster's verdict, read from PEER's row alone
+    await clock.advance(LOCAL.probe_timeout)
+    await clock.advance(LOCAL.probe_timeout)
+    await joining
+    assert silo.status is SiloStatus.ACTIVE
+    await silo.stop()
+
+
+@async_test
+async def test_a_joiner_of_a_large_cluster_declared_dead_while_it_waits_stops() -> None:
+    table, clock = memory_table(), FakeClock(T0)
+    peers = large_cluster(table)
+    silo = make_silo(table, ME, clock, prober=FunctionProber(reachable=lambda target: target != PEER))
+    joining = asyncio.create_task(silo.start())
+    await clock.advance(LOCAL.probe_timeout)
+    write_status(table, ME, SiloStatus.DEAD)
+    for _ in range(3):
+        await clock.advance(LOCAL.probe_timeout)
+        keep_heartbeating(table, clock, *peers)
+    with pytest.raises(DeclaredDeadError):
+        await joining
+    assert await silo.wait_terminated() is ExitCode.DECLARED_DEAD
 
 
 @async_test
