@@ -228,11 +228,12 @@ class SqlMembershipTable(MembershipTable):
         duplicate = self._driver.integrity_error
 
         def work(transaction: Transaction) -> CommittedWrite:
-            if transaction.execute(SELECT_ROW, key).fetchone() is not None:
-                raise _LostRaceError
+            # No SELECT first: the key's uniqueness refuses a second row, and every statement
+            # between the caller's read of the version and our bump of it is time in which
+            # another writer may win (a 1,000-silo join storm is paced by that window).
             try:
                 transaction.execute(INSERT_ROW, params)
-            except duplicate as exc:  # inserted meanwhile by another writer
+            except duplicate as exc:  # the row exists
                 raise _LostRaceError from exc
             written = self._bump_version(transaction, version)  # last: see the module's docstring
             return CommittedWrite(written, ((entry, etag),))
