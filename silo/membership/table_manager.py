@@ -835,12 +835,21 @@ class MembershipTableManager:
             logger.warning("silo %s: table still unreachable after retrying for %ss", self._address, period)
 
     async def _unchanged_since_last_read(self, deadline: float) -> bool:
-        """Whether this periodic refresh may skip the full read: only the version was read, and it has not moved.
+        """Whether this periodic refresh may skip the full read: only the version was read, and
+        it has not moved; or our view is a join storm (below), and nothing was read.
 
         Never with ``full_refresh_every`` 1 (no version read at all), before the first full
         read, once the last full read is ``full_refresh_every`` periods old (heartbeats do not
         move the version), or within one full-read interval of a failed table call. A failed
         version read raises like a failed full read, after the same retries.
+
+        In a join storm of a large view (``LARGE_VIEW`` rows, more than ``gossip_fanout``
+        Joining) the version moves between any two periods, so each silo read the whole table
+        every period: at 1,000 silos that was the largest share of the storm's CPU. There we
+        read in full on the heartbeat cadence only (every ``full_refresh_every`` periods): the
+        joins, and the other changes we cannot apply as deltas (in a large view only gossip
+        about this silo is pulled at once: ``on_gossip``), reach us that much later, as the
+        heartbeats do.
         """
         self._periods_since_full_read += 1
         if (
@@ -849,6 +858,9 @@ class MembershipTableManager:
             or self._recovering()
         ):
             return False
+        if self.snapshot.large and self.snapshot.in_join_storm(self._options):
+            logger.debug("silo %s: join storm in its view; full reads on the heartbeat cadence", self._address)
+            return True
         version = await self._access.call(self._table.read_version, deadline)
         return version.version == self.snapshot.version and not self._recovering()
 

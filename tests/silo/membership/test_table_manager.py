@@ -24,7 +24,7 @@ from silo.membership.clock import FakeClock
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver, NullObserver
 from silo.membership.options import SiloOptions
 from silo.membership.probing import GossipMessage
-from silo.membership.snapshot import MembershipSnapshot
+from silo.membership.snapshot import LARGE_VIEW, MembershipSnapshot
 from silo.membership.table_access import backoff_bounds, run_inline
 from silo.membership.table_manager import VOTE_ATTEMPTS, MembershipTableManager, VoteOutcome
 from tests.membership_tables.malformed_rows import store_in_memory
@@ -509,6 +509,35 @@ async def test_periodic_refresh_reads_in_full_as_soon_as_the_version_moved() -> 
     await clock.advance(PERIOD)
     assert flaky.calls == ["read_version", "read_version", "read_all"]
     assert tables.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
+    await tables.stop()
+
+
+@async_test
+async def test_in_a_join_storm_of_a_large_view_a_moved_version_waits_for_the_heartbeat_cadence() -> None:
+    """Each silo of a 1,000-silo storm read the whole table every period (the version always moved)."""
+    peers = [address(port) for port in range(10, 10 + LARGE_VIEW)]
+    flaky, clock, tables = await refreshing_every_third(*peers)
+    joiners = [address(port) for port in range(200, 200 + EVERY_THIRD.gossip_fanout + 1)]
+    seed(flaky.inner, *(row(joiner, SiloStatus.JOINING) for joiner in joiners))
+    await tables.refresh()  # our view: a join storm
+    flaky.calls.clear()
+    for port in range(300, 306):  # the storm goes on: the version moves every period
+        await clock.advance(PERIOD)
+        seed(flaky.inner, row(address(port), SiloStatus.JOINING))
+    assert flaky.calls == ["read_all"] * 2  # every third period, as for heartbeats; no version read between
+    await tables.stop()
+
+
+@async_test
+async def test_a_small_view_in_a_join_storm_still_reads_in_full_when_the_version_moved() -> None:
+    flaky, clock, tables = await refreshing_every_third(PEER)
+    seed(flaky.inner, *(row(address(port), SiloStatus.JOINING) for port in range(200, 210)))
+    await tables.refresh()
+    flaky.calls.clear()
+    await clock.advance(PERIOD)
+    seed(flaky.inner, row(OTHER, SiloStatus.JOINING))
+    await clock.advance(PERIOD)
+    assert flaky.calls == ["read_version", "read_version", "read_all"]
     await tables.stop()
 
 
