@@ -59,6 +59,7 @@ from membership_tables import (
 )
 from silo.membership.background import BackgroundTasks
 from silo.membership.clock import Clock, Periodic
+from silo.membership.gossiper import gossip_peers
 from silo.membership.liveness import LivenessTracker
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
@@ -165,6 +166,8 @@ class MembershipTableManager:
         """When the last catch-up for gossip ended (monotonic)."""
         self._periods_since_full_read = 0
         """Periodic refreshes since the last full read (of any cause)."""
+        self._moved_to: int | None = None
+        """The version this period's version read found, if it moved (``_unchanged_since_last_read``)."""
         self._recent_writes: collections.deque[tuple[int, int, frozenset[SiloAddress]]] = collections.deque(
             maxlen=RECENT_WRITES
         )
@@ -830,6 +833,8 @@ class MembershipTableManager:
             if await self._unchanged_since_last_read(deadline):
                 self._observer.refresh_skipped()
                 return
+            if self._moved_to is not None and await self._caught_up_from_a_peer(self._moved_to):
+                return
             await self.refresh(deadline)
         except TableUnavailableError:
             logger.warning("silo %s: table still unreachable after retrying for %ss", self._address, period)
@@ -852,6 +857,7 @@ class MembershipTableManager:
         heartbeats do.
         """
         self._periods_since_full_read += 1
+        self._moved_to = None
         if (
             self._periods_since_full_read >= self._options.full_refresh_every
             or self.publisher.current is None
@@ -862,7 +868,28 @@ class MembershipTableManager:
             logger.debug("silo %s: join storm in its view; full reads on the heartbeat cadence", self._address)
             return True
         version = await self._access.call(self._table.read_version, deadline)
-        return version.version == self.snapshot.version and not self._recovering()
+        if version.version == self.snapshot.version:
+            return not self._recovering()
+        self._moved_to = version.version
+        return False
+
+    async def _caught_up_from_a_peer(self, version: int) -> bool:
+        """Take the view of one of the silos we send our gossip to (``gossip_peers``: ring
+        neighbours, whose channels are open) if it holds ``version``: the version moved and
+        no gossip told us of the change (a lost or late send, a relay whose loop stalled). At
+        1,000 silos about 60 silos per death read the whole table at their next refresh for
+        that; the table is the one resource the whole cluster shares, a peer's view is not.
+        The periodic full reads for heartbeats are not replaced (a peer's heartbeats are as
+        old as its last read)."""
+        snapshot = self.snapshot
+        peers = gossip_peers(self._address, snapshot.active_silos, self._options.gossip_fanout)
+        if not peers:
+            return False
+        peer = self._random.choice(peers)
+        if await self._pull_view(peer, version):
+            logger.debug("silo %s: caught up to version %d from %s's view", self._address, version, peer)
+            return True
+        return False
 
     def _recovering(self) -> bool:
         """A table call failed within one full-read interval: read in full every period meanwhile."""
