@@ -17,6 +17,7 @@ from silo.membership.gossiper import gossip_peers
 from silo.membership.probing import IndirectProbeResult
 from silo.membership.ring import probe_targets
 from silo.membership.table_manager import ROW_READ_COST_IN_ROWS
+from silo.runtime.silo import Silo
 from tests.silo.harness import (
     LOCAL,
     T0,
@@ -273,6 +274,16 @@ def large_cluster(table: MembershipTable) -> list[SiloAddress]:
     return peers
 
 
+def joining_a_large_cluster(
+    table: MembershipTable,
+) -> tuple[FakeClock, list[SiloAddress], Silo, asyncio.Task[None]]:
+    """ME starting beside ``large_cluster`` in ``table``, unable to reach PEER; the join under way."""
+    clock = FakeClock(T0)
+    peers = large_cluster(table)
+    silo = make_silo(table, ME, clock, prober=FunctionProber(reachable=lambda target: target != PEER))
+    return clock, peers, silo, asyncio.create_task(silo.start())
+
+
 def write_status(table: MembershipTable, silo: SiloAddress, status: SiloStatus) -> None:
     """Another silo (or an operator) writes ``silo``'s status."""
     data = table.read_row(silo)
@@ -284,10 +295,8 @@ def write_status(table: MembershipTable, silo: SiloAddress, status: SiloStatus) 
 @async_test
 async def test_a_joiner_of_a_large_cluster_rereads_only_the_rows_of_the_silos_it_has_not_reached() -> None:
     """Not the whole table each round: hundreds of joiners doing so melted 1,000-silo join storms down."""
-    table, clock = FlakyTable(memory_table()), FakeClock(T0)
-    peers = large_cluster(table)
-    silo = make_silo(table, ME, clock, prober=FunctionProber(reachable=lambda target: target != PEER))
-    joining = asyncio.create_task(silo.start())
+    table = FlakyTable(memory_table())
+    clock, peers, _silo, joining = joining_a_large_cluster(table)
     await clock.advance(0)
     table.calls.clear()
     rounds = 4  # within one periodic refresh (table_refresh_timeout)
@@ -304,10 +313,8 @@ async def test_a_joiner_of_a_large_cluster_rereads_only_the_rows_of_the_silos_it
 
 @async_test
 async def test_in_a_large_cluster_an_active_row_that_never_heartbeats_does_not_block_the_join_for_long() -> None:
-    table, clock = memory_table(), FakeClock(T0)
-    peers = large_cluster(table)
-    silo = make_silo(table, ME, clock, prober=FunctionProber(reachable=lambda target: target != PEER))
-    joining = asyncio.create_task(silo.start())
+    table = memory_table()
+    clock, peers, silo, joining = joining_a_large_cluster(table)
     waited = 0.0
     while not joining.done() and waited < LOCAL.max_join_attempt_time:
         await clock.advance(LOCAL.probe_timeout)
@@ -321,10 +328,8 @@ async def test_in_a_large_cluster_an_active_row_that_never_heartbeats_does_not_b
 
 @async_test
 async def test_in_a_large_cluster_a_silo_that_still_heartbeats_blocks_the_join_until_it_is_declared_dead() -> None:
-    table, clock = memory_table(), FakeClock(T0)
-    peers = large_cluster(table)
-    silo = make_silo(table, ME, clock, prober=FunctionProber(reachable=lambda target: target != PEER))
-    joining = asyncio.create_task(silo.start())
+    table = memory_table()
+    clock, peers, silo, joining = joining_a_large_cluster(table)
     for _ in range(int(join_heartbeat_watch(LOCAL) / LOCAL.probe_timeout) * 2):
         await clock.advance(LOCAL.probe_timeout)
         keep_heartbeating(table, clock, *peers)
@@ -339,10 +344,8 @@ async def test_in_a_large_cluster_a_silo_that_still_heartbeats_blocks_the_join_u
 
 @async_test
 async def test_a_joiner_of_a_large_cluster_declared_dead_while_it_waits_stops() -> None:
-    table, clock = memory_table(), FakeClock(T0)
-    peers = large_cluster(table)
-    silo = make_silo(table, ME, clock, prober=FunctionProber(reachable=lambda target: target != PEER))
-    joining = asyncio.create_task(silo.start())
+    table = memory_table()
+    clock, peers, silo, joining = joining_a_large_cluster(table)
     await clock.advance(LOCAL.probe_timeout)
     write_status(table, ME, SiloStatus.DEAD)
     for _ in range(3):
