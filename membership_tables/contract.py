@@ -35,16 +35,21 @@ handles (in several processes) may use the same store at once.
 from __future__ import annotations
 
 import abc
+import random
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Self
 
-from membership_tables.errors import InvalidUpdateError
+from membership_tables.errors import InvalidUpdateError, TableUnavailableError
 from membership_tables.model import CommittedWrite, MembershipEntry, MembershipTableData, SiloAddress, TableVersion
 
 UNINITIALIZED_VERSION = TableVersion(0, "")
 """What reads return for a cluster whose version row does not exist (yet)."""
+
+NEXT_VERSION_ATTEMPTS = 32
+"""Lost races the default ``insert_row_at_next_version`` takes before it gives up (see there)."""
 
 RowUpdate = tuple[MembershipEntry, str]
 """One row of an ``update_rows`` batch: the new entry and the row etag it is conditioned on."""
@@ -161,6 +166,42 @@ class MembershipTable(abc.ABC):
         ``None`` (lost race, no side effect) if a row for ``entry.silo_address`` exists or
         ``version.etag`` is not the current version etag.
         """
+
+    def insert_row_at_next_version(self, entry: MembershipEntry) -> CommittedWrite | None:
+        """Add ``entry`` and move the version from whatever it is to the next, atomically; say what it left.
+
+        ``insert_row_with_etags`` conditioned on the row alone: the row must be absent, the
+        version is not given but taken as it is at the write and bumped by one, with fresh
+        etags for both, in the same atomic step, so membership changes stay totally ordered.
+        Returns a ``CommittedWrite`` (the version the write set; ``rows`` holds ``entry`` as
+        given with its etag), or ``None`` (no side effect) if a row for ``entry.silo_address``
+        exists (a malformed one included) or the cluster has no version row.
+
+        Why no version etag: a silo's own new row (a fresh generation) records a fact that
+        depends on no other row, so no write it did not see can make it wrong. Conditioned on
+        the version, every insert of a join storm raced every other write, and lost to it:
+        1,000 silos joining PostgreSQL made 15,365 insert attempts for 1,000 rows.
+
+        Stores with a server-side increment do it in one transaction that waits for, rather
+        than loses to, a concurrent writer (memory, SQL). This default, for the others
+        (ZooKeeper, Consul, DynamoDB), reads the row and version (``read_row``) and inserts at
+        the next version (``insert_row_with_etags``), re-reading after a short jittered pause
+        on each lost race; after ``NEXT_VERSION_ATTEMPTS`` lost races in a row it raises
+        ``TableUnavailableError`` (the store is too contended for now; none of them wrote).
+        """
+        address = entry.silo_address
+        for attempt in range(NEXT_VERSION_ATTEMPTS):
+            data = self.read_row(address)
+            if data.get(address) is not None or data.malformed or data.version == UNINITIALIZED_VERSION:
+                return None
+            written = self.insert_row_with_etags(entry, data.version.next())
+            if written is not None:
+                return written
+            time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+        raise TableUnavailableError(
+            f"lost {NEXT_VERSION_ATTEMPTS} races in a row to insert {address} into {self!r}: "
+            "the store is too contended for now; retry later"
+        )
 
     def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
         """``insert_row_with_etags`` for a caller that needs only the outcome: ``False`` on a lost race."""

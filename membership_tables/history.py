@@ -307,9 +307,10 @@ class RecordingTable(MembershipTable):
     """A ``MembershipTable`` that records its successful versioned writes.
 
     Every call goes to ``inner`` unchanged, and nothing else touches the store: after an
-    ``insert_row``/``update_row`` that returns ``True`` (or an ``insert_row_with_etags`` that
-    returns a ``CommittedWrite``) it appends one record to ``sink``, after an ``update_rows``
-    or ``update_rows_with_etags`` that succeeds one per row (sharing a batch id). Writes
+    ``insert_row``/``update_row`` that returns ``True`` (or an ``insert_row_with_etags`` or
+    ``insert_row_at_next_version`` that returns a ``CommittedWrite``) it appends one record
+    to ``sink``, after an ``update_rows`` or ``update_rows_with_etags`` that succeeds one per
+    row (sharing a batch id). Writes
     that lose (``False``, ``None``) or raise (their outcome is unknown) are not recorded, nor are
     heartbeats, cleanup and deletes, which change no version. If the sink raises, the error
     propagates although the write happened. ``close()`` closes ``inner`` but not the sink,
@@ -353,6 +354,13 @@ class RecordingTable(MembershipTable):
         written = self.inner.insert_row_with_etags(entry, version)
         if written is not None:
             self._record("insert", entry, version, issued)
+        return written
+
+    def insert_row_at_next_version(self, entry: MembershipEntry) -> CommittedWrite | None:
+        issued = datetime.now(UTC)
+        written = self.inner.insert_row_at_next_version(entry)
+        if written is not None:
+            self._record("insert", entry, written.version, issued)
         return written
 
     def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:

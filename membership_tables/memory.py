@@ -121,15 +121,24 @@ class InMemoryMembershipTable(MembershipTable):
         with self._store.lock:
             return self._state.version or UNINITIALIZED_VERSION
 
+    def _insert(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
+        """``insert_row_with_etags`` with the store's lock held."""
+        state = self._state
+        if entry.silo_address in state.rows or not self._version_matches(version):
+            return None
+        row = (entry, new_etag())
+        state.rows[entry.silo_address] = row
+        state.version = TableVersion(version.version, new_etag())
+        return CommittedWrite(state.version, (row,))
+
     def insert_row_with_etags(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
         with self._store.lock:
-            state = self._state
-            if entry.silo_address in state.rows or not self._version_matches(version):
-                return None
-            row = (entry, new_etag())
-            state.rows[entry.silo_address] = row
-            state.version = TableVersion(version.version, new_etag())
-            return CommittedWrite(state.version, (row,))
+            return self._insert(entry, version)
+
+    def insert_row_at_next_version(self, entry: MembershipEntry) -> CommittedWrite | None:
+        with self._store.lock:
+            current = self._state.version
+            return None if current is None else self._insert(entry, current.next())
 
     def update_rows_with_etags(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
         updates = checked_updates(updates, self.max_rows_per_update)

@@ -49,6 +49,25 @@ BUMP_VERSION = (
 A write runs it last, right before COMMIT (``SqlMembershipTable``): the lock that serialises
 every writer of a cluster is then held for one round trip, not for the whole write."""
 
+INCREMENT_VERSION = (
+    sa.update(version_table)
+    .where(_versions.cluster_id == sa.bindparam("cluster"))
+    .values(
+        version=_versions.version + sa.literal_column("1"),
+        etag=sa.bindparam("new_etag"),
+        updated_at=sa.bindparam("now"),
+    )
+    .returning(_versions.version)
+)
+"""Move the version to the next, whatever it is, and say which it is (``insert_row_at_next_version``).
+
+Unconditional: it waits for a writer holding the version row, then sees its commit, and wins
+(PostgreSQL and SQLite; they have ``UPDATE ... RETURNING``)."""
+
+LOCK_VERSION = SELECT_VERSION.with_for_update()
+"""``INCREMENT_VERSION`` in two statements, for MySQL/MariaDB (no ``UPDATE ... RETURNING``): a
+locking read (the latest committed version, whatever the isolation), then ``BUMP_VERSION``."""
+
 _unlocked = version_table.alias("unlocked")
 BUMP_UNLOCKED_VERSION = (
     sa.update(version_table)
@@ -97,7 +116,7 @@ INSERT_ROW = sa.insert(membership_table).values(
         "i_am_alive_time": sa.bindparam("alive", type_=UtcDateTime()),
     }
 )
-"""Insert a row (the caller checked first that its key is free)."""
+"""Insert a row; a duplicate key (the row exists) raises the driver's ``IntegrityError``."""
 
 UPDATE_I_AM_ALIVE = (
     sa.update(membership_table).where(_KEY, _members.i_am_alive_time < _alive).values(i_am_alive_time=_alive)
@@ -118,6 +137,11 @@ def key_params(cluster_id: str, silo_address: SiloAddress) -> dict[str, Any]:
         "silo_port": silo_address.port,
         "silo_generation": silo_address.generation,
     }
+
+
+def increment_params(cluster_id: str, new_etag: str, now: datetime) -> dict[str, Any]:
+    """The parameters of ``INCREMENT_VERSION``."""
+    return {"cluster": cluster_id, "new_etag": new_etag, "now": now}
 
 
 def bump_params(cluster_id: str, version: TableVersion, new_etag: str, now: datetime) -> dict[str, Any]:

@@ -48,7 +48,9 @@ from membership_tables.sql.schema import membership_table, version_table
 from membership_tables.sql.statements import (
     BUMP_UNLOCKED_VERSION,
     BUMP_VERSION,
+    INCREMENT_VERSION,
     INSERT_ROW,
+    LOCK_VERSION,
     SELECT_ROW,
     SELECT_ROWS,
     SELECT_VERSION,
@@ -56,6 +58,7 @@ from membership_tables.sql.statements import (
     UPDATE_ROW,
     bump_params,
     cluster_params,
+    increment_params,
     insert_row_params,
     key_params,
     update_row_params,
@@ -221,7 +224,22 @@ class SqlMembershipTable(MembershipTable):
             raise _LostRaceError
         return written
 
-    def insert_row_with_etags(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
+    def _increment_version(self, transaction: Transaction) -> TableVersion:
+        """Lock the version row (waiting for a writer that holds it) and set the next version; the new version."""
+        if not self._engine.dialect.update_returning:  # MySQL/MariaDB
+            row = transaction.execute(LOCK_VERSION, cluster_params(self.cluster_id)).fetchone()
+            if row is None:
+                raise _LostRaceError  # no version row
+            return self._bump_version(transaction, TableVersion(*row).next())
+        written_etag = new_etag()
+        params = increment_params(self.cluster_id, written_etag, datetime.now(UTC))
+        rows = transaction.execute(INCREMENT_VERSION, params).fetchall()
+        if not rows:
+            raise _LostRaceError  # no version row
+        return TableVersion(rows[0][0], written_etag)
+
+    def _insert(self, entry: MembershipEntry, bump: Callable[[Transaction], TableVersion]) -> CommittedWrite | None:
+        """Insert ``entry`` and then, last (see the module's docstring), ``bump`` the version."""
         etag = new_etag()
         key = self._key_params(entry.silo_address)
         params = {**key, **insert_row_params(entry_to_values(entry), etag)}
@@ -235,10 +253,15 @@ class SqlMembershipTable(MembershipTable):
                 transaction.execute(INSERT_ROW, params)
             except duplicate as exc:  # the row exists
                 raise _LostRaceError from exc
-            written = self._bump_version(transaction, version)  # last: see the module's docstring
-            return CommittedWrite(written, ((entry, etag),))
+            return CommittedWrite(bump(transaction), ((entry, etag),))
 
         return self._fast_write(work)
+
+    def insert_row_with_etags(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
+        return self._insert(entry, lambda transaction: self._bump_version(transaction, version))
+
+    def insert_row_at_next_version(self, entry: MembershipEntry) -> CommittedWrite | None:
+        return self._insert(entry, self._increment_version)
 
     def update_rows_with_etags(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
         """Replace each row at its etag (keeping a later IAmAlive time: ``UPDATE_ROW``; in key

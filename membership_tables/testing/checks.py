@@ -301,15 +301,24 @@ def check_updates_never_move_alive_backwards(open_cluster: OpenCluster) -> None:
     )
 
 
-def _race(count: int, action: Callable[[int], bool]) -> list[bool]:
+def _race(
+    open_cluster: OpenCluster, cluster_id: str, count: int, action: Callable[[MembershipTable, int], bool]
+) -> list[bool]:
+    """``action(handle, index)`` for ``count`` indexes at once, each on a handle of its own (as
+    ``count`` silos would), released together by a barrier; the results in index order."""
+    handles = [open_cluster(cluster_id) for _ in range(count)]
     barrier = threading.Barrier(count)
 
     def run(index: int) -> bool:
         barrier.wait()
-        return action(index)
+        return action(handles[index], index)
 
-    with ThreadPoolExecutor(max_workers=count) as pool:
-        return list(pool.map(run, range(count)))
+    try:
+        with ThreadPoolExecutor(max_workers=count) as pool:
+            return list(pool.map(run, range(count)))
+    finally:
+        for handle in handles:
+            handle.close()
 
 
 def check_parallel_inserts_have_one_winner(open_cluster: OpenCluster) -> None:
@@ -317,12 +326,9 @@ def check_parallel_inserts_have_one_winner(open_cluster: OpenCluster) -> None:
     setup = open_cluster(cluster_id)
     setup.initialize()
     version = setup.read_all().version.next()
-    handles = [open_cluster(cluster_id) for _ in range(20)]
-    try:
-        results = _race(20, lambda i: handles[i].insert_row(make_entry(silo_name=f"contender-{i}"), version))
-    finally:
-        for handle in handles:
-            handle.close()
+    results = _race(
+        open_cluster, cluster_id, 20, lambda table, i: table.insert_row(make_entry(silo_name=f"contender-{i}"), version)
+    )
     expect(results.count(True) == 1, f"exactly one of 20 parallel inserts must win, {results.count(True)} did")
     data = setup.read_all()
     winner = results.index(True)
@@ -339,10 +345,8 @@ def check_parallel_read_modify_write_all_succeed(open_cluster: OpenCluster) -> N
     setup.initialize()
     entry = make_entry()
     insert(setup, entry)
-    handles = [open_cluster(cluster_id) for _ in range(19)]
 
-    def add_property(index: int) -> bool:
-        table = handles[index]
+    def add_property(table: MembershipTable, index: int) -> bool:
         for _ in range(2000):
             data = table.read_row(entry.silo_address)
             row = data.get(entry.silo_address)
@@ -352,11 +356,7 @@ def check_parallel_read_modify_write_all_succeed(open_cluster: OpenCluster) -> N
                 return True
         return False
 
-    try:
-        results = _race(19, add_property)
-    finally:
-        for handle in handles:
-            handle.close()
+    results = _race(open_cluster, cluster_id, 19, add_property)
     expect(all(results), f"every read-modify-write updater must eventually succeed, got {results}")
     data = setup.read_all()
     expect(data.version.version == 20, f"1 insert + 19 updates must leave version 20, got {data.version}")
@@ -375,15 +375,12 @@ def check_updates_of_different_rows_are_ordered(open_cluster: OpenCluster) -> No
     insert(setup, second)
     read = setup.read_all()
     rows = [(first, row_etag(read, first.silo_address)), (second, row_etag(read, second.silo_address))]
-    handles = [open_cluster(cluster_id) for _ in range(2)]
-    try:
-        results = _race(
-            2,
-            lambda i: handles[i].update_row(rows[i][0].replace(silo_name=f"w{i}"), rows[i][1], read.version.next()),
-        )
-    finally:
-        for handle in handles:
-            handle.close()
+    results = _race(
+        open_cluster,
+        cluster_id,
+        2,
+        lambda table, i: table.update_row(rows[i][0].replace(silo_name=f"w{i}"), rows[i][1], read.version.next()),
+    )
     expect(results.count(True) == 1, f"two updates of different rows from one version: exactly one wins, got {results}")
     data = setup.read_all()
     expect(data.version.version == read.version.version + 1, f"only one write may commit, got {data.version}")
@@ -840,16 +837,11 @@ def check_parallel_update_rows_have_one_winner(open_cluster: OpenCluster) -> Non
     setup = open_cluster(cluster_id)
     setup.initialize()
     entries, read = _three_rows(setup)
-    handles = [open_cluster(cluster_id) for _ in range(4)]
     batches = [
         _updates(read, [entry.replace(silo_name=f"writer-{index}") for entry in entries[index % 2 :]])
         for index in range(4)
     ]
-    try:
-        results = _race(4, lambda i: handles[i].update_rows(batches[i], read.version.next()))
-    finally:
-        for handle in handles:
-            handle.close()
+    results = _race(open_cluster, cluster_id, 4, lambda table, i: table.update_rows(batches[i], read.version.next()))
     expect(results.count(True) == 1, f"exactly one of 4 racing update_rows must win, got {results}")
     winner = results.index(True)
     data = setup.read_all()
@@ -869,21 +861,16 @@ def check_update_rows_races_update_row(open_cluster: OpenCluster) -> None:
     setup = open_cluster(cluster_id)
     setup.initialize()
     (first, second, third), read = _three_rows(setup)
-    handles = [open_cluster(cluster_id) for _ in range(2)]
     batch = _updates(read, [first.replace(silo_name="batch"), second.replace(silo_name="batch")])
 
-    def write(index: int) -> bool:
+    def write(table: MembershipTable, index: int) -> bool:
         if index == 0:
-            return handles[0].update_rows(batch, read.version.next())
-        return handles[1].update_row(
+            return table.update_rows(batch, read.version.next())
+        return table.update_row(
             third.replace(silo_name="single"), row_etag(read, third.silo_address), read.version.next()
         )
 
-    try:
-        results = _race(2, write)
-    finally:
-        for handle in handles:
-            handle.close()
+    results = _race(open_cluster, cluster_id, 2, write)
     expect(results.count(True) == 1, f"update_rows vs update_row from one version: one must win, got {results}")
     data = setup.read_all()
     names = sorted(entry.silo_name for entry in data.entries)
@@ -989,6 +976,87 @@ def check_update_rows_with_etags_lost_race_returns_none(open_cluster: OpenCluste
     )
 
 
+def check_insert_at_next_version_returns_what_a_read_sees(open_cluster: OpenCluster) -> None:
+    """No version token: it moves whatever version is current by one, and no token survives it."""
+    table = fresh_table(open_cluster)
+    first = make_entry(1001)
+    insert(table, first)
+    read = table.read_all()
+    expect(
+        table.update_row(first.replace(silo_name="moved"), row_etag(read, first.silo_address), read.version.next()),
+        "update with current tokens must succeed",
+    )
+    entry = make_entry(1002, status=SiloStatus.JOINING)
+    before_insert = table.read_version()
+    written = table.insert_row_at_next_version(entry)
+    _expect_read_back(table, written, [entry])
+    assert written is not None
+    expect(written.version.version == 3, f"two writes, then the insert at the next version: 3, got {written.version}")
+    expect(
+        not table.insert_row(make_entry(1003), before_insert.next()),
+        "a version token read before an insert_row_at_next_version must be stale after it",
+    )
+    expect(
+        table.update_row(entry.replace(status=SiloStatus.ACTIVE), written.rows[0][1], written.version.next()),
+        "the etags an insert_row_at_next_version returns must work for the next update_row",
+    )
+    after = table.read_all()
+    expect(table.insert_row_at_next_version(entry) is None, "insert_row_at_next_version of an existing silo: None")
+    assert_unchanged(table, after, "an insert_row_at_next_version of an existing silo")
+    uninitialized = open_cluster(new_cluster_id())
+    uninitialized.initialize(try_init_version=False)
+    expect(
+        uninitialized.insert_row_at_next_version(make_entry()) is None,
+        "insert_row_at_next_version into a cluster without a version row must return None",
+    )
+    expect(uninitialized.read_all().rows == (), "a refused insert_row_at_next_version leaves no row")
+
+
+def check_parallel_inserts_at_next_version_all_win(open_cluster: OpenCluster) -> None:
+    """20 silos inserting their own rows at once: none loses to another, each gets its own version."""
+    cluster_id = new_cluster_id()
+    setup = open_cluster(cluster_id)
+    setup.initialize()
+    written: list[CommittedWrite | None] = [None] * 20
+
+    def contend(table: MembershipTable, index: int) -> bool:
+        written[index] = table.insert_row_at_next_version(make_entry(2000 + index))
+        return written[index] is not None
+
+    results = _race(open_cluster, cluster_id, 20, contend)
+    expect(all(results), f"every one of 20 parallel inserts of distinct silos must win, {results.count(False)} lost")
+    data = setup.read_all()
+    versions = sorted(write.version.version for write in written if write is not None)
+    expect(versions == list(range(1, 21)), f"20 inserts at the next version set 1..20 once each, got {versions}")
+    expect(data.version.version == 20, f"the table must be at version 20, got {data.version}")
+    last = max((write for write in written if write is not None), key=lambda write: write.version.version)
+    expect(last.version == data.version, f"the last insert's version is the table's: {last.version} vs {data.version}")
+    for write in written:
+        assert write is not None
+        ((entry, etag),) = write.rows
+        expect(row_etag(data, entry.silo_address) == etag, f"row {entry.silo_address}: the etag returned is read back")
+
+
+def check_parallel_inserts_at_next_version_of_one_silo_have_one_winner(open_cluster: OpenCluster) -> None:
+    cluster_id = new_cluster_id()
+    setup = open_cluster(cluster_id)
+    setup.initialize()
+    results = _race(
+        open_cluster,
+        cluster_id,
+        20,
+        lambda table, i: table.insert_row_at_next_version(make_entry(silo_name=f"contender-{i}")) is not None,
+    )
+    winners = results.count(True)
+    expect(winners == 1, f"exactly one of 20 parallel inserts of one silo must win, {winners} did")
+    data = setup.read_all()
+    expect(data.version.version == 1, f"one winning insert sets version 1, got {data.version}")
+    expect(
+        [e.silo_name for e in data.entries] == [f"contender-{results.index(True)}"],
+        f"the winner's row must be stored, got {data.entries}",
+    )
+
+
 CHECKS: tuple[Check, ...] = (
     check_empty_table_reads_version_zero,
     check_uninitialized_cluster_rejects_writes,
@@ -1027,6 +1095,9 @@ CHECKS: tuple[Check, ...] = (
     check_insert_with_etags_returns_what_a_read_sees,
     check_update_rows_with_etags_returns_what_a_read_sees,
     check_update_rows_with_etags_lost_race_returns_none,
+    check_insert_at_next_version_returns_what_a_read_sees,
+    check_parallel_inserts_at_next_version_all_win,
+    check_parallel_inserts_at_next_version_of_one_silo_have_one_winner,
 )
 
 

@@ -47,6 +47,11 @@ def check_malformed_rows_are_skipped_and_reported(open_cluster: OpenCluster, sto
     expect(table.read_row(good.silo_address).entries == (good,), "read_row of a well-formed row is unaffected")
 
     expect(not table.insert_row(make_entry(1003), first.version.next()), "insert over a malformed row: it exists")
+    expect(
+        table.insert_row_at_next_version(make_entry(1003)) is None,
+        "insert_row_at_next_version over a malformed row returns None: it exists",
+    )
+    expect(table.read_version() == first.version, "an insert over a malformed row never moves the version")
     table.update_i_am_alive(bad, T0 + timedelta(minutes=1))  # must not raise
     renamed = other.replace(silo_name="renamed")
     expect(

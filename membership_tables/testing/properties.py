@@ -2,7 +2,8 @@
 
 The checks of ``membership_tables.testing.checks`` each try one rule on one hand-written
 scenario. This module lets hypothesis write the scenarios: random programs of
-``insert_row_with_etags``, ``update_row``, ``update_rows``, ``update_rows_with_etags`` (the
+``insert_row_with_etags``, ``insert_row_at_next_version``, ``update_row``, ``update_rows``,
+``update_rows_with_etags`` (the
 read-modify-writes of several rows), ``update_i_am_alive``,
 ``read_all``/``read_row``/``read_version``, read-modify-writes (of one row or several),
 cleanups and re-creations of the cluster, passing current, stale or
@@ -141,6 +142,13 @@ class Insert:
 
 
 @dataclass(frozen=True)
+class InsertAtNextVersion:
+    """``insert_row_at_next_version``: no version token to go stale."""
+
+    row: RowSpec
+
+
+@dataclass(frozen=True)
 class Update:
     row: RowSpec
     etag: Token
@@ -215,6 +223,7 @@ Op = (
     | UpdateRows
     | ReadModifyWriteRows
     | ReadVersion
+    | InsertAtNextVersion
 )
 Step = tuple[tuple[Op, ...], ...]
 """One tuple of operations per thread; a single thread with a single operation is a plain call."""
@@ -267,6 +276,7 @@ def _ops(*, concurrent: bool, removals: bool) -> st.SearchStrategy[Op]:
     )
     read_modify_write_rows = st.builds(ReadModifyWriteRows, distinct_rows)
     branches += [update_rows, update_rows, read_modify_write_rows, read_modify_write_rows, st.just(ReadVersion())]
+    branches += [st.builds(InsertAtNextVersion, _rows())]
     return st.sampled_from(branches).flatmap(_itself)  # one_of would favour the first branch
 
 
@@ -410,6 +420,7 @@ Kind = Literal[
     "read_row",
     "read_version",
     "insert",
+    "insert_next",
     "update",
     "update_rows",
     "heartbeat",
@@ -417,7 +428,7 @@ Kind = Literal[
     "delete",
     "initialize",
 ]
-WRITES: frozenset[Kind] = frozenset({"insert", "update", "update_rows", "heartbeat"})
+WRITES: frozenset[Kind] = frozenset({"insert", "insert_next", "update", "update_rows", "heartbeat"})
 """Calls whose outcome is unknown when they raise ``TableUnavailableError``."""
 
 
@@ -447,6 +458,8 @@ class Event:
     @property
     def call(self) -> str:
         """The method this event called."""
+        if self.kind == "insert_next":
+            return "insert_row_at_next_version"
         name = {"insert": "insert_row", "update": "update_row"}.get(self.kind, self.kind)
         return f"{name}_with_etags" if self.with_etags else name
 
@@ -460,13 +473,14 @@ class Event:
 
     def describe(self, since: float | None = None) -> str:
         """One line for people; with ``since``, when the call ran, in ms after that moment."""
-        if self.kind in ("insert", "update"):
+        if self.kind in ("insert", "insert_next", "update"):
             assert self.entry is not None
             what = (
                 f"{self.call}({self.entry.silo_address} {self.entry.status.name} {self.entry.silo_name} "
                 f"alive={self.entry.i_am_alive_time:%H:%M:%S} votes={len(self.entry.suspect_times)}, "
                 + (f"etag={self.etag!r}, " if self.kind == "update" else "")
-                + f"version={self.version})"
+                + ("" if self.kind == "insert_next" else f"version={self.version}")
+                + ")"
             )
         elif self.kind == "update_rows":
             rows = "; ".join(
@@ -508,6 +522,8 @@ class Event:
             return ([seen] if seen is not None else []), why
         if self.kind == "insert":
             return self._insert(model)
+        if self.kind == "insert_next":
+            return self._insert_at_next_version(model)
         if self.kind == "update":
             return self._update(model)
         if self.kind == "update_rows":
@@ -525,14 +541,14 @@ class Event:
 
     def _commit(self, model: Model, *entries: MembershipEntry) -> tuple[list[Model], str]:
         """The model after this write stored ``entries``, with the etags it returned (if any) learnt."""
-        assert self.version is not None
         assert model.version is not None
+        number = model.version[0] + 1 if self.version is None else self.version.version
         rows = dict(model.rows)
         for entry in entries:
             row_etag, model = model.fresh()
             rows[entry.silo_address] = (entry, row_etag)
         version_etag, model = model.fresh()
-        model = replace(model, rows=rows, version=(self.version.version, version_etag))
+        model = replace(model, rows=rows, version=(number, version_etag))
         if not isinstance(self.result, CommittedWrite):
             return [model], ""
         given = (self.entry,) if self.entry is not None else tuple(entry for entry, _ in self.updates)
@@ -550,6 +566,18 @@ class Event:
             expected, why = True, "its version etag is current and the row is absent"
         if expected and not _is_next(self.version, model):
             return [], _reused_version(self.version, model)
+        if self._succeeded() is not expected:
+            return [], f"{self.call} returned {self.result}, but {why}"
+        return self._commit(model, self.entry) if expected else ([model], "")
+
+    def _insert_at_next_version(self, model: Model) -> tuple[list[Model], str]:
+        assert self.entry is not None
+        if model.version is None:
+            expected, why = False, "the cluster has no version row"
+        elif self.entry.silo_address in model.rows:
+            expected, why = False, f"row {self.entry.silo_address} exists"
+        else:
+            expected, why = True, "the row is absent"
         if self._succeeded() is not expected:
             return [], f"{self.call} returned {self.result}, but {why}"
         return self._commit(model, self.entry) if expected else ([model], "")
@@ -815,6 +843,10 @@ def _run_op(table: MembershipTable, thread: int, op: Op, reads: _Reads, exact: b
         entry, version = op.row.entry(), reads.version(op.version)
         event = Event(thread, "insert", entry=entry, version=version, with_etags=True)
         return [_timed(event, lambda: table.insert_row_with_etags(entry, version))]
+    if isinstance(op, InsertAtNextVersion):
+        entry = op.row.entry()
+        event = Event(thread, "insert_next", entry=entry, with_etags=True)
+        return [_timed(event, lambda: table.insert_row_at_next_version(entry))]
     if isinstance(op, Update):
         entry, version = op.row.entry(), reads.version(op.version)
         etag = reads.etag(entry.silo_address, op.etag)

@@ -228,6 +228,11 @@ class InstrumentedTable(MembershipTable):
             "insert_row_with_etags", lambda: self.inner.insert_row_with_etags(entry, version), lost_race=None
         )
 
+    def insert_row_at_next_version(self, entry: MembershipEntry) -> CommittedWrite | None:
+        return self._timed(
+            "insert_row_at_next_version", lambda: self.inner.insert_row_at_next_version(entry), lost_race=None
+        )
+
     def update_rows_with_etags(
         self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion
     ) -> CommittedWrite | None:

@@ -488,6 +488,11 @@ class CountingTable(MembershipTable):
         self._write()
         return self.inner.insert_row_with_etags(entry, version)
 
+    def insert_row_at_next_version(self, entry: MembershipEntry) -> CommittedWrite | None:
+        self.calls.append("insert_row_at_next_version")
+        self._write()
+        return self.inner.insert_row_at_next_version(entry)
+
     def update_rows_with_etags(
         self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion
     ) -> CommittedWrite | None:
@@ -603,6 +608,23 @@ def test_the_with_etags_writes_are_recorded_and_return_the_inner_result(store: s
         (2, "update_rows", row(A)),
     ]
     assert sink.records[1].batch
+
+
+def test_an_insert_at_the_next_version_is_recorded_at_the_version_it_set(store: str) -> None:
+    counting = CountingTable(open_table(store, "c"))
+    sink = ListSink()
+    table = RecordingTable(counting, str(A), sink)
+    table.initialize()
+    assert table.insert_row_at_next_version(row(A, SiloStatus.JOINING)) is not None
+    inserted = table.insert_row_at_next_version(row(B))
+    assert inserted is not None
+    assert table.insert_row_at_next_version(row(B)) is None, "the row exists: not recorded"
+    assert inserted.version == counting.inner.read_all().version, "the inner write's result, unchanged"
+    assert counting.calls[-3:] == ["insert_row_at_next_version"] * 3
+    assert [(r.version, r.operation, r.entry) for r in sink.records] == [
+        (1, "insert", row(A, SiloStatus.JOINING)),
+        (2, "insert", row(B)),
+    ]
 
 
 def test_a_cluster_run_recorded_per_writer_passes_the_checks(store: str, tmp_path: Path) -> None:

@@ -130,6 +130,10 @@ class FlakyTable(MembershipTable):
         self._check()
         return self.inner.insert_row_with_etags(entry, version)
 
+    def insert_row_at_next_version(self, entry: MembershipEntry) -> CommittedWrite | None:
+        self._check()
+        return self.inner.insert_row_at_next_version(entry)
+
     def update_rows_with_etags(
         self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion
     ) -> CommittedWrite | None:

@@ -41,8 +41,8 @@ class StatusLog(FlakyTable):
         super().__init__(memory_table())
         self.statuses: list[SiloStatus] = []
 
-    def insert_row_with_etags(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
-        committed = super().insert_row_with_etags(entry, version)
+    def insert_row_at_next_version(self, entry: MembershipEntry) -> CommittedWrite | None:
+        committed = super().insert_row_at_next_version(entry)
         if committed and entry.silo_address == ME:
             self.statuses.append(entry.status)
         return committed

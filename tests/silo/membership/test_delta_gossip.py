@@ -17,10 +17,12 @@ import pytest
 
 from membership_tables import (
     CommittedWrite,
+    MembershipEntry,
     MembershipTable,
     MembershipTableData,
     SiloAddress,
     SiloStatus,
+    TableUnavailableError,
     TableVersion,
 )
 from membership_tables.contract import RowUpdate
@@ -286,28 +288,15 @@ async def test_a_delta_from_a_write_of_a_row_never_seen_makes_the_new_silo_watch
 
 
 @async_test
-async def test_a_join_storm_backs_off_with_jitter_and_never_reads_the_whole_table_per_lost_race() -> None:
+async def test_a_joiner_inserts_in_one_call_whatever_others_wrote_since_its_view() -> None:
+    """No version token to go stale: the rivals' inserts since our read cannot make ours lose."""
     store, clock = memory_table(), FakeClock(T0)
     seed(store, row(PEER))
-    nodes: dict[SiloAddress, Node] = {}
-    joiner = Node(store, ME, clock, nodes)
-    rivals = iter(range(10, 14))
-
-    def lose_the_race() -> None:  # another silo inserts its row between our read and our write
-        store.insert_row(row(address(next(rivals))), store.read_version().next())
-
-    original = joiner.table.inner.read_row
-    losses = 0
-
-    def read_row_then_someone_writes(silo: SiloAddress) -> MembershipTableData:
-        nonlocal losses
-        data = original(silo)
-        if losses < 3:
-            losses += 1
-            lose_the_race()
-        return data
-
-    joiner.table.inner.read_row = read_row_then_someone_writes  # type: ignore[method-assign]
+    joiner = Node(store, ME, clock, {})
+    await joiner.manager.refresh()
+    for port in range(10, 14):  # four other silos join between our read and our insert
+        seed(store, row(address(port)))
+    joiner.table_calls()
     slept: list[float] = []
     sleep = clock.sleep
 
@@ -316,21 +305,47 @@ async def test_a_join_storm_backs_off_with_jitter_and_never_reads_the_whole_tabl
         await sleep(seconds)
 
     clock.sleep = recording_sleep  # type: ignore[method-assign]
+    await joiner.manager.insert_self(row(ME, SiloStatus.JOINING), joiner.manager.deadline_in(60))
+    assert joiner.table_calls() == ["insert_row_at_next_version", "read_all"]  # the read: it missed the rivals' rows
+    assert slept == []
+    assert joiner.manager.snapshot.status_of(ME) is SiloStatus.JOINING
+    assert joiner.manager.snapshot.version == store.read_version().version == 6
+    assert rows_without_heartbeats(joiner.manager.snapshot.data) == rows_without_heartbeats(store.read_all())
+
+
+@async_test
+async def test_a_joiner_whose_insert_committed_unseen_finds_its_row_and_joins_on_it() -> None:
+    """The store applied the insert but the reply was lost: the retry finds our row, which counts."""
+    store, clock = memory_table(), FakeClock(T0)
+    seed(store, row(PEER))
+    joiner = Node(store, ME, clock, {})
+    original = joiner.table.inner.insert_row_at_next_version
+
+    def commit_then_fail(entry: MembershipEntry) -> CommittedWrite | None:
+        joiner.table.inner.insert_row_at_next_version = original  # type: ignore[method-assign]
+        original(entry)
+        raise TableUnavailableError("the reply was lost")
+
+    joiner.table.inner.insert_row_at_next_version = commit_then_fail  # type: ignore[method-assign]
     joining = asyncio.create_task(
         joiner.manager.insert_self(row(ME, SiloStatus.JOINING), joiner.manager.deadline_in(60))
     )
     while not joining.done():
-        await clock.advance(0.01)
+        await clock.advance(0.1)
     await joining
-    calls = joiner.table_calls()
-    assert calls.count("read_all") == 1, calls  # once, after the write that stuck (it missed the rivals' rows)
-    assert calls.count("read_row") == 4
-    assert calls.count("insert_row_with_etags") == 4
-    assert len(slept) == 3
-    assert all(0 <= pause <= OPTIONS.probe_timeout / 20 * 2**n for n, pause in enumerate(slept))
-    assert len(set(slept)) == 3, "the pauses are jittered"
     assert joiner.manager.snapshot.status_of(ME) is SiloStatus.JOINING
-    assert rows_without_heartbeats(joiner.manager.snapshot.data) == rows_without_heartbeats(store.read_all())
+    assert store.read_version().version == 2, "inserted once"
+    assert not joiner.manager.terminated.is_set()
+
+
+@async_test
+async def test_a_joiner_of_a_cluster_without_a_version_row_says_how_to_fix_it() -> None:
+    store, clock = memory_table(), FakeClock(T0)
+    store.delete_cluster_entries()
+    joiner = Node(store, ME, clock, {})
+    with pytest.raises(TableUnavailableError, match="silo table init"):
+        await joiner.manager.insert_self(row(ME, SiloStatus.JOINING), joiner.manager.deadline_in(60))
+    assert store.read_all().rows == ()
 
 
 @async_test

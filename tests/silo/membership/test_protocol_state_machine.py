@@ -217,6 +217,14 @@ class Gate(MembershipTable):
             self.board.record_state()
         return committed
 
+    def insert_row_at_next_version(self, entry: MembershipEntry) -> CommittedWrite | None:
+        self._enter()
+        self._intrude()
+        committed = self.board.store.insert_row_at_next_version(entry)
+        if committed is not None:
+            self.board.record_state()
+        return committed
+
     def update_rows_with_etags(
         self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion
     ) -> CommittedWrite | None:

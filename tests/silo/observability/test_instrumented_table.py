@@ -50,6 +50,19 @@ def test_the_with_etags_writes_return_the_inner_result_and_count_lost_races(inne
         assert sample(metrics, "silo_table_errors_total", operation) == 0
 
 
+def test_an_insert_at_the_next_version_returns_the_inner_result_and_counts_a_refusal(inner: MembershipTable) -> None:
+    metrics = SiloMetrics("memory")
+    table = InstrumentedTable(inner, metrics)
+    entry = make_entry()
+    inserted = table.insert_row_at_next_version(entry)
+    assert isinstance(inserted, CommittedWrite)
+    read = inner.read_all()
+    assert (inserted.version, inserted.rows) == (read.version, read.rows)
+    assert table.insert_row_at_next_version(entry) is None, "the row exists"
+    assert sample(metrics, "silo_table_operations_total", "insert_row_at_next_version") == 2
+    assert sample(metrics, "silo_table_lost_races_total", "insert_row_at_next_version") == 1
+
+
 def test_a_heartbeat_returning_none_is_no_lost_race(inner: MembershipTable) -> None:
     metrics = SiloMetrics("memory")
     table = InstrumentedTable(inner, metrics)
