@@ -166,8 +166,6 @@ class MembershipTableManager:
         """When the last catch-up for gossip ended (monotonic)."""
         self._periods_since_full_read = 0
         """Periodic refreshes since the last full read (of any cause)."""
-        self._moved_to: int | None = None
-        """The version this period's version read found, if it moved (``_unchanged_since_last_read``)."""
         self._recent_writes: collections.deque[tuple[int, int, frozenset[SiloAddress]]] = collections.deque(
             maxlen=RECENT_WRITES
         )
@@ -824,18 +822,21 @@ class MembershipTableManager:
         period = self._options.table_refresh_timeout
         deadline = self.deadline_in(period)
         try:
-            if await self._unchanged_since_last_read(deadline):
+            version = await self._version_without_a_full_read(deadline)
+            if version == self.snapshot.version:
                 self._observer.refresh_skipped()
                 return
-            if self._moved_to is not None and await self._caught_up_from_a_peer(self._moved_to):
+            if version is not None and await self._caught_up_from_a_peer(version):
                 return
             await self.refresh(deadline)
         except TableUnavailableError:
             logger.warning("silo %s: table still unreachable after retrying for %ss", self._address, period)
 
-    async def _unchanged_since_last_read(self, deadline: float) -> bool:
-        """Whether this periodic refresh may skip the full read: only the version was read, and
-        it has not moved; or our view is a join storm (below), and nothing was read.
+    async def _version_without_a_full_read(self, deadline: float) -> int | None:
+        """The table's version as this periodic refresh may take it without a full read, or None
+        (read in full). Our view's version: skip the read (only the version was read, and it
+        has not moved; or our view is a join storm, below, and nothing was read). A newer one:
+        the version read shows a change that no gossip brought us (``_caught_up_from_a_peer``).
 
         Never with ``full_refresh_every`` 1 (no version read at all), before the first full
         read, once the last full read is ``full_refresh_every`` periods old (heartbeats do not
@@ -851,21 +852,17 @@ class MembershipTableManager:
         heartbeats do.
         """
         self._periods_since_full_read += 1
-        self._moved_to = None
         if (
             self._periods_since_full_read >= self._options.full_refresh_every
             or self.publisher.current is None
             or self._recovering()
         ):
-            return False
+            return None
         if self.snapshot.large and self.snapshot.in_join_storm(self._options):
             logger.debug("silo %s: join storm in its view; full reads on the heartbeat cadence", self._address)
-            return True
-        version = await self._access.call(self._table.read_version, deadline)
-        if version.version == self.snapshot.version:
-            return not self._recovering()
-        self._moved_to = version.version
-        return False
+            return self.snapshot.version
+        version = (await self._access.call(self._table.read_version, deadline)).version
+        return None if self._recovering() else version
 
     async def _caught_up_from_a_peer(self, version: int) -> bool:
         """Take the view of one of the silos we send our gossip to (``gossip_peers``: ring
