@@ -37,10 +37,10 @@ from __future__ import annotations
 import abc
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Self
+from typing import Literal, Self
 
 from membership_tables.errors import InvalidUpdateError, TableUnavailableError
 from membership_tables.model import CommittedWrite, MembershipEntry, MembershipTableData, SiloAddress, TableVersion
@@ -189,18 +189,54 @@ class MembershipTable(abc.ABC):
         on each lost race; after ``NEXT_VERSION_ATTEMPTS`` lost races in a row it raises
         ``TableUnavailableError`` (the store is too contended for now; none of them wrote).
         """
-        address = entry.silo_address
-        for attempt in range(NEXT_VERSION_ATTEMPTS):
-            data = self.read_row(address)
-            if data.get(address) is not None or data.malformed or data.version == UNINITIALIZED_VERSION:
+
+        def insert(data: MembershipTableData) -> CommittedWrite | Literal[False] | None:
+            if data.get(entry.silo_address) is not None or data.malformed:
                 return None
-            written = self.insert_row_with_etags(entry, data.version.next())
-            if written is not None:
+            return self.insert_row_with_etags(entry, data.version.next()) or False
+
+        return self._at_next_version(entry.silo_address, insert)
+
+    def update_row_at_next_version(self, entry: MembershipEntry, etag: str) -> CommittedWrite | None:
+        """Replace the row of ``entry.silo_address`` if it still carries ``etag``, and move the
+        version from whatever it is to the next, atomically; say what it left.
+
+        ``update_row`` conditioned on the row alone (see ``insert_row_at_next_version`` for the
+        version and why): for a silo's writes of its own status (Active, ShuttingDown), which
+        depend on nothing but its own row. Any write of that row since ``etag`` (a vote, a
+        death) makes it lose; writes of other rows do not. Returns a ``CommittedWrite`` like
+        ``update_rows_with_etags`` of the one pair, or ``None`` (no side effect) if the row does
+        not exist, ``etag`` is not its current etag, or the cluster has no version row. Like
+        every update it never re-creates a removed row and keeps a newer stored IAmAlive time.
+        The default (ZooKeeper, Consul, DynamoDB) is that of ``insert_row_at_next_version``,
+        with ``update_rows_with_etags``.
+        """
+
+        def update(data: MembershipTableData) -> CommittedWrite | Literal[False] | None:
+            row = data.get(entry.silo_address)
+            if row is None or row[1] != etag:
+                return None
+            return self.update_rows_with_etags(((entry, etag),), data.version.next()) or False
+
+        return self._at_next_version(entry.silo_address, update)
+
+    def _at_next_version(
+        self, silo: SiloAddress, write: Callable[[MembershipTableData], CommittedWrite | Literal[False] | None]
+    ) -> CommittedWrite | None:
+        """Read ``silo``'s row and the version, and ``write`` at the next version: its
+        ``CommittedWrite``, or ``None`` (its precondition failed), or ``False`` (it lost a race
+        for the version: read and try again after a jittered pause)."""
+        for attempt in range(NEXT_VERSION_ATTEMPTS):
+            data = self.read_row(silo)
+            if data.version == UNINITIALIZED_VERSION:
+                return None
+            written = write(data)
+            if written is not False:
                 return written
             time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
         raise TableUnavailableError(
-            f"lost {NEXT_VERSION_ATTEMPTS} races in a row to insert {address} into {self!r}: "
-            "the store is too contended for now; retry later"
+            f"lost {NEXT_VERSION_ATTEMPTS} races in a row to write the row of {silo} at the next version of "
+            f"{self!r}: the store is too contended for now; retry later"
         )
 
     def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:

@@ -363,6 +363,13 @@ class RecordingTable(MembershipTable):
             self._record("insert", entry, written.version, issued)
         return written
 
+    def update_row_at_next_version(self, entry: MembershipEntry, etag: str) -> CommittedWrite | None:
+        issued = datetime.now(UTC)
+        written = self.inner.update_row_at_next_version(entry, etag)
+        if written is not None:
+            self._record("update", entry, written.version, issued)
+        return written
+
     def update_row(self, entry: MembershipEntry, etag: str, version: TableVersion) -> bool:
         issued = datetime.now(UTC)
         written = self.inner.update_row(entry, etag, version)

@@ -140,24 +140,34 @@ class InMemoryMembershipTable(MembershipTable):
             current = self._state.version
             return None if current is None else self._insert(entry, current.next())
 
+    def _update(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
+        """``update_rows_with_etags`` of a checked batch, with the store's lock held."""
+        state = self._state
+        current = [state.wellformed(entry.silo_address) for entry, _ in updates]
+        if not self._version_matches(version) or any(
+            row is None or row[1] != etag for row, (_, etag) in zip(current, updates, strict=True)
+        ):
+            return None
+        written = []
+        for row, (entry, _) in zip(current, updates, strict=True):
+            assert row is not None
+            alive = max(row[0].i_am_alive_time, entry.i_am_alive_time)
+            etag = new_etag()
+            state.rows[entry.silo_address] = (entry.with_i_am_alive_time(alive), etag)
+            written.append((entry, etag))
+        state.version = TableVersion(version.version, new_etag())
+        return CommittedWrite(state.version, tuple(written))
+
     def update_rows_with_etags(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
         updates = checked_updates(updates, self.max_rows_per_update)
         with self._store.lock:
-            state = self._state
-            current = [state.wellformed(entry.silo_address) for entry, _ in updates]
-            if not self._version_matches(version) or any(
-                row is None or row[1] != etag for row, (_, etag) in zip(current, updates, strict=True)
-            ):
-                return None
-            written = []
-            for row, (entry, _) in zip(current, updates, strict=True):
-                assert row is not None
-                alive = max(row[0].i_am_alive_time, entry.i_am_alive_time)
-                etag = new_etag()
-                state.rows[entry.silo_address] = (entry.with_i_am_alive_time(alive), etag)
-                written.append((entry, etag))
-            state.version = TableVersion(version.version, new_etag())
-            return CommittedWrite(state.version, tuple(written))
+            return self._update(updates, version)
+
+    def update_row_at_next_version(self, entry: MembershipEntry, etag: str) -> CommittedWrite | None:
+        updates = checked_updates(((entry, etag),), self.max_rows_per_update)
+        with self._store.lock:
+            current = self._state.version
+            return None if current is None else self._update(updates, current.next())
 
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
         when = ensure_utc(when, "IAmAlive time")

@@ -268,6 +268,13 @@ class SqlMembershipTable(MembershipTable):
         order, so two writers of the same rows cannot deadlock), then bump the version; any miss
         rolls everything back."""
         batch = checked_updates(updates, self.max_rows_per_update)
+        return self._update(batch, lambda transaction: self._bump_version(transaction, version))
+
+    def update_row_at_next_version(self, entry: MembershipEntry, etag: str) -> CommittedWrite | None:
+        return self._update(checked_updates(((entry, etag),), self.max_rows_per_update), self._increment_version)
+
+    def _update(self, batch: Sequence[RowUpdate], bump: Callable[[Transaction], TableVersion]) -> CommittedWrite | None:
+        """Update each row of a checked ``batch`` at its etag and then, last, ``bump`` the version."""
         new_etags = [new_etag() for _ in batch]
         in_key_order = sorted(zip(batch, new_etags, strict=True), key=lambda update: update[0][0].silo_address)
         rows = [
@@ -279,7 +286,7 @@ class SqlMembershipTable(MembershipTable):
             for params in rows:
                 if transaction.execute(UPDATE_ROW, params).rowcount != 1:
                     raise _LostRaceError
-            written = self._bump_version(transaction, version)  # last: see the module's docstring
+            written = bump(transaction)  # last: see the module's docstring
             return CommittedWrite(written, tuple(zip((entry for entry, _ in batch), new_etags, strict=True)))
 
         return self._fast_write(work)

@@ -329,12 +329,18 @@ def check_parallel_inserts_have_one_winner(open_cluster: OpenCluster) -> None:
     results = _race(
         open_cluster, cluster_id, 20, lambda table, i: table.insert_row(make_entry(silo_name=f"contender-{i}"), version)
     )
-    expect(results.count(True) == 1, f"exactly one of 20 parallel inserts must win, {results.count(True)} did")
-    data = setup.read_all()
-    winner = results.index(True)
-    expect(data.version.version == 1, f"one winning insert sets version 1, got {data.version}")
+    _expect_one_winner(setup, results, "contender-", 1, "parallel inserts")
+
+
+def _expect_one_winner(table: MembershipTable, results: list[bool], prefix: str, version: int, what: str) -> None:
+    """Exactly one of ``results`` won, the table is at ``version``, and its one row is the winner's
+    (named ``prefix`` + the winner's index)."""
+    winners = results.count(True)
+    expect(winners == 1, f"exactly one of {len(results)} {what} must win, {winners} did")
+    data = table.read_all()
+    expect(data.version.version == version, f"only the winner commits: version {version}, got {data.version}")
     expect(
-        [e.silo_name for e in data.entries] == [f"contender-{winner}"],
+        [e.silo_name for e in data.entries] == [f"{prefix}{results.index(True)}"],
         f"the winner's row must be stored, got {data.entries}",
     )
 
@@ -1009,6 +1015,10 @@ def check_insert_at_next_version_returns_what_a_read_sees(open_cluster: OpenClus
         uninitialized.insert_row_at_next_version(make_entry()) is None,
         "insert_row_at_next_version into a cluster without a version row must return None",
     )
+    expect(
+        uninitialized.update_row_at_next_version(make_entry(), "never-issued-etag") is None,
+        "update_row_at_next_version in a cluster without a version row must return None",
+    )
     expect(uninitialized.read_all().rows == (), "a refused insert_row_at_next_version leaves no row")
 
 
@@ -1047,14 +1057,82 @@ def check_parallel_inserts_at_next_version_of_one_silo_have_one_winner(open_clus
         20,
         lambda table, i: table.insert_row_at_next_version(make_entry(silo_name=f"contender-{i}")) is not None,
     )
-    winners = results.count(True)
-    expect(winners == 1, f"exactly one of 20 parallel inserts of one silo must win, {winners} did")
-    data = setup.read_all()
-    expect(data.version.version == 1, f"one winning insert sets version 1, got {data.version}")
+    _expect_one_winner(setup, results, "contender-", 1, "parallel inserts at the next version of one silo")
+
+
+def check_update_at_next_version_returns_what_a_read_sees(open_cluster: OpenCluster) -> None:
+    """Conditioned on the row's etag alone: writes of other rows since do not make it lose."""
+    table = fresh_table(open_cluster)
+    (first, second, _), read = _three_rows(table)  # stored IAmAlive: T0 + 10 s
     expect(
-        [e.silo_name for e in data.entries] == [f"contender-{results.index(True)}"],
-        f"the winner's row must be stored, got {data.entries}",
+        table.update_row(second.replace(silo_name="moved"), row_etag(read, second.silo_address), read.version.next()),
+        "update with current tokens must succeed",
     )
+    before = table.read_version()
+    active = first.replace(status=SiloStatus.SHUTTING_DOWN, i_am_alive_time=T0)  # older than stored
+    written = table.update_row_at_next_version(active, row_etag(read, first.silo_address))
+    _expect_read_back(table, written, [active])
+    assert written is not None
+    expect(written.version.version == before.version + 1, f"one version after {before}, got {written.version}")
+    stored = table.read_row(first.silo_address).entries
+    expect(
+        stored == (active.replace(i_am_alive_time=first.i_am_alive_time),),
+        f"the row as given, with the newer stored IAmAlive time kept, got {stored}",
+    )
+    expect(
+        not table.insert_row(make_entry(1009), before.next()),
+        "a version token read before an update_row_at_next_version must be stale after it",
+    )
+    after = table.read_all()
+    losers = {
+        "a stale row etag": (active.replace(silo_name="again"), row_etag(read, first.silo_address)),
+        "a missing row": (make_entry(1999), "never-issued-etag"),
+    }
+    for what, (entry, etag) in losers.items():
+        expect(table.update_row_at_next_version(entry, etag) is None, f"update_row_at_next_version of {what}: None")
+        assert_unchanged(table, after, f"an update_row_at_next_version of {what}")
+    expect(
+        table.update_row(active.replace(silo_name="next"), written.rows[0][1], after.version.next()),
+        "the etag an update_row_at_next_version returns must work for the next update_row",
+    )
+
+
+def check_parallel_updates_at_next_version_of_distinct_rows_all_win(open_cluster: OpenCluster) -> None:
+    cluster_id = new_cluster_id()
+    setup = open_cluster(cluster_id)
+    setup.initialize()
+    entries = [make_entry(3000 + index) for index in range(10)]
+    for entry in entries:
+        insert(setup, entry)
+    read = setup.read_all()
+
+    def update(table: MembershipTable, index: int) -> bool:
+        entry = entries[index]
+        active = entry.replace(silo_name=f"writer-{index}")
+        return table.update_row_at_next_version(active, row_etag(read, entry.silo_address)) is not None
+
+    results = _race(open_cluster, cluster_id, 10, update)
+    expect(all(results), f"every one of 10 parallel updates of distinct rows must win, {results.count(False)} lost")
+    data = setup.read_all()
+    expect(data.version.version == 20, f"10 inserts and 10 updates: version 20, got {data.version}")
+    names = sorted(entry.silo_name for entry in data.entries)
+    expect(names == sorted(f"writer-{index}" for index in range(10)), f"every update is stored, got {names}")
+
+
+def check_parallel_updates_at_next_version_of_one_row_have_one_winner(open_cluster: OpenCluster) -> None:
+    cluster_id = new_cluster_id()
+    setup = open_cluster(cluster_id)
+    setup.initialize()
+    entry = make_entry()
+    insert(setup, entry)
+    etag = row_etag(setup.read_all(), entry.silo_address)
+    results = _race(
+        open_cluster,
+        cluster_id,
+        20,
+        lambda table, i: table.update_row_at_next_version(entry.replace(silo_name=f"w{i}"), etag) is not None,
+    )
+    _expect_one_winner(setup, results, "w", 2, "parallel updates at the next version of one row from one etag")
 
 
 CHECKS: tuple[Check, ...] = (
@@ -1098,6 +1176,9 @@ CHECKS: tuple[Check, ...] = (
     check_insert_at_next_version_returns_what_a_read_sees,
     check_parallel_inserts_at_next_version_all_win,
     check_parallel_inserts_at_next_version_of_one_silo_have_one_winner,
+    check_update_at_next_version_returns_what_a_read_sees,
+    check_parallel_updates_at_next_version_of_distinct_rows_all_win,
+    check_parallel_updates_at_next_version_of_one_row_have_one_winner,
 )
 
 

@@ -51,7 +51,11 @@ def check_malformed_rows_are_skipped_and_reported(open_cluster: OpenCluster, sto
         table.insert_row_at_next_version(make_entry(1003)) is None,
         "insert_row_at_next_version over a malformed row returns None: it exists",
     )
-    expect(table.read_version() == first.version, "an insert over a malformed row never moves the version")
+    expect(
+        table.update_row_at_next_version(make_entry(1003), "never-issued-etag") is None,
+        "update_row_at_next_version of a malformed row returns None: no etag was ever handed out for it",
+    )
+    expect(table.read_version() == first.version, "writes of a malformed row never move the version")
     table.update_i_am_alive(bad, T0 + timedelta(minutes=1))  # must not raise
     renamed = other.replace(silo_name="renamed")
     expect(

@@ -2,8 +2,8 @@
 
 The checks of ``membership_tables.testing.checks`` each try one rule on one hand-written
 scenario. This module lets hypothesis write the scenarios: random programs of
-``insert_row_with_etags``, ``insert_row_at_next_version``, ``update_row``, ``update_rows``,
-``update_rows_with_etags`` (the
+``insert_row_with_etags``, ``insert_row_at_next_version``, ``update_row``,
+``update_row_at_next_version``, ``update_rows``, ``update_rows_with_etags`` (the
 read-modify-writes of several rows), ``update_i_am_alive``,
 ``read_all``/``read_row``/``read_version``, read-modify-writes (of one row or several),
 cleanups and re-creations of the cluster, passing current, stale or
@@ -149,6 +149,14 @@ class InsertAtNextVersion:
 
 
 @dataclass(frozen=True)
+class UpdateAtNextVersion:
+    """``update_row_at_next_version``: the row's etag token only."""
+
+    row: RowSpec
+    etag: Token
+
+
+@dataclass(frozen=True)
 class Update:
     row: RowSpec
     etag: Token
@@ -224,6 +232,7 @@ Op = (
     | ReadModifyWriteRows
     | ReadVersion
     | InsertAtNextVersion
+    | UpdateAtNextVersion
 )
 Step = tuple[tuple[Op, ...], ...]
 """One tuple of operations per thread; a single thread with a single operation is a plain call."""
@@ -276,7 +285,7 @@ def _ops(*, concurrent: bool, removals: bool) -> st.SearchStrategy[Op]:
     )
     read_modify_write_rows = st.builds(ReadModifyWriteRows, distinct_rows)
     branches += [update_rows, update_rows, read_modify_write_rows, read_modify_write_rows, st.just(ReadVersion())]
-    branches += [st.builds(InsertAtNextVersion, _rows())]
+    branches += [st.builds(InsertAtNextVersion, _rows()), st.builds(UpdateAtNextVersion, _rows(), _tokens())]
     return st.sampled_from(branches).flatmap(_itself)  # one_of would favour the first branch
 
 
@@ -422,13 +431,14 @@ Kind = Literal[
     "insert",
     "insert_next",
     "update",
+    "update_next",
     "update_rows",
     "heartbeat",
     "cleanup",
     "delete",
     "initialize",
 ]
-WRITES: frozenset[Kind] = frozenset({"insert", "insert_next", "update", "update_rows", "heartbeat"})
+WRITES: frozenset[Kind] = frozenset({"insert", "insert_next", "update", "update_next", "update_rows", "heartbeat"})
 """Calls whose outcome is unknown when they raise ``TableUnavailableError``."""
 
 
@@ -458,8 +468,8 @@ class Event:
     @property
     def call(self) -> str:
         """The method this event called."""
-        if self.kind == "insert_next":
-            return "insert_row_at_next_version"
+        if self.kind in ("insert_next", "update_next"):
+            return f"{self.kind.removesuffix('_next')}_row_at_next_version"
         name = {"insert": "insert_row", "update": "update_row"}.get(self.kind, self.kind)
         return f"{name}_with_etags" if self.with_etags else name
 
@@ -473,13 +483,13 @@ class Event:
 
     def describe(self, since: float | None = None) -> str:
         """One line for people; with ``since``, when the call ran, in ms after that moment."""
-        if self.kind in ("insert", "insert_next", "update"):
+        if self.kind in ("insert", "insert_next", "update", "update_next"):
             assert self.entry is not None
             what = (
                 f"{self.call}({self.entry.silo_address} {self.entry.status.name} {self.entry.silo_name} "
                 f"alive={self.entry.i_am_alive_time:%H:%M:%S} votes={len(self.entry.suspect_times)}, "
-                + (f"etag={self.etag!r}, " if self.kind == "update" else "")
-                + ("" if self.kind == "insert_next" else f"version={self.version}")
+                + (f"etag={self.etag!r}, " if self.kind in ("update", "update_next") else "")
+                + ("" if self.kind.endswith("_next") else f"version={self.version}")
                 + ")"
             )
         elif self.kind == "update_rows":
@@ -524,7 +534,7 @@ class Event:
             return self._insert(model)
         if self.kind == "insert_next":
             return self._insert_at_next_version(model)
-        if self.kind == "update":
+        if self.kind in ("update", "update_next"):
             return self._update(model)
         if self.kind == "update_rows":
             return self._update_rows(model)
@@ -583,18 +593,20 @@ class Event:
         return self._commit(model, self.entry) if expected else ([model], "")
 
     def _update(self, model: Model) -> tuple[list[Model], str]:
+        """``update_row``, or ``update_row_at_next_version`` (no version token: ``self.version`` is None)."""
         assert self.entry is not None
-        assert self.version is not None
         current = model.rows.get(self.entry.silo_address)
-        if not model.version_matches(self.version):
+        if self.version is not None and not model.version_matches(self.version):
             expected, why = False, f"its version etag {self.version.etag!r} is not the current one"
+        elif model.version is None:
+            expected, why = False, "the cluster has no version row"
         elif current is None:
             expected, why = False, f"row {self.entry.silo_address} does not exist"
         elif current[1] != self.etag:
             expected, why = False, f"its row etag {self.etag!r} is not the row's current one ({current[1]!r})"
         else:
             expected, why = True, "its row and version etags are current"
-        if expected and not _is_next(self.version, model):
+        if expected and self.version is not None and not _is_next(self.version, model):
             return [], _reused_version(self.version, model)
         if self._succeeded() is not expected:
             return [], f"{self.call} returned {self.result}, but {why}"
@@ -847,6 +859,11 @@ def _run_op(table: MembershipTable, thread: int, op: Op, reads: _Reads, exact: b
         entry = op.row.entry()
         event = Event(thread, "insert_next", entry=entry, with_etags=True)
         return [_timed(event, lambda: table.insert_row_at_next_version(entry))]
+    if isinstance(op, UpdateAtNextVersion):
+        entry = op.row.entry()
+        etag = reads.etag(entry.silo_address, op.etag)
+        event = Event(thread, "update_next", entry=entry, etag=etag, with_etags=True)
+        return [_timed(event, lambda: table.update_row_at_next_version(entry, etag))]
     if isinstance(op, Update):
         entry, version = op.row.entry(), reads.version(op.version)
         etag = reads.etag(entry.silo_address, op.etag)

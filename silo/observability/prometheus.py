@@ -233,6 +233,11 @@ class InstrumentedTable(MembershipTable):
             "insert_row_at_next_version", lambda: self.inner.insert_row_at_next_version(entry), lost_race=None
         )
 
+    def update_row_at_next_version(self, entry: MembershipEntry, etag: str) -> CommittedWrite | None:
+        return self._timed(
+            "update_row_at_next_version", lambda: self.inner.update_row_at_next_version(entry, etag), lost_race=None
+        )
+
     def update_rows_with_etags(
         self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion
     ) -> CommittedWrite | None:

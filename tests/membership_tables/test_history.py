@@ -493,6 +493,11 @@ class CountingTable(MembershipTable):
         self._write()
         return self.inner.insert_row_at_next_version(entry)
 
+    def update_row_at_next_version(self, entry: MembershipEntry, etag: str) -> CommittedWrite | None:
+        self.calls.append("update_row_at_next_version")
+        self._write()
+        return self.inner.update_row_at_next_version(entry, etag)
+
     def update_rows_with_etags(
         self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion
     ) -> CommittedWrite | None:
@@ -624,6 +629,24 @@ def test_an_insert_at_the_next_version_is_recorded_at_the_version_it_set(store: 
     assert [(r.version, r.operation, r.entry) for r in sink.records] == [
         (1, "insert", row(A, SiloStatus.JOINING)),
         (2, "insert", row(B)),
+    ]
+
+
+def test_an_update_at_the_next_version_is_recorded_at_the_version_it_set(store: str) -> None:
+    counting = CountingTable(open_table(store, "c"))
+    sink = ListSink()
+    table = RecordingTable(counting, str(A), sink)
+    table.initialize()
+    inserted = table.insert_row_at_next_version(row(A, SiloStatus.JOINING))
+    assert inserted is not None
+    updated = table.update_row_at_next_version(row(A), inserted.rows[0][1])
+    assert updated is not None
+    assert table.update_row_at_next_version(row(A), inserted.rows[0][1]) is None, "a stale etag: not recorded"
+    assert updated.version == counting.inner.read_all().version, "the inner write's result, unchanged"
+    assert counting.calls[-2:] == ["update_row_at_next_version"] * 2
+    assert [(r.version, r.operation, r.entry) for r in sink.records] == [
+        (1, "insert", row(A, SiloStatus.JOINING)),
+        (2, "update", row(A)),
     ]
 
 

@@ -134,6 +134,10 @@ class FlakyTable(MembershipTable):
         self._check()
         return self.inner.insert_row_at_next_version(entry)
 
+    def update_row_at_next_version(self, entry: MembershipEntry, etag: str) -> CommittedWrite | None:
+        self._check()
+        return self.inner.update_row_at_next_version(entry, etag)
+
     def update_rows_with_etags(
         self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion
     ) -> CommittedWrite | None:

@@ -47,6 +47,12 @@ class StatusLog(FlakyTable):
             self.statuses.append(entry.status)
         return committed
 
+    def update_row_at_next_version(self, entry: MembershipEntry, etag: str) -> CommittedWrite | None:
+        committed = super().update_row_at_next_version(entry, etag)
+        if committed and entry.silo_address == ME:
+            self.statuses.append(entry.status)
+        return committed
+
     def update_rows_with_etags(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
         committed = super().update_rows_with_etags(updates, version)
         if committed:

@@ -225,6 +225,14 @@ class Gate(MembershipTable):
             self.board.record_state()
         return committed
 
+    def update_row_at_next_version(self, entry: MembershipEntry, etag: str) -> CommittedWrite | None:
+        self._enter()
+        self._intrude()
+        committed = self.board.store.update_row_at_next_version(entry, etag)
+        if committed is not None:
+            self.board.record_state()
+        return committed
+
     def update_rows_with_etags(
         self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion
     ) -> CommittedWrite | None:

@@ -14,6 +14,7 @@ from membership_tables import (
     CommittedWrite,
     MembershipEntry,
     MembershipTable,
+    MembershipTableData,
     SiloAddress,
     SiloStatus,
     TableUnavailableError,
@@ -79,6 +80,81 @@ async def test_join_writes_go_through_versioned_updates_and_call_the_gossiper() 
     assert tables.snapshot.status_of(ME) is SiloStatus.ACTIVE
     assert writes == [2, 3]
     assert tables.snapshot.version == 3
+
+
+def others_write_after_each_read_row(flaky: FlakyTable, write: Callable[[], None], times: int) -> None:
+    """Make another writer write right after each of the next ``times`` reads of a row: between
+    our read and our write, the window in which a conditional write loses."""
+    original = flaky.inner.read_row
+    left = times
+
+    def read_row_then_someone_writes(silo: SiloAddress) -> MembershipTableData:
+        nonlocal left
+        data = original(silo)
+        if left > 0:
+            left -= 1
+            write()
+        return data
+
+    flaky.inner.read_row = read_row_then_someone_writes  # type: ignore[method-assign]
+
+
+async def joining_over_a_flaky_table() -> tuple[FlakyTable, FakeClock, MembershipTableManager]:
+    """A table holding PEER, and our manager over it, having inserted our row as Joining."""
+    flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
+    seed(flaky.inner, row(PEER))
+    tables = manager(flaky, clock)
+    await tables.insert_self(row(ME, SiloStatus.JOINING), tables.deadline_in(10))
+    return flaky, clock, tables
+
+
+@async_test
+async def test_writes_of_our_own_row_do_not_lose_to_writes_of_other_rows() -> None:
+    """Our status depends on our row alone: it is written at the next version, whatever moved it."""
+    flaky, _, tables = await joining_over_a_flaky_table()
+    rivals = iter(range(10, 20))
+    others_write_after_each_read_row(flaky, lambda: seed(flaky.inner, row(address(next(rivals)))), times=3)
+    flaky.calls.clear()
+    assert await tables.update_own_status(SiloStatus.ACTIVE, tables.deadline_in(10))
+    assert flaky.calls[:2] == ["read_row", "update_row_at_next_version"]
+    assert flaky.inner.read_all().get(ME) is not None
+    assert flaky.inner.read_row(ME).entries[0].status is SiloStatus.ACTIVE
+
+
+@async_test
+async def test_a_write_of_our_own_row_loses_to_a_vote_against_it_and_keeps_the_vote() -> None:
+    flaky, clock, tables = await joining_over_a_flaky_table()
+
+    def vote_against_me() -> None:
+        data = flaky.inner.read_all()
+        found = data.get(ME)
+        assert found is not None
+        voted = found[0].replace(suspect_times=((PEER, T0),))
+        assert flaky.inner.update_row(voted, found[1], data.version.next())
+
+    others_write_after_each_read_row(flaky, vote_against_me, times=1)
+    flaky.calls.clear()
+    writing = asyncio.create_task(tables.update_own_status(SiloStatus.ACTIVE, tables.deadline_in(10)))
+    while not writing.done():
+        await clock.advance(0.01)
+    assert await writing
+    assert flaky.calls.count("update_row_at_next_version") == 2, flaky.calls
+    [stored] = flaky.inner.read_row(ME).entries
+    assert stored.status is SiloStatus.ACTIVE
+    assert stored.suspect_times == ((PEER, T0),), "written on the row the vote left"
+
+
+@async_test
+async def test_an_older_generation_is_declared_dead_on_the_version_we_read() -> None:
+    """Another silo's row is a decision on our view: that write is still conditioned on the version."""
+    flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
+    old = address(1, generation=0)
+    seed(flaky.inner, row(old), row(PEER))
+    tables = manager(flaky, clock)
+    flaky.calls.clear()
+    assert await tables.update_row(old, lambda entry: entry.replace(status=SiloStatus.DEAD), tables.deadline_in(10))
+    assert "update_rows_with_etags" in flaky.calls
+    assert "update_row_at_next_version" not in flaky.calls
 
 
 @async_test
