@@ -224,6 +224,15 @@ class SnapshotPublisher:
             self._changed.notify_all()
         return newer
 
+    async def reached(self, version: int) -> None:
+        """Return once the current snapshot is at ``version`` or later (or the publisher is closed)."""
+
+        def ready() -> bool:
+            return self._closed or (self._current is not None and self._current.version >= version)
+
+        async with self._changed:
+            await self._changed.wait_for(ready)
+
     async def close(self) -> None:
         """End every subscription."""
         async with self._changed:

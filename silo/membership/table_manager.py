@@ -58,7 +58,7 @@ from membership_tables import (
     TableUnavailableError,
 )
 from silo.membership.background import BackgroundTasks
-from silo.membership.clock import Clock, Periodic
+from silo.membership.clock import Clock, Periodic, with_timeout
 from silo.membership.gossiper import gossip_peers
 from silo.membership.liveness import LivenessTracker
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
@@ -829,7 +829,7 @@ class MembershipTableManager:
         deadline = self.deadline_in(period)
         try:
             version = await self._version_without_a_full_read(deadline)
-            if version == self.snapshot.version:
+            if version == self.snapshot.version or (version is not None and await self._brought_by_gossip(version)):
                 self._observer.refresh_skipped()
                 return
             if version is not None and await self._caught_up_from_a_peer(version):
@@ -869,6 +869,17 @@ class MembershipTableManager:
             return self.snapshot.version
         version = (await self._access.call(self._table.read_version, deadline)).version
         return None if self._recovering() else version
+
+    async def _brought_by_gossip(self, version: int) -> bool:
+        """Whether gossip brings us ``version`` within ``probe_timeout``. A version read that
+        shows a change often races the change's own gossip: in one 1,000-silo kill, 42 of the 99
+        silos whose read showed the vote or the death asked a peer that did not have it yet and
+        read the whole table, 13 of them although the gossip had reached them meanwhile."""
+        try:
+            await with_timeout(self._clock, self.publisher.reached(version), self._options.probe_timeout)
+        except TimeoutError:
+            return False
+        return True
 
     async def _caught_up_from_a_peer(self, version: int) -> bool:
         """Take the view of one of the silos we send our gossip to (``gossip_peers``: ring

@@ -138,6 +138,27 @@ async def test_a_silo_that_missed_a_change_takes_it_from_a_peer_at_its_refresh_n
 
 
 @async_test
+async def test_a_version_read_that_races_the_gossip_of_the_change_waits_for_the_gossip() -> None:
+    """In one 1,000-silo kill 42 silos asked a peer too early and read the whole table."""
+    store, clock, nodes = await refreshing_cluster_of_three()
+    peer = nodes[PEER]
+    assert await peer.manager.update_own_status(SiloStatus.SHUTTING_DOWN, peer.manager.deadline_in(10))
+    [(message, _)] = peer.gossiped  # on its way to ME, not there yet
+    me = nodes[ME]
+    me.manager.start()
+    while "read_version" not in me.table.calls:
+        await clock.advance(0.01)
+    assert me.manager.snapshot.version < store.read_version().version
+    await clock.advance(EVERY_THIRD.probe_timeout / 2)
+    await me.manager.on_gossip(message, PEER)
+    await clock.advance(EVERY_THIRD.probe_timeout)
+    assert me.table_calls() == ["read_version"]
+    assert me.pulls == []
+    assert me.manager.snapshot.status_of(PEER) is SiloStatus.SHUTTING_DOWN
+    await me.manager.stop()
+
+
+@async_test
 async def test_a_silo_whose_peer_cannot_give_the_change_reads_the_table() -> None:
     store, clock, nodes = await refreshing_cluster_of_three()
     seed(store, row(FOURTH, SiloStatus.JOINING))  # nobody has seen it but the table
