@@ -1,13 +1,14 @@
 """Scale: hundreds to a thousand silos joining one PostgreSQL table at once, gossip on.
 
-``benchmarks.silo_host`` processes hold many silos each (full Silo runtime, own gRPC server
-and port per silo). All start together; the benchmark polls the table until every silo is
-Active (time to all Active, and the curve), counts the live silos declared Dead while joining
-and over a steady window (every hosted silo is live until the end, so any Dead row of one is a
-false death), counts the silos' statements in that window with ``pg_stat_statements`` (reads,
-full reads, canonical writes, heartbeats per second), measures resident memory and CPU per
-silo, and finally starts one more silo as its own ``silo run`` process and SIGKILLs it, a few
-times, timing crash to Dead at that size.
+``benchmarks.silo_host`` processes hold many silos each (full Silo runtime, own gRPC server and
+port per silo). All start together: every host binds its servers and waits, and the clock starts
+when the last is listening (``hosts_ready_s`` is the process start-up before it); the benchmark
+polls the table until every silo is Active (time to all Active, and the curve), counts the live
+silos declared Dead while joining and over a steady window (every hosted silo is live until the
+end, so any Dead row of one is a false death), counts the silos' statements in that window with
+``pg_stat_statements`` (reads, full reads, canonical writes, heartbeats per second), measures
+resident memory and CPU per silo, and finally starts one more silo as its own ``silo run``
+process and SIGKILLs it, a few times, timing crash to Dead at that size.
 
 Timings are those of Orleans' defaults, not of the local preset, so that probing a thousand
 silos fits two cores (see ``OVERRIDES``; the JSON records them), so the detection floor here
@@ -177,7 +178,8 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_hosts(uri: str, silos: int, config: Config, root: Path) -> list[ServerProcess]:
+def start_hosts(uri: str, silos: int, config: Config, root: Path, start_when: Path) -> list[ServerProcess]:
+    """The host processes of ``silos`` silos; they bind their servers and wait for ``start_when`` to exist."""
     hosts = []
     for index, count in enumerate(hosts_for(silos, config)):
         argv = [
@@ -190,6 +192,8 @@ def start_hosts(uri: str, silos: int, config: Config, root: Path) -> list[Server
             "scale",
             "--count",
             str(count),
+            "--start-when",
+            str(start_when),
         ]
         env = {"PYTHONPATH": str(ROOT), "GRPC_VERBOSITY": "ERROR"}
         hosts.append(ServerProcess([*argv, *set_arguments(config)], root / f"host-{index}.log", env=env))
@@ -207,6 +211,20 @@ class JoinDidNotFinishError(RuntimeError):
     def __init__(self, message: str, curve: list[tuple[float, int, int, int]]) -> None:
         super().__init__(message)
         self.curve = curve
+
+
+def wait_listening(hosts: list[ServerProcess], timeout: float) -> None:
+    """Until every host printed ``listening N`` (its servers bound, its silos about to join)."""
+    waiting = list(hosts)
+    deadline = wall() + timeout
+    while waiting:
+        waiting = [host for host in waiting if b"listening " not in host.log.read_bytes()]
+        exited = [host for host in waiting if not host.running]
+        if exited:
+            raise JoinDidNotFinishError(f"a host exited before listening (see {exited[0].log})", [])
+        if wall() > deadline:
+            raise JoinDidNotFinishError(f"{len(waiting)} hosts not listening after {timeout:g}s", [])
+        time.sleep(0.05)
 
 
 def wait_all_active(
@@ -380,10 +398,15 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
         def counts() -> Counts:
             return statement_counts(server, database, SILOS_ROLE)
 
-        started = wall()
-        hosts = start_hosts(uri, silos, config, root)
+        spawned = wall()
+        go = root / f"go-{silos}"
+        hosts = start_hosts(uri, silos, config, root, go)
         measured["processes"] = len(hosts)
         try:
+            await asyncio.to_thread(wait_listening, hosts, config.join_timeout)
+            started = wall()
+            measured["hosts_ready_s"] = started - spawned  # process start-up, before the clock of the join
+            go.touch()
             curve = await asyncio.to_thread(wait_all_active, watch_uri, silos, config, started, hosts)
             dead_joining = dead_silos(table.read_all())
             measured.update(

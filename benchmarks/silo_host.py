@@ -5,7 +5,10 @@ Each silo is a full ``silo.runtime.silo.Silo`` with its own gRPC server on its o
 process's event loop and one table handle (one connection pool), which is what lets a
 two-core machine hold hundreds of silos. All silos start joining at once. The process
 prints ``listening N`` once every server is bound and ``active K of N`` when the joins
-are over, then serves until SIGTERM/SIGINT (graceful leave) or SIGKILL.
+are over, then serves until SIGTERM/SIGINT (graceful leave) or SIGKILL. With ``--start-when
+PATH`` the silos start joining only once PATH exists, so that several hosts start together:
+without it the first host to finish importing joined an empty table alone, its silos were the
+whole Active set for seconds, and every other joiner validated against that one process.
 
 ``--probe-loss P --probe-delay Q`` wrap every silo's prober in ``benchmarks.lossy_prober.LossyProber``
 (silo ``i`` seeded ``--seed + i``): probe-level packet loss and delay without ``tc netem``.
@@ -20,6 +23,7 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 
 from benchmarks.lossy_prober import LossyProber
 from membership_tables import SiloStatus, open_table
@@ -62,13 +66,20 @@ class Impairment:
 
 
 async def serve(
-    table_uri: str, cluster_id: str, count: int, options: SiloOptions, impairment: Impairment | None = None
+    table_uri: str,
+    cluster_id: str,
+    count: int,
+    options: SiloOptions,
+    impairment: Impairment | None = None,
+    start_when: Path | None = None,
 ) -> int:
     table = open_table(table_uri, cluster_id)
     wrap = impairment.wrap if impairment else None
     known = read_known_silos(table)  # one read for all the generations, not one per silo
     stacks = [assemble(table, SiloProcessConfig(cluster_id, options=options), wrap, known) for _ in range(count)]
     print(f"listening {count}", flush=True)
+    while start_when is not None and not start_when.exists():
+        await asyncio.sleep(0.005)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -94,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe-loss", type=float, default=0.0, help="fraction of probes dropped (default 0)")
     parser.add_argument("--probe-delay", type=float, default=0.0, help="fraction of probes delayed (default 0)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first silo's loss/delay RNG")
+    parser.add_argument("--start-when", type=Path, help="start joining once this file exists (default: at once)")
     args = parser.parse_args(argv)
     # WARNING: hundreds of silos to a process; SILO_HOST_LOG_LEVEL=INFO to follow each one's join and votes
     # (membership events too with SILO_HOST_EVENT_LOG=1; SILO_HOST_DEBUG_LOGGERS=a,b for DEBUG on some loggers).
@@ -111,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     impairment = Impairment(args.probe_loss, args.probe_delay, args.seed) if lossy else None
     tune_for_silos()  # as ``silo run`` does
     with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(serve(args.table, args.cluster, args.count, options, impairment))
+        return asyncio.run(serve(args.table, args.cluster, args.count, options, impairment, args.start_when))
     return 0
 
 
