@@ -530,10 +530,8 @@ class Event:
             assert isinstance(self.result, TableVersion)
             seen, why = _observe_version(model, self.result)
             return ([seen] if seen is not None else []), why
-        if self.kind == "insert":
+        if self.kind in ("insert", "insert_next"):
             return self._insert(model)
-        if self.kind == "insert_next":
-            return self._insert_at_next_version(model)
         if self.kind in ("update", "update_next"):
             return self._update(model)
         if self.kind == "update_rows":
@@ -566,28 +564,20 @@ class Event:
         return ([learnt] if learnt is not None else []), why
 
     def _insert(self, model: Model) -> tuple[list[Model], str]:
+        """``insert_row_with_etags``, or ``insert_row_at_next_version`` (no version token: ``self.version`` is None)."""
         assert self.entry is not None
-        assert self.version is not None
-        if not model.version_matches(self.version):
+        if self.version is not None and not model.version_matches(self.version):
             expected, why = False, f"its version etag {self.version.etag!r} is not the current one"
-        elif self.entry.silo_address in model.rows:
-            expected, why = False, f"row {self.entry.silo_address} exists"
-        else:
-            expected, why = True, "its version etag is current and the row is absent"
-        if expected and not _is_next(self.version, model):
-            return [], _reused_version(self.version, model)
-        if self._succeeded() is not expected:
-            return [], f"{self.call} returned {self.result}, but {why}"
-        return self._commit(model, self.entry) if expected else ([model], "")
-
-    def _insert_at_next_version(self, model: Model) -> tuple[list[Model], str]:
-        assert self.entry is not None
-        if model.version is None:
+        elif model.version is None:
             expected, why = False, "the cluster has no version row"
         elif self.entry.silo_address in model.rows:
             expected, why = False, f"row {self.entry.silo_address} exists"
-        else:
+        elif self.version is None:
             expected, why = True, "the row is absent"
+        else:
+            expected, why = True, "its version etag is current and the row is absent"
+        if expected and self.version is not None and not _is_next(self.version, model):
+            return [], _reused_version(self.version, model)
         if self._succeeded() is not expected:
             return [], f"{self.call} returned {self.result}, but {why}"
         return self._commit(model, self.entry) if expected else ([model], "")
