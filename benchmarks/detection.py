@@ -84,11 +84,10 @@ from benchmarks.silo_cluster import (
     cpu_seconds,
     partition_trial,
     pings_per_second,
+    silo_certificates,
 )
 from benchmarks.zk_group import ZkGroup
-from silo.cli.dev_ca import init_ca, issue
 from silo.membership.options import SiloOptions
-from silo.wire.peer_identity import Role
 from silo.wire.tls import TlsSettings
 from tests.services.zookeeper import ZooKeeperServer, four_letter_word
 
@@ -251,20 +250,13 @@ def summarize_trials(mode: str, trials: list[KillTrial]) -> dict[str, Any]:
     }
 
 
-def silo_certificates(root: Path, sizes: Sequence[int]) -> dict[int, TlsSettings]:
-    """A development CA under ``root`` and one silo certificate per TLS cluster (``det<N>tls``)."""
-    directory = root / "certs"
-    ca = init_ca(directory)
-    settings = {}
-    for size in sizes:
-        issued = issue(directory, cluster=f"det{size}tls", name=f"det{size}tls", roles=(Role.SILO,))
-        settings[size] = TlsSettings(issued.cert, issued.key, ca)
-    return settings
-
-
 async def all_silo_trials(config: Config, root: Path, rng: random.Random, results: dict[str, Any]) -> None:
     """The silos' trials at every N, once per transport; TLS results in ``silos_tls`` and their ratio."""
-    certificates = silo_certificates(root, config.sizes) if "tls" in config.transports else {}
+    certificates = (
+        dict(zip(config.sizes, silo_certificates(root, [f"det{size}tls" for size in config.sizes]), strict=True))
+        if "tls" in config.transports
+        else {}
+    )
     with services.table_uris(config.backend, root) as fresh_uri:
         for size in config.sizes:
             for transport in config.transports:

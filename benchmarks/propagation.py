@@ -11,8 +11,12 @@ DECLARED_DEAD event on its ``WatchMembership`` stream; runs before 25 November p
 0.1 s, which bounded their resolution). Gossip off = ``--set use_liveness_gossip=false``: views then follow only the
 periodic re-read every ``table_refresh_timeout``. Gossip on runs with a slow periodic refresh
 (``Config.gossip_on_refresh``) so that the reads a change causes stand out from the periodic
-ones. Reads per change = table reads caused / versioned writes caused (a death is several
-changes: each vote and the Dead row).
+ones. Reads per change = table reads caused / versions written (a death is several changes:
+each vote and the Dead row); the versions are the version row's value after the window minus
+before (a conditional write that lost still runs its UPDATE statements, so counting those would
+flatter the ratio). Gossip on under mutual TLS (``gossip_on_tls``, a development CA) is the
+production setting: only there may a vote be decided on the silo's view (gossip comes from
+members only), so a death's monitors need not read the table.
 
 Statement shapes counted (from the SQL backend): a full read is the members SELECT filtered
 by cluster only (``read_all``); every read (``read_all`` and ``read_row``) SELECTs the version
@@ -20,12 +24,14 @@ row once; a canonical write UPDATEs it once; a heartbeat UPDATEs ``i_am_alive_ti
 The benchmark reads nothing from the table during a trial (it watches the silos over gRPC),
 so the counts are the silos' own.
 
-    python -m benchmarks.propagation [--quick]
+    python -m benchmarks.propagation [--quick] [--modes gossip_on,gossip_on_tls,gossip_off]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import dataclasses
 import random
 import re
 import statistics
@@ -37,19 +43,26 @@ from typing import Any
 
 from benchmarks import services
 from benchmarks.common import (
-    benchmark_main,
+    RunSettings,
+    choices_list,
+    common_arguments,
     grouped_bars,
     print_table,
     pyplot,
+    run_benchmark,
     save_figure,
     summarize,
     wall,
     workdir,
 )
-from benchmarks.silo_cluster import BenchCluster, KillTrial
+from benchmarks.silo_cluster import BenchCluster, KillTrial, silo_certificates
 from silo.membership.options import SiloOptions
 
 NAME = "propagation"
+
+
+MODES = ("gossip_on", "gossip_on_tls", "gossip_off")
+"""Gossip on (plaintext), gossip on under mutual TLS, gossip off (plaintext)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,7 @@ class Config:
     give or take one per silo at the window's edges) would bury the few reads a change causes."""
     silo_options: tuple[str, ...] = ()
     """More ``NAME=VALUE`` options for every silo of both modes (``--set``), e.g. ``gossip_fanout=32``."""
+    modes: tuple[str, ...] = MODES
 
     @classmethod
     def quick(cls) -> Config:
@@ -85,9 +99,11 @@ def statement_counts(server: services.BenchPostgresServer, database: str, role: 
         parameters = (database, role)
     with server.connect(database) as connection:
         rows = connection.execute(query.encode(), parameters).fetchall()
+        latest = connection.execute(b"SELECT max(version) FROM silo_membership_version").fetchone()
     counts = {"full_reads": 0, "all_reads": 0, "version_writes": 0, "heartbeats": 0, "statements": 0}
-    for query, calls in rows:
-        text = " ".join(str(query).split())
+    counts["versions"] = int(str(latest[0])) if latest is not None and latest[0] is not None else 0
+    for statement, calls in rows:
+        text = " ".join(str(statement).split())
         number = int(str(calls))
         counts["statements"] += number
         if text.startswith("SELECT silo_membership_version.version, silo_membership_version.etag"):
@@ -106,19 +122,21 @@ def difference(after: Counts, before: Counts) -> Counts:
 
 
 async def one_config(
-    server: services.BenchPostgresServer, size: int, gossip: bool, config: Config, root: Path, rng: random.Random
+    server: services.BenchPostgresServer, size: int, mode: str, config: Config, root: Path, rng: random.Random
 ) -> dict[str, Any]:
     database = services.unique("propagation")
     uri = server.create_database(database)
     with server.connect(database) as connection:
         connection.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
     root.mkdir(parents=True, exist_ok=True)
+    gossip, cluster_id = mode != "gossip_off", f"prop{size}" + ("tls" if mode == "gossip_on_tls" else "")
     extra = (
         ("--set", f"table_refresh_timeout={config.gossip_on_refresh}")
         if gossip
         else ("--set", "use_liveness_gossip=false")
     ) + tuple(argument for option in config.silo_options for argument in ("--set", option))
-    bench = BenchCluster(root, uri, f"prop{size}", extra, poll_table=False, stream_views=True)
+    [tls] = silo_certificates(root, [cluster_id]) if mode == "gossip_on_tls" else [None]
+    bench = BenchCluster(root, uri, cluster_id, extra, poll_table=False, stream_views=True, tls=tls)
     trials: list[KillTrial] = []
     caused: list[Counts] = []
 
@@ -137,9 +155,10 @@ async def one_config(
             trials.append(trial)
             await bench.replace_missing(size)
             print(
-                f"  N={size} gossip={'on' if gossip else 'off'} trial {index + 1}: propagation "
+                f"  N={size} {mode} trial {index + 1}: propagation "
                 f"{trial.propagation}, reads caused {caused[-1]['all_reads']} "
-                f"({caused[-1]['full_reads']} full) for {caused[-1]['version_writes']} writes",
+                f"({caused[-1]['full_reads']} full) for {caused[-1]['versions']} versions "
+                f"({caused[-1]['version_writes']} version UPDATE statements)",
                 flush=True,
             )
     finally:
@@ -154,12 +173,12 @@ async def window_counts(counts: Callable[[], Counts], seconds: float) -> Counts:
 
 
 def reads_per_change(caused: list[Counts]) -> list[float]:
-    """Per trial: table reads (every ``read_all`` and ``read_row``) caused per versioned write caused.
+    """Per trial: table reads (every ``read_all`` and ``read_row``) caused per version written.
 
     A death is several membership changes (each vote, then the Dead row, each one version):
     this is what one change costs the store in reads, cluster-wide.
     """
-    return [c["all_reads"] / c["version_writes"] for c in caused if c["version_writes"] > 0]
+    return [c["all_reads"] / c["versions"] for c in caused if c["versions"] > 0]
 
 
 def summarize_config(trials: list[KillTrial], caused: list[Counts]) -> dict[str, Any]:
@@ -188,14 +207,11 @@ async def run(config: Config) -> dict[str, Any]:
     rng = random.Random(config.seed)
     results: dict[str, Any] = {}
     with workdir(NAME) as root, services.postgres(stats=True) as server:
-        for gossip in (True, False):
-            label = "gossip_on" if gossip else "gossip_off"
-            results[label] = {}
+        for mode in config.modes:
+            results[mode] = {}
             for size in config.sizes:
-                print(f"[propagation] N={size} {label}", flush=True)
-                results[label][str(size)] = await one_config(
-                    server, size, gossip, config, root / f"{label}-{size}", rng
-                )
+                print(f"[propagation] N={size} {mode}", flush=True)
+                results[mode][str(size)] = await one_config(server, size, mode, config, root / f"{mode}-{size}", rng)
     return results
 
 
@@ -207,13 +223,13 @@ def report(results: dict[str, Any]) -> None:
             reads = entry["caused_per_death"]
             rows.append(
                 [label, size, stats["median"], stats["p95"], stats["p99"], entry["propagation_each_silo"]["median"],
-                 reads["full_reads"]["mean"], reads["all_reads"]["mean"], reads["version_writes"]["mean"],
-                 entry.get("reads_per_change", {}).get("median")]
+                 reads["full_reads"]["mean"], reads["all_reads"]["mean"], reads["versions"]["mean"],
+                 reads["version_writes"]["mean"], entry.get("reads_per_change", {}).get("median")]
             )  # fmt: skip
     print_table(
         "Dead write to every silo's view (s), and store statements caused by one death (mean over trials)",
-        ["mode", "N", "last median", "last p95", "last p99", "each median", "full reads", "all reads", "writes",
-         "reads per change (median)"],
+        ["mode", "N", "last median", "last p95", "last p99", "each median", "full reads", "all reads", "versions",
+         "version UPDATEs", "reads per change (median)"],
         rows,
     )  # fmt: skip
 
@@ -244,9 +260,23 @@ def plot(results: dict[str, Any], path: Path) -> None:
     save_figure(figure, path)
 
 
+def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
+    """The common flags plus ``--modes`` (a comma-separated subset of ``MODES``)."""
+    extra = argparse.ArgumentParser(add_help=False)
+    extra.add_argument("--modes", default=None)
+    known, rest = extra.parse_known_args(argv)
+    settings = common_arguments(__doc__ or NAME, rest)
+    config = Config.quick() if settings.quick else Config()
+    if known.modes is not None:
+        config = dataclasses.replace(config, modes=choices_list(known.modes, MODES, "--modes"))
+    return settings, config
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    extra = {"options": asdict(SiloOptions.local())}
-    return benchmark_main(NAME, __doc__, argv, Config, lambda config: asyncio.run(run(config)), report, plot, extra)
+    settings, config = parse(argv)
+    arguments = list(argv if argv is not None else sys.argv[1:])  # the recorded command omits the extra flags
+    extra = {"options": asdict(SiloOptions.local()), "arguments": arguments}
+    return run_benchmark(NAME, settings, config, lambda: asyncio.run(run(config)), report, plot, extra)
 
 
 if __name__ == "__main__":

@@ -35,10 +35,12 @@ from membership_tables import (
     SiloStatus,
     TableUnavailableError,
 )
+from silo.cli.dev_ca import init_ca, issue
 from silo.exit_codes import ExitCode
 from silo.membership.options import SiloOptions
 from silo.wire import codec
 from silo.wire.channels import CHANNEL_OPTIONS
+from silo.wire.peer_identity import Role
 from silo.wire.prober import GrpcProber
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.wire.tls import TlsSettings
@@ -49,6 +51,17 @@ POLL = 0.1
 RPC_TIMEOUT = 1.0
 JOIN_TIMEOUT = 120.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def silo_certificates(root: Path, clusters: Sequence[str]) -> list[TlsSettings]:
+    """A development CA under ``root`` and one silo certificate for each of ``clusters``, in order."""
+    directory = root / "certs"
+    ca = init_ca(directory)
+    settings = []
+    for cluster in clusters:
+        issued = issue(directory, cluster=cluster, name=cluster, roles=(Role.SILO,))
+        settings.append(TlsSettings(issued.cert, issued.key, ca))
+    return settings
 
 
 # --- what a process costs ------------------------------------------------------------------

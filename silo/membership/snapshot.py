@@ -75,7 +75,7 @@ class MembershipDelta:
         """Whether ``silo``, if it cannot apply this delta, should catch up at once rather than at
         its next refresh: the delta takes a silo out (Dead, ShuttingDown, Stopping) or is about
         ``silo`` itself. Joins, activations, property changes and votes against others can wait:
-        votes are always cast on a fresh read of the table anyway."""
+        a vote cast on a view that missed them loses its conditional write and reads the table."""
         return self.is_about(silo) or any(
             entry.status not in (SiloStatus.JOINING, SiloStatus.ACTIVE) for entry, _ in self.rows
         )

@@ -174,6 +174,7 @@ def assemble(
         proxy_port=gateway_port,
         properties=advertised_properties(config.properties, tls=config.tls is not None),
         observer=metrics.metrics if metrics else NULL_OBSERVER,
+        trusted_gossip=config.tls is not None,
     )
     if metrics is not None:
         metrics.metrics.watch(lambda: silo.snapshot, on_loop(asyncio.get_running_loop(), silo.health_score))

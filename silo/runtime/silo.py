@@ -79,7 +79,10 @@ class Silo:
         random: random_module.Random | None = None,
         run_blocking: BlockingRunner | None = None,
         observer: MembershipObserver = NULL_OBSERVER,
+        trusted_gossip: bool = False,
     ) -> None:
+        """``trusted_gossip``: only members of the cluster can reach our RPCs (mutual TLS with
+        silo certificates); see ``MembershipTableManager``."""
         self._table = table
         self._address = address
         self._options = options
@@ -116,6 +119,7 @@ class Silo:
             on_write=self._gossiper.publish,
             fetch_view=gossip.fetch_membership,
             observer=observer,
+            trusted_gossip=trusted_gossip,
         )
         self._health = LocalHealth(address=address, options=options, clock=self._clock, snapshot=self._current)
         self._cluster = ClusterHealthMonitor(

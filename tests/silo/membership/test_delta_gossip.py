@@ -31,8 +31,17 @@ from silo.membership.options import SiloOptions
 from silo.membership.probing import GossipMessage
 from silo.membership.snapshot import LARGE_VIEW, MembershipDelta, MembershipSnapshot
 from silo.membership.table_access import BlockingRunner, run_inline
-from silo.membership.table_manager import MembershipTableManager, VoteOutcome
-from tests.silo.harness import T0, FlakyTable, address, async_test, memory_table, row, seed, view
+from silo.membership.table_manager import VIEW_VOTE_GOSSIP_WAIT, MembershipTableManager, VoteOutcome
+from tests.silo.harness import (
+    T0,
+    FlakyTable,
+    address,
+    async_test,
+    memory_table,
+    row,
+    seed,
+    view,
+)
 
 ME, PEER, OTHER, FOURTH = address(1), address(2), address(3), address(4)
 OPTIONS = SiloOptions.local()
@@ -50,14 +59,27 @@ class Node:
         peers: dict[SiloAddress, Node],
         run_blocking: BlockingRunner = run_inline,
         options: SiloOptions = OPTIONS,
+        *,
+        trusted: bool = False,
+        deliver: bool = False,
     ) -> None:
+        """``trusted``: gossip comes from members only (mutual TLS), so votes may be cast on the
+        view. ``deliver``: hand each write's gossip to every other node at once (a task each),
+        as the gossiper would; otherwise a test hands it over itself."""
         self.table = FlakyTable(store)
         self.gossiped: list[tuple[GossipMessage, tuple[SiloAddress, ...]]] = []
         self.pulls: list[SiloAddress] = []
         self.peers = peers
+        self.deliveries: list[asyncio.Task[None]] = []
 
         def on_write(message: GossipMessage, snapshot: MembershipSnapshot, dead: tuple[SiloAddress, ...]) -> None:
             self.gossiped.append((message, dead))
+            if deliver:
+                self.deliveries.extend(
+                    asyncio.create_task(node.manager.on_gossip(message, me))
+                    for node in peers.values()
+                    if node is not self
+                )
 
         async def fetch_view(peer: SiloAddress, timeout: float) -> MembershipTableData:
             self.pulls.append(peer)
@@ -74,6 +96,7 @@ class Node:
             run_blocking=run_blocking,
             on_write=on_write,
             fetch_view=fetch_view,
+            trusted_gossip=trusted,
         )
         peers[me] = self
 
@@ -93,12 +116,12 @@ def rows_without_heartbeats(data: MembershipTableData) -> list[tuple[object, ...
     return [(entry.replace(i_am_alive_time=T0), etag) for entry, etag in data.rows]
 
 
-async def cluster_of_three() -> tuple[MembershipTable, FakeClock, dict[SiloAddress, Node]]:
+async def cluster_of_three(*, trusted: bool = False) -> tuple[MembershipTable, FakeClock, dict[SiloAddress, Node]]:
     store, clock = memory_table(), FakeClock(T0)
     seed(store, row(ME), row(PEER), row(OTHER))
     nodes: dict[SiloAddress, Node] = {}
     for silo in (ME, PEER, OTHER):
-        node = Node(store, silo, clock, nodes)
+        node = Node(store, silo, clock, nodes, trusted=trusted)
         await node.manager.refresh()
         node.table_calls()
     return store, clock, nodes
@@ -582,3 +605,118 @@ async def test_in_a_large_cluster_only_a_change_about_the_receiver_is_caught_up_
     assert receiver.pulls == [ME]  # about the receiver: caught up at once
     assert receiver.manager.snapshot.entry(OTHER) is not None
     assert receiver.manager.snapshot.version == store.read_version().version
+
+
+# --- votes on the view, under mutual TLS (trusted gossip) ------------------------------------------
+
+
+@async_test
+async def test_under_mutual_tls_a_vote_on_a_current_view_costs_one_write_and_no_read() -> None:
+    store, _, nodes = await cluster_of_three(trusted=True)
+    voter = nodes[ME]
+    assert await voter.manager.try_vote(OTHER) is VoteOutcome.VOTED
+    assert voter.table_calls() == ["update_rows_with_etags"]
+    assert rows_without_heartbeats(voter.manager.snapshot.data) == rows_without_heartbeats(store.read_all())
+    [(message, _)] = voter.gossiped
+    assert message.delta is not None
+    assert [by for by, _ in message.delta.rows[0][0].suspect_times] == [ME]
+
+
+@async_test
+async def test_without_tls_a_vote_reads_the_table_although_its_view_is_current() -> None:
+    """Anyone may send gossip then: a delta forged with real etags (GetMembership shows them)
+    must not be what a vote is decided on."""
+    _, _, nodes = await cluster_of_three(trusted=False)
+    assert await nodes[ME].manager.try_vote(OTHER) is VoteOutcome.VOTED
+    assert nodes[ME].table_calls() == ["read_all", "update_rows_with_etags"]
+
+
+@async_test
+async def test_monitors_voting_together_decide_on_their_views_and_read_nothing() -> None:
+    """A dead silo's monitors vote within moments of each other: the first write wins, the losers
+    decide again on the winner's gossip, and the death costs two writes and no read (each monitor
+    reads the whole table without TLS)."""
+    store, clock = memory_table(), FakeClock(T0)
+    target, monitors = address(5), (ME, PEER, OTHER, FOURTH)
+    seed(store, *(row(silo) for silo in (*monitors, target)))
+    nodes: dict[SiloAddress, Node] = {}
+    for silo in monitors:
+        node = Node(store, silo, clock, nodes, run_blocking=run_after_a_yield, trusted=True, deliver=True)
+        await node.manager.refresh()
+        node.table_calls()
+    version = store.read_version().version
+    outcomes = await asyncio.gather(*(nodes[silo].manager.try_vote(target) for silo in monitors))
+    expected = (VoteOutcome.VOTED, VoteOutcome.DECLARED_DEAD, VoteOutcome.ALREADY_GONE, VoteOutcome.ALREADY_GONE)
+    assert sorted(outcome.value for outcome in outcomes) == sorted(outcome.value for outcome in expected)
+    calls = [call for silo in monitors for call in nodes[silo].table_calls()]
+    assert set(calls) == {"update_rows_with_etags"}  # lost writes too, but no read
+    assert store.read_version().version == version + 2
+    dead = store.read_all().get(target)
+    assert dead is not None
+    assert dead[0].status is SiloStatus.DEAD
+    assert len(dead[0].suspect_times) == 2
+    for node in nodes.values():
+        await asyncio.gather(*node.deliveries)
+        assert node.manager.snapshot.status_of(target) is SiloStatus.DEAD
+
+
+async def waiting_on_the_clock(clock: FakeClock) -> None:
+    """Let the tasks run until one of them sleeps on ``clock``."""
+    while not clock.pending_sleepers:
+        await asyncio.sleep(0)
+
+
+@async_test
+async def test_a_vote_lost_on_a_view_that_missed_a_write_reads_the_table_when_no_gossip_comes() -> None:
+    store, clock, nodes = await cluster_of_three(trusted=True)
+    seed(store, row(FOURTH, SiloStatus.JOINING))  # a write whose gossip never comes
+    voter = nodes[ME]
+    vote = asyncio.create_task(voter.manager.try_vote(OTHER))
+    await waiting_on_the_clock(clock)
+    assert voter.table_calls() == ["update_rows_with_etags"]  # lost: the table moved on
+    await clock.advance(VIEW_VOTE_GOSSIP_WAIT * OPTIONS.probe_timeout)
+    assert await vote is VoteOutcome.VOTED
+    assert voter.table_calls() == ["read_all", "update_rows_with_etags"]
+    assert voter.manager.snapshot.status_of(FOURTH) is SiloStatus.JOINING
+    voted = store.read_all().get(OTHER)
+    assert voted is not None
+    assert [by for by, _ in voted[0].suspect_times] == [ME]
+
+
+@async_test
+async def test_a_vote_lost_on_a_view_decides_again_on_the_winners_gossip() -> None:
+    store, clock, nodes = await cluster_of_three(trusted=True)
+    first, second = nodes[ME], nodes[PEER]
+    assert await first.manager.try_vote(OTHER) is VoteOutcome.VOTED  # its gossip is on its way to PEER
+    [(message, _)] = first.gossiped
+    vote = asyncio.create_task(second.manager.try_vote(OTHER))
+    await waiting_on_the_clock(clock)
+    await second.manager.on_gossip(message, ME)
+    assert await vote is VoteOutcome.DECLARED_DEAD
+    assert second.table_calls() == ["update_rows_with_etags"] * 2  # lost, then won on the gossiped view
+    dead = store.read_all().get(OTHER)
+    assert dead is not None
+    assert [by for by, _ in dead[0].suspect_times] == [ME, PEER]
+
+
+@async_test
+async def test_a_vote_reads_the_table_first_when_gossip_told_of_a_version_it_could_not_get() -> None:
+    store, _, nodes = await cluster_of_three(trusted=True)
+    voter = nodes[ME]
+    seed(store, row(FOURTH, SiloStatus.JOINING))
+    voter.table.down = True
+    await voter.manager.on_gossip(GossipMessage(store.read_version().version))  # no sender, table down
+    voter.table.down = False
+    voter.table_calls()
+    assert await voter.manager.try_vote(OTHER) is VoteOutcome.VOTED
+    assert voter.table_calls() == ["read_all", "update_rows_with_etags"]
+
+
+@async_test
+async def test_gossip_of_a_version_the_table_does_not_have_is_forgotten_at_the_next_read() -> None:
+    store, _, nodes = await cluster_of_three(trusted=True)
+    voter = nodes[ME]
+    await voter.manager.on_gossip(GossipMessage(store.read_version().version + 100))  # its read finds no such version
+    voter.table_calls()
+    assert await voter.manager.try_vote(OTHER) is VoteOutcome.VOTED
+    assert voter.table_calls() == ["update_rows_with_etags"]

@@ -42,6 +42,7 @@ def manager(
     me: SiloAddress = ME,
     declared: list[SiloAddress] | None = None,
     options: SiloOptions = OPTIONS,
+    trusted_gossip: bool = False,
 ) -> MembershipTableManager:
     def on_write(message: GossipMessage, snapshot: MembershipSnapshot, declared_dead: tuple[SiloAddress, ...]) -> None:
         if writes is not None:
@@ -57,6 +58,7 @@ def manager(
         random=random.Random(7),
         run_blocking=run_inline,
         on_write=on_write,
+        trusted_gossip=trusted_gossip,
     )
 
 
@@ -294,6 +296,28 @@ async def test_silos_whose_heartbeat_stopped_leave_the_quorum_on_our_own_clock()
     assert [tables.liveness.is_fresh(silo) for silo in crashed] == [False] * 3
     # 2 fresh Active silos (us and PEER): one vote is a majority of them
     assert await tables.try_vote(PEER) is VoteOutcome.DECLARED_DEAD
+
+
+@async_test
+async def test_a_vote_reads_the_table_when_a_silo_its_view_holds_stale_may_have_come_back() -> None:
+    """Under mutual TLS a vote may be decided on the view, but not here: on the view it would
+    need one vote (2 fresh silos); the table shows OTHER heartbeating again (paused, then
+    resumed), so a read counts 3 fresh silos and needs 2."""
+    flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
+    seed(flaky.inner, row(PEER), row(OTHER))
+    tables = manager(flaky, clock, trusted_gossip=True)
+    await tables.insert_self(row(ME), tables.deadline_in(10))
+    for _ in range(int(tables.liveness.limit / OPTIONS.table_refresh_timeout) + 2):
+        await clock.advance(OPTIONS.table_refresh_timeout)
+        flaky.inner.update_i_am_alive(ME, clock.now())
+        flaky.inner.update_i_am_alive(PEER, clock.now())
+        await tables.refresh()
+    assert not tables.liveness.is_fresh(OTHER)
+    flaky.inner.update_i_am_alive(OTHER, clock.now())  # back: in the table, not in our view
+    flaky.calls.clear()
+    assert await tables.try_vote(PEER) is VoteOutcome.VOTED
+    assert flaky.calls == ["read_all", "update_rows_with_etags"]
+    assert tables.liveness.is_fresh(OTHER)
 
 
 @async_test
