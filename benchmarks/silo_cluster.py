@@ -43,7 +43,7 @@ from silo.wire.channels import CHANNEL_OPTIONS
 from silo.wire.peer_identity import Role
 from silo.wire.prober import GrpcProber
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
-from silo.wire.tls import TlsSettings
+from silo.wire.tls import ChannelPool, TlsSettings
 from tests.silo.cluster_harness import Cluster, SiloProcess, death_bound
 
 POLL = 0.1
@@ -227,6 +227,7 @@ class BenchCluster:
             raise ValueError("a trial must watch the table, the views, or both")
         tls_args = ("--tls-cert", str(tls.cert), "--tls-key", str(tls.key), "--tls-ca", str(tls.ca)) if tls else ()
         self.extra_args = (*extra_args, *tls_args)
+        self.tls = tls
         self.prober = GrpcProber(cluster_id, None, tls=tls)
         self.bound = death_bound(self.cluster.options)
 
@@ -363,7 +364,8 @@ class BenchCluster:
         ``observed_at`` of its DECLARED_DEAD event), not when a poll of ours happened to ask."""
         assert silo.address is not None
         request = pb.WatchMembershipRequest(header=codec.header(self.cluster.cluster_id, None))
-        async with grpc.aio.insecure_channel(silo.address.endpoint, options=CHANNEL_OPTIONS) as channel:
+        pool = ChannelPool(self.cluster.cluster_id, self.tls, CHANNEL_OPTIONS, aio=True)
+        async with pool.get(silo.address.endpoint) as channel:
             try:
                 async with asyncio.timeout(max(0.0, killed_at + self.bound - wall())):
                     async for message in codec.WATCH_MEMBERSHIP.bind(channel)(request):
