@@ -24,12 +24,12 @@ time during which we could not read.
 
 Under mutual TLS (``trusted_gossip``) a vote is decided on the silo's view when the table cannot
 say otherwise (no newer version announced, every Active silo fresh), the write being
-conditioned on the view's version: the
-monitors of a dead silo, which vote within moments of each other, then read nothing (a loser
-waits briefly for the winner's gossip and decides again). Otherwise, and when that gossip does
-not come, it reads the table first. Lost races are normal: a vote that loses is retried at once
-on a fresh read, up to ``VOTE_ATTEMPTS`` times, so a quorum is not delayed by a whole probe
-round. Votes of ours that come together are cast in one write (several deaths, one version).
+conditioned on the view's version: the monitors of a dead silo, which vote within moments of
+each other, then read nothing (a loser waits briefly for the winner's gossip and decides
+again). Otherwise, and when that gossip does not come, it reads the table first. Lost races are
+normal: a vote that loses is retried at once on a fresh read, up to ``VOTE_ATTEMPTS`` times, so
+a quorum is not delayed by a whole probe round. Votes of ours that come together are cast in
+one write (several deaths, one version).
 
 With ring sampling (more fresh Active silos than ``num_probed_silos + 1``) the majority rule
 sees only a sample, so the table arbitrates a death (``votes.arbitrate_cut``): a vote that
@@ -663,8 +663,8 @@ class MembershipTableManager:
 
         A target our snapshot already holds Dead is ``ALREADY_GONE`` without a read (a gossiped
         death reaches the other monitors before their own votes). Each attempt decides on our
-        view if that is as good as a read (``_cast_on_view``, under mutual TLS), else on a fresh read, and writes
-        conditionally on the version decided on; a lost race is retried at once on a new read
+        view if that is as good as a read (``_cast_on_view``, under mutual TLS), else on a fresh
+        read, and writes conditionally on the version decided on; a lost race is retried at once on a new read
         (``VOTE_ATTEMPTS`` in all). A table error ends the vote: a silo that cannot reach the
         table does not vote, and the monitor votes again later on fresh evidence.
         ``others_unheard``: we do not hear other silos we monitor either (a sign of a cut; it
@@ -746,16 +746,13 @@ class MembershipTableManager:
 
     async def _cast(self, batch: list[_Ballot]) -> dict[SiloAddress, VoteOutcome]:
         """Cast ``batch`` on our view if it decides as a read would (``_cast_on_view``), else on a
-        fresh read of the table; ``LOST_RACE`` for each decision if the read's write lost."""
+        fresh read of the table."""
         outcomes = await self._cast_on_view(batch) if self._trusted_gossip else None
         if outcomes is not None:
             return outcomes
         data = await self._access.attempt(self._table.read_all)
         await self._accept(data)
-        outcomes = await self._decide_and_write(batch, MembershipSnapshot(data))
-        if outcomes is None:
-            return dict.fromkeys((ballot.target for ballot in batch), VoteOutcome.LOST_RACE)
-        return outcomes
+        return await self._decide_and_write(batch, MembershipSnapshot(data))
 
     async def _cast_on_view(self, batch: list[_Ballot]) -> dict[SiloAddress, VoteOutcome] | None:
         """Cast ``batch`` on the view we hold, without reading the table; None: read it instead.
@@ -765,10 +762,10 @@ class MembershipTableManager:
         moves the version; heartbeats, which do not, count only through the liveness tracker).
         If also every Active silo of the view is fresh, a read now could not change the quorum
         base either (a read only makes silos fresher), so the decision is the one a read would
-        give. Only with ``trusted_gossip``: a view misled by forged gossip carrying real etags (which
-        anyone may learn from GetMembership without TLS) could otherwise make us declare a
-        death on forged votes. When monitors vote together (each of a dead silo's monitors, at once) the first
-        write wins and the others' lose; the winner gossips its write at once, so a loser waits
+        give. Only with ``trusted_gossip``: a view misled by forged gossip carrying real etags
+        (which anyone may learn from GetMembership without TLS) could otherwise make us declare
+        a death on forged votes. When monitors vote together (each of a dead silo's monitors, at
+        once) the first write wins and the others' lose; the winner gossips its write at once, so a loser waits
         briefly for that gossip (``VIEW_VOTE_GOSSIP_WAIT`` of a probe timeout) and decides again
         on the new view (or finds the silo Dead): a death then costs the store no read at all,
         where each monitor read the whole table before. A view known to be behind (gossip
@@ -780,7 +777,7 @@ class MembershipTableManager:
             if not self._decides_as_a_read(view):
                 return None
             outcomes = await self._decide_and_write(batch, view)
-            if outcomes is not None:
+            if VoteOutcome.LOST_RACE not in outcomes.values():
                 return outcomes
             wait = VIEW_VOTE_GOSSIP_WAIT * self._options.probe_timeout
             if not await self._brought_by_gossip(view.version + 1, wait):
@@ -801,11 +798,9 @@ class MembershipTableManager:
             and all(self.liveness.is_fresh(silo) for silo in view.active_silos)
         )
 
-    async def _decide_and_write(
-        self, batch: list[_Ballot], read: MembershipSnapshot
-    ) -> dict[SiloAddress, VoteOutcome] | None:
+    async def _decide_and_write(self, batch: list[_Ballot], read: MembershipSnapshot) -> dict[SiloAddress, VoteOutcome]:
         """Decide each ballot on ``read`` (the table at its version) and write the decisions in one
-        conditional write at the next version; None if that write lost the race."""
+        conditional write at the next version; ``LOST_RACE`` for each decision if it lost."""
         if self.snapshot.status_of(self._address) not in (SiloStatus.JOINING, SiloStatus.ACTIVE):
             return dict.fromkeys((ballot.target for ballot in batch), VoteOutcome.NOT_ALLOWED)
         now = self._clock.now()
@@ -848,7 +843,7 @@ class MembershipTableManager:
         )
         if committed is None:  # the table moved past the version decided on
             self._announced_version = max(self._announced_version, read.version + 1)
-            return None
+            return {target: VoteOutcome.LOST_RACE if target in decisions else outcomes[target] for target in outcomes}
         declared = []
         for target, (decision, _) in decisions.items():
             if outcomes[target] is VoteOutcome.DECLARED_DEAD:
