@@ -78,8 +78,8 @@ from benchmarks.common import (
     ROOT,
     RunSettings,
     choices_list,
-    common_arguments,
     grouped_bars,
+    parse_over_preset,
     print_table,
     pyplot,
     run_benchmark,
@@ -846,9 +846,7 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     extra.add_argument("--loss-seconds", type=float, default=None)
     extra.add_argument("--loss-size", type=int, default=None)
     extra.add_argument("--serf-profiles", default=None)
-    known, rest = extra.parse_known_args(argv)
-    settings = common_arguments(__doc__ or NAME, rest)
-    config = Config.quick() if settings.quick else Config()
+    settings, known, config = parse_over_preset(__doc__ or NAME, argv, extra, Config)
     changes: dict[str, Any] = {}
     if known.scenarios is not None:
         changes["scenarios"] = choices_list(known.scenarios, SCENARIOS, "--scenarios")

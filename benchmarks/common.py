@@ -1,8 +1,9 @@
 """What every benchmark shares: the command line, machine facts, statistics, JSON results, plots, tables.
 
-A benchmark's ``main()`` parses ``common_arguments`` (``--quick``, ``--output-dir``), measures,
-and hands a payload to ``write_results``, which adds the machine (CPU, cores, memory, Python,
-package versions, load average before and after) and writes ``benchmarks/results/NAME.json``
+A benchmark's ``main()`` parses ``common_arguments`` (``--quick``, ``--output-dir``; through
+``parse_over_preset`` when it has flags of its own), measures, and hands a payload to
+``write_results``, which adds the machine (CPU, cores, memory, Python, package versions, load
+average before and after) and writes ``benchmarks/results/NAME.json``
 (``benchmarks/results/quick/NAME.json`` for ``--quick``, which git ignores).
 """
 
@@ -27,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -68,6 +69,29 @@ def common_arguments(description: str, argv: Sequence[str] | None = None) -> Run
     output = args.output_dir or (RESULTS / "quick" if args.quick else RESULTS)
     output.mkdir(parents=True, exist_ok=True)
     return RunSettings(quick=args.quick, output_dir=output)
+
+
+ConfigT_co = TypeVar("ConfigT_co", covariant=True)
+
+
+class Presets(Protocol[ConfigT_co]):
+    """A benchmark's ``Config`` class (or anything alike): ``()`` is the full run, ``.quick()`` the CI-sized one."""
+
+    def __call__(self) -> ConfigT_co: ...
+
+    def quick(self) -> ConfigT_co: ...
+
+
+def parse_over_preset(
+    description: str, argv: Sequence[str] | None, extra: argparse.ArgumentParser, presets: Presets[ConfigT_co]
+) -> tuple[RunSettings, argparse.Namespace, ConfigT_co]:
+    """The common flags, ``extra``'s own flags and the preset ``--quick`` picks, for the caller to apply them over.
+
+    ``extra`` (built with ``add_help=False``) takes its flags out of ``argv`` first and the rest go to
+    ``common_arguments``, so ``--help`` lists the common flags only; the module docstring tells the others."""
+    known, rest = extra.parse_known_args(argv)
+    settings = common_arguments(description, rest)
+    return settings, known, presets.quick() if settings.quick else presets()
 
 
 def choices_list(text: str, choices: Sequence[str], flag: str) -> tuple[str, ...]:

@@ -64,8 +64,8 @@ from benchmarks import services
 from benchmarks.common import (
     RunSettings,
     choices_list,
-    common_arguments,
     grouped_bars,
+    parse_over_preset,
     print_table,
     pyplot,
     ratio,
@@ -814,9 +814,7 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     extra.add_argument("--sizes", default=None)
     extra.add_argument("--trials", type=int, default=None)
     extra.add_argument("--transport", default=None)
-    known, rest = extra.parse_known_args(argv)
-    settings = common_arguments(__doc__ or NAME, rest)
-    config = Config.quick() if settings.quick else Config()
+    settings, known, config = parse_over_preset(__doc__ or NAME, argv, extra, Config)
     changes: dict[str, Any] = {}
     if known.systems is not None:
         changes["systems"] = choices_list(known.systems, SYSTEMS, "--systems")

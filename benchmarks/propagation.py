@@ -45,8 +45,8 @@ from benchmarks import services
 from benchmarks.common import (
     RunSettings,
     choices_list,
-    common_arguments,
     grouped_bars,
+    parse_over_preset,
     print_table,
     pyplot,
     run_benchmark,
@@ -264,9 +264,7 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     """The common flags plus ``--modes`` (a comma-separated subset of ``MODES``)."""
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--modes", default=None)
-    known, rest = extra.parse_known_args(argv)
-    settings = common_arguments(__doc__ or NAME, rest)
-    config = Config.quick() if settings.quick else Config()
+    settings, known, config = parse_over_preset(__doc__ or NAME, argv, extra, Config)
     if known.modes is not None:
         config = dataclasses.replace(config, modes=choices_list(known.modes, MODES, "--modes"))
     return settings, config

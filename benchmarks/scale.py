@@ -44,8 +44,8 @@ from benchmarks import services
 from benchmarks.common import (
     ROOT,
     RunSettings,
-    common_arguments,
     grouped_bars,
+    parse_over_preset,
     print_table,
     pyplot,
     ratio,
@@ -539,9 +539,7 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     extra.add_argument("--per-process", default=None)
     extra.add_argument("--max-load", default=None)
     repeatable(extra, "--set", "options_set", key_value("OPTION", "probe_timeout=5s"), "OPTION=VALUE", "silo option")
-    known, rest = extra.parse_known_args(argv)
-    settings = common_arguments(__doc__ or NAME, rest)
-    config = Config.quick() if settings.quick else Config()
+    settings, known, config = parse_over_preset(__doc__ or NAME, argv, extra, Config)
     changes: dict[str, Any] = {}
     if known.sizes is not None:
         changes["sizes"] = tuple(positive(size, "--sizes", least=2) for size in known.sizes.split(",") if size.strip())

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from typing import Any
 from benchmarks import services
 from benchmarks.common import (
     RunSettings,
-    common_arguments,
+    parse_over_preset,
     print_table,
     pyplot,
     ratio,
@@ -52,7 +52,8 @@ CLUSTER = "bench"
 
 @dataclass(frozen=True)
 class Config:
-    backends: tuple[str, ...]
+    backends: tuple[str, ...] = BACKENDS
+    """The stores measured (``--backends``; every one in ``BACKENDS`` by default)."""
     sizes: tuple[int, ...] = (10, 100, 1000)
     read_samples: dict[int, int] = field(default_factory=lambda: {10: 200, 100: 100, 1000: 30})
     update_samples: int = 200
@@ -66,8 +67,8 @@ class Config:
     """Samples of read_all at the largest size after ``churn`` heartbeats moved."""
 
     @classmethod
-    def quick(cls, backends: tuple[str, ...]) -> Config:
-        return cls(backends, (10, 100), {10: 20, 100: 10}, 20, (1, 4), 0.5, 100, 10, 5)
+    def quick(cls) -> Config:
+        return cls(BACKENDS, (10, 100), {10: 20, 100: 10}, 20, (1, 4), 0.5, 100, 10, 5)
 
 
 @dataclass(frozen=True)
@@ -420,20 +421,25 @@ def plot(results: dict[str, dict[str, Any]], config: Config, path: Path) -> None
     save_figure(figure, path)
 
 
-def parse(argv: Sequence[str] | None) -> tuple[RunSettings, tuple[str, ...]]:
-    extra = argparse.ArgumentParser(add_help=False)
-    extra.add_argument("--backends", default=",".join(BACKENDS))
-    known, rest = extra.parse_known_args(argv)
-    backends = tuple(name.strip() for name in known.backends.split(",") if name.strip())
+def backend_names(text: str) -> tuple[str, ...]:
+    """``--backends``: comma-separated names from ``BACKENDS`` (else a clear exit, before the common flags are read)."""
+    backends = tuple(name.strip() for name in text.split(",") if name.strip())
     unknown = sorted(set(backends) - set(BACKENDS))
     if unknown:
         raise SystemExit(f"unknown backends {unknown}; choose from {', '.join(BACKENDS)}")
-    return common_arguments(__doc__ or NAME, rest), backends
+    return backends
+
+
+def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
+    """The common flags plus ``--backends``, applied over the preset."""
+    extra = argparse.ArgumentParser(add_help=False)
+    extra.add_argument("--backends", type=backend_names, default=",".join(BACKENDS))
+    settings, known, config = parse_over_preset(__doc__ or NAME, argv, extra, Config)
+    return settings, replace(config, backends=known.backends)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    settings, backends = parse(argv)
-    config = Config.quick(backends) if settings.quick else Config(backends)
+    settings, config = parse(argv)
 
     def measure_all() -> dict[str, Any]:
         results: dict[str, Any] = {}
