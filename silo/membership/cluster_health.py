@@ -72,6 +72,12 @@ down (an overloaded machine), passes on 48 answers instead of N / 2. Pinging eve
 1,000-silo cluster about 500 pings per check, mostly on channels opened for one ping: in an
 overloaded 500-silo cluster four checks a second opened 700 channels a second, and the load they
 added made more probes time out, hence more checks."""
+VOTE_STAGGER_STEP = 0.1
+"""Share of ``probe_timeout`` by which each rank of monitors past the quorum holds its vote
+(``ClusterHealthMonitor.vote_delay``): 50 ms in the local preset, 0.5 s in production."""
+VOTE_STAGGER_RANKS = 5
+"""Ranks past the quorum that hold their votes longer, one step each; later ranks, and silos that
+probe a suspect off their ring (suspect watchers), hold theirs as long as the last of them."""
 MAJORITY_PINGS_IN_FLIGHT = 32
 """Pings of ``reaches_majority`` in flight at once: enough to settle a majority of hundreds of
 silos within one probe timeout, few enough not to flood a large cluster when a cut makes
@@ -300,6 +306,32 @@ class ClusterHealthMonitor:
             self._local, heard, fresh,
         )  # fmt: skip
         return True
+
+    def vote_delay(self, target: SiloAddress) -> float:
+        """How long a monitor of ``target`` holds a vote its evidence calls for, by our rank among
+        the target's monitors: none if ``target`` is among our first ring targets (as many as
+        ``num_votes_for_death_declaration``), else one ``VOTE_STAGGER_STEP`` of ``probe_timeout``
+        per rank beyond them (at most ``VOTE_STAGGER_RANKS`` steps; a suspect off our ring: the
+        most).
+
+        All of a dead silo's monitors notice within one probe interval of each other. Voting
+        together, each of them wrote (all but one of each round lost the race) and, without
+        TLS, read the whole table first; with ring sampling each also pinged every silo it does
+        not monitor. Our rank in ``target``'s ring order is where ``target`` stands among our
+        successors: the first ``q`` ranks are held by about one monitor each, so they complete
+        the quorum at once, and the others find the death gossiped before their turn (their
+        monitors stop, the held vote with them). When the first ranks cannot vote (on the
+        target's side of a cut, or themselves dead), the death waits a few steps more: a
+        delay, never a vote that would not otherwise be cast.
+        """
+        ring = self._ring[1]
+        if target in ring:
+            steps = min(
+                max(0, ring.index(target) - self._options.num_votes_for_death_declaration + 1), VOTE_STAGGER_RANKS
+            )
+        else:
+            steps = VOTE_STAGGER_RANKS
+        return steps * VOTE_STAGGER_STEP * self._options.probe_timeout
 
     def may_try_vote(self) -> bool:
         """Whether a monitor may go on to a vote: ``may_vote``, except under ring sampling.

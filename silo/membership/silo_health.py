@@ -74,6 +74,7 @@ class SiloHealthMonitor:
         vote: RequestVote,
         random: random_module.Random,
         observer: MembershipObserver = NULL_OBSERVER,
+        vote_delay: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.target = target
         self._local = local
@@ -84,6 +85,7 @@ class SiloHealthMonitor:
         self._intermediaries = intermediaries
         self._may_vote = may_vote
         self._vote = vote
+        self._vote_delay = vote_delay
         self._random = random
         self._observer = observer
         self._was_suspected = False
@@ -243,6 +245,13 @@ class SiloHealthMonitor:
         now = self._clock.monotonic()
         if self._last_vote is not None and now - self._last_vote < self.suspect_after():
             return
+        if not self._allowed_to_vote(now):
+            return
+        self._last_vote = now
+        self._voting = asyncio.create_task(self._cast_vote())
+
+    def _allowed_to_vote(self, now: float) -> bool:
+        """The majority rule allows a vote, and asking it found no heal."""
         if not self._may_vote():
             if self._last_denied_log is None or now - self._last_denied_log >= self.suspect_after():
                 self._last_denied_log = now
@@ -250,13 +259,21 @@ class SiloHealthMonitor:
                     "silo %s suspects %s but hears too few of the silos it monitors to vote (minority side?)",
                     self._local, self.target,
                 )  # fmt: skip
-            return
-        if not self._suspected_for_vote():
-            return  # asking found a heal: the silence so far no longer counts
-        self._last_vote = now
-        self._voting = asyncio.create_task(self._cast_vote())
+            return False
+        return self._suspected_for_vote()  # asking may have found a heal: the silence so far no longer counts
 
     async def _cast_vote(self) -> None:
+        delay = self._vote_delay()
+        if delay > 0:
+            await self._clock.sleep(delay)
+            self._discount_pause()
+            if not (
+                self._suspected_for_vote()
+                and self._round_allows_vote()
+                and self._allowed_to_vote(self._clock.monotonic())
+            ):
+                self._last_vote = None  # the evidence changed while we held the vote: judge afresh
+                return
         self.votes_cast += 1
         outcome = await self._vote(self.target)
         self._observer.vote_completed(self.target, outcome)

@@ -318,6 +318,7 @@ class Silo:
             vote=functools.partial(self._vote_against, cluster),
             random=self._random,
             observer=self._observer,
+            vote_delay=functools.partial(cluster.vote_delay, target),
         )
 
     async def _vote_against(self, cluster: ClusterHealthMonitor, target: SiloAddress) -> VoteOutcome:

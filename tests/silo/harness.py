@@ -38,7 +38,7 @@ from silo.membership.probing import (
     Prober,
 )
 from silo.membership.snapshot import MembershipSnapshot
-from silo.membership.table_access import run_inline
+from silo.membership.table_access import BlockingRunner, run_inline
 from silo.runtime.silo import Silo
 
 P = ParamSpec("P")
@@ -256,9 +256,10 @@ def make_silo(
     prober: Prober | None = None,
     gossip: GossipSender | None = None,
     options: SiloOptions = LOCAL,
+    run_blocking: BlockingRunner = run_inline,
     **fields: Any,
 ) -> Silo:
-    """A ``Silo`` on the fake clock with the inline table runner and a fixed random seed."""
+    """A ``Silo`` on the fake clock with the inline table runner (unless given) and a fixed random seed."""
     return Silo(
         table=table,
         address=silo,
@@ -267,17 +268,28 @@ def make_silo(
         gossip=gossip or RecordingGossip(),
         clock=clock,
         random=random.Random(silo.port),
-        run_blocking=run_inline,
+        run_blocking=run_blocking,
         **fields,
     )
 
 
-def cluster_silos(table: MembershipTable, clock: FakeClock, network: FakeNetwork, ports: Iterable[int]) -> list[Silo]:
+def cluster_silos(
+    table: MembershipTable,
+    clock: FakeClock,
+    network: FakeNetwork,
+    ports: Iterable[int],
+    run_blocking: BlockingRunner = run_inline,
+) -> list[Silo]:
     """Silos wired to ``network`` (registered in it), not started."""
     silos = []
     for port in ports:
         silo = make_silo(
-            table, address(port), clock, prober=network.prober(address(port)), gossip=network.gossip(address(port))
+            table,
+            address(port),
+            clock,
+            prober=network.prober(address(port)),
+            gossip=network.gossip(address(port)),
+            run_blocking=run_blocking,
         )
         network.nodes[silo.silo_address] = silo
         silos.append(silo)

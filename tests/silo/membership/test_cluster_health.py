@@ -15,6 +15,8 @@ from silo.membership.clock import FakeClock
 from silo.membership.cluster_health import (
     MAJORITY_SAMPLE,
     MAJORITY_SAMPLE_SHARE,
+    VOTE_STAGGER_RANKS,
+    VOTE_STAGGER_STEP,
     ClusterHealthMonitor,
     MajorityHistory,
     SuspectWatchers,
@@ -497,3 +499,26 @@ def test_in_a_large_view_a_suspect_is_probed_by_its_ring_probers_and_a_few_watch
     watchers = list(itertools.islice(filter(is_fresh, ring_index(snapshot.active_silos).preceding(suspect)), 3))
     assert probers_of(suspect, snapshot, is_fresh) == ring_probers | set(watchers)
     assert len(probers_of(stuck, snapshot, is_fresh)) == 3  # off the ring: its watchers only
+
+
+@async_test
+async def test_votes_are_staggered_by_our_rank_among_the_targets_monitors() -> None:
+    """The first ``num_votes_for_death_declaration`` of our ring targets get our vote at once,
+    each later one a step later (up to ``VOTE_STAGGER_RANKS`` steps), a suspect off our ring the
+    last: a dead silo's first monitors complete its quorum before the others' turn."""
+    options = replace(SiloOptions.local(), num_probed_silos=5)
+    rig = Rig(options=options)
+    peers = [address(port) for port in range(2, 12)]
+    ring = probe_targets(ME, [ME, *peers], options.num_probed_silos)
+    suspect = next(peer for peer in peers if peer not in ring)
+    snapshot = view(
+        row(ME), *(row(peer) for peer in peers if peer != suspect), row(suspect).replace(suspect_times=((ring[0], T0),))
+    )
+    rig.liveness.observe(snapshot)
+    await rig.cluster.update(snapshot)
+    assert suspect in rig.cluster.monitors  # probed, though off our ring
+    step = VOTE_STAGGER_STEP * options.probe_timeout
+    delays = [rig.cluster.vote_delay(target) for target in ring]
+    assert delays == pytest.approx([0, 0, step, 2 * step, 3 * step])
+    assert rig.cluster.vote_delay(suspect) == pytest.approx(VOTE_STAGGER_RANKS * step)
+    await rig.cluster.stop()

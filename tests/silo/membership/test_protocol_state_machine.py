@@ -932,6 +932,7 @@ class MonitorMachine(ClusterMachine):
                 may_vote=gate,
                 vote=vote,
                 random=random.Random(member.index * 100 + target.port),
+                vote_delay=lambda: cluster.vote_delay(target),
             )
             monitors.append(monitor)
             return monitor

@@ -39,6 +39,7 @@ class Scene:
     votes: list[float] = field(default_factory=list)
     clock: FakeClock = field(default_factory=lambda: FakeClock(T0))
     health: LocalHealth | None = None
+    vote_delay: float = 0.0
 
     def monitor(self) -> SiloHealthMonitor:
         async def vote(target: SiloAddress) -> VoteOutcome:
@@ -58,6 +59,7 @@ class Scene:
             may_vote=lambda: self.majority,
             vote=vote,
             random=random.Random(1),
+            vote_delay=lambda: self.vote_delay,
         )
 
     def view(self) -> MembershipSnapshot:
@@ -156,6 +158,50 @@ async def test_repeated_refusals_are_a_crash_found_well_inside_the_floor() -> No
     await run_for(scene, monitor, OPTIONS.probe_interval * (REFUSALS_TO_SUSPECT - 1) + 0.01)
     assert len(scene.votes) == 1
     assert scene.votes[0] <= FLOOR / 2
+    await monitor.stop()
+
+
+CRASH_SUSPECTED_AT = OPTIONS.probe_interval * (REFUSALS_TO_SUSPECT - 1)
+"""When refusals from the first probe on make a suspicion (no intermediary to ask)."""
+
+
+@async_test
+async def test_a_monitor_past_the_first_ranks_casts_its_vote_once_its_delay_is_over() -> None:
+    scene = Scene(FunctionProber(reachable=lambda target: ProbeOutcome.REFUSED), vote_delay=0.1)
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, CRASH_SUSPECTED_AT + 0.09, step=0.01)
+    assert scene.votes == []
+    await run_for(scene, monitor, 0.02, step=0.01)
+    assert scene.votes == [pytest.approx(CRASH_SUSPECTED_AT + 0.1)]
+    await monitor.stop()
+
+
+@async_test
+async def test_a_held_vote_is_dropped_when_the_target_answers_before_its_turn() -> None:
+    outcomes = iter([ProbeOutcome.REFUSED] * REFUSALS_TO_SUSPECT + [ProbeOutcome.ANSWERED] * 100)
+    scene = Scene(FunctionProber(reachable=lambda target: next(outcomes)), vote_delay=OPTIONS.probe_interval * 1.2)
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 2 * FLOOR, step=0.01)
+    assert scene.votes == []
+    await monitor.stop()
+
+
+@async_test
+async def test_a_held_vote_waits_for_the_majority_rule_and_is_cast_when_it_allows_one_again() -> None:
+    scene = Scene(FunctionProber(reachable=lambda target: ProbeOutcome.REFUSED), vote_delay=0.1)
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, CRASH_SUSPECTED_AT + 0.05, step=0.01)
+    scene.majority = False  # while the vote is held: at its turn the rule forbids it
+    await run_for(scene, monitor, 0.5, step=0.01)
+    assert scene.votes == []
+    scene.majority = True
+    back = scene.clock.monotonic()
+    await run_for(scene, monitor, OPTIONS.probe_interval + 0.1 + 0.01, step=0.01)
+    assert len(scene.votes) == 1  # judged afresh at the next probe, not a suspicion time later
+    assert scene.votes[0] - back <= OPTIONS.probe_interval + 0.1 + 1e-6
     await monitor.stop()
 
 
