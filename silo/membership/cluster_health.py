@@ -276,7 +276,7 @@ class ClusterHealthMonitor:
             if target not in self.monitors:
                 monitor = self._create_monitor(target, self)
                 self.monitors[target] = monitor
-                monitor.start()
+                monitor.start(first_probe_after=self._watch_delay(target))
         if targets:
             logger.debug("silo %s probes %s", self._local, ", ".join(map(str, targets)))
 
@@ -332,6 +332,16 @@ class ClusterHealthMonitor:
         else:
             steps = VOTE_STAGGER_RANKS
         return steps * VOTE_STAGGER_STEP * self._options.probe_timeout
+
+    def _watch_delay(self, target: SiloAddress) -> float:
+        """When a new monitor of a suspect off our ring (one we watch: ``select_targets``) probes
+        first: at its vote's turn (``vote_delay``). A vote makes every silo of a small cluster, and
+        the suspect's watchers in a large one, watch the suspect; probing it at once, each opened a
+        channel to it and, on the first refusal, asked three intermediaries to ping it: for a dead
+        silo, about three times the messages of the death's own gossip, just before it. Its ring
+        monitors vote on their own evidence meanwhile, and the death usually stops ours before
+        its first probe; if not, the silence we need starts a step later."""
+        return 0.0 if target in self._ring[1] else self.vote_delay(target)
 
     def may_try_vote(self) -> bool:
         """Whether a monitor may go on to a vote: ``may_vote``, except under ring sampling.

@@ -161,9 +161,11 @@ class SiloHealthMonitor:
 
     # --- lifecycle ------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, first_probe_after: float = 0.0) -> None:
+        """Start probing; the first probe ``first_probe_after`` seconds from now (the silence, and
+        our own activity, are counted from then)."""
         self.last_heard = self._last_awake = self._clock.monotonic()
-        self._loop = asyncio.create_task(self._run())
+        self._loop = asyncio.create_task(self._run(first_probe_after))
 
     async def stop(self) -> None:
         tasks = [task for task in (self._loop, self._round, self._voting) if task is not None]
@@ -171,7 +173,10 @@ class SiloHealthMonitor:
             task.cancel()
         await asyncio.gather(*tasks, self._probes.cancel_all(), return_exceptions=True)
 
-    async def _run(self) -> None:
+    async def _run(self, first_probe_after: float) -> None:
+        if first_probe_after > 0:
+            await self._clock.sleep(first_probe_after)
+            self.last_heard = self._last_awake = self._clock.monotonic()
         while True:
             self._discount_pause()
             self._probes.spawn(self.probe_once())

@@ -501,11 +501,9 @@ def test_in_a_large_view_a_suspect_is_probed_by_its_ring_probers_and_a_few_watch
     assert len(probers_of(stuck, snapshot, is_fresh)) == 3  # off the ring: its watchers only
 
 
-@async_test
-async def test_votes_are_staggered_by_our_rank_among_the_targets_monitors() -> None:
-    """The first ``num_votes_for_death_declaration`` of our ring targets get our vote at once,
-    each later one a step later (up to ``VOTE_STAGGER_RANKS`` steps), a suspect off our ring the
-    last: a dead silo's first monitors complete its quorum before the others' turn."""
+async def five_ring_targets_and_a_suspect_off_the_ring() -> tuple[Rig, list[SiloAddress], SiloAddress]:
+    """ME among 11 Active silos, probing 5 ring targets, one other silo suspected by ring[0]:
+    (the rig, after its first ``update``; our ring targets in order; the suspect)."""
     options = replace(SiloOptions.local(), num_probed_silos=5)
     rig = Rig(options=options)
     peers = [address(port) for port in range(2, 12)]
@@ -516,9 +514,31 @@ async def test_votes_are_staggered_by_our_rank_among_the_targets_monitors() -> N
     )
     rig.liveness.observe(snapshot)
     await rig.cluster.update(snapshot)
+    return rig, ring, suspect
+
+
+@async_test
+async def test_votes_are_staggered_by_our_rank_among_the_targets_monitors() -> None:
+    """The first ``num_votes_for_death_declaration`` of our ring targets get our vote at once,
+    each later one a step later (up to ``VOTE_STAGGER_RANKS`` steps), a suspect off our ring the
+    last: a dead silo's first monitors complete its quorum before the others' turn."""
+    rig, ring, suspect = await five_ring_targets_and_a_suspect_off_the_ring()
     assert suspect in rig.cluster.monitors  # probed, though off our ring
-    step = VOTE_STAGGER_STEP * options.probe_timeout
+    step = VOTE_STAGGER_STEP * rig.options.probe_timeout
     delays = [rig.cluster.vote_delay(target) for target in ring]
     assert delays == pytest.approx([0, 0, step, 2 * step, 3 * step])
     assert rig.cluster.vote_delay(suspect) == pytest.approx(VOTE_STAGGER_RANKS * step)
+    await rig.cluster.stop()
+
+
+@async_test
+async def test_a_suspect_off_our_ring_is_first_probed_at_our_votes_turn_our_ring_at_once() -> None:
+    """A vote makes every silo of a small cluster watch the suspect: probing it at once, each
+    opened a channel to it and asked intermediaries about it just before the death's gossip."""
+    rig, ring, suspect = await five_ring_targets_and_a_suspect_off_the_ring()
+    turn = rig.cluster.vote_delay(suspect)
+    await rig.clock.advance(turn - 0.01)
+    assert set(rig.prober.pings) == set(ring)
+    await rig.clock.advance(0.02)
+    assert suspect in rig.prober.pings
     await rig.cluster.stop()
