@@ -50,6 +50,9 @@ POLL = 0.1
 """Seconds between polls of the views and the table (the resolution of the view times)."""
 RPC_TIMEOUT = 1.0
 JOIN_TIMEOUT = 120.0
+WATCH_CONNECT_TIMEOUT = 10.0
+"""Seconds to connect the view streams' channels before a trial (a silo not connected by then
+is watched all the same, on a channel that connects after the signal)."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -229,6 +232,8 @@ class BenchCluster:
         self.extra_args = (*extra_args, *tls_args)
         self.tls = tls
         self.prober = GrpcProber(cluster_id, None, tls=tls)
+        self._watch_channels = ChannelPool(cluster_id, tls, CHANNEL_OPTIONS, aio=True)
+        """The view streams' channels, one per silo, kept open across trials (``_connect_watchers``)."""
         self.bound = death_bound(self.cluster.options)
 
     @property
@@ -280,6 +285,7 @@ class BenchCluster:
         victim, survivors = self._pick(rng)
         assert victim.address is not None
         trial = KillTrial(str(victim.address), len(survivors))
+        await self._connect_watchers(survivors)
         killed_at = wall()
         victim.send(signal.SIGKILL)
         await self._watch(trial, victim.address, survivors, killed_at)
@@ -295,6 +301,7 @@ class BenchCluster:
         victim, survivors = self._pick(rng)
         assert victim.address is not None
         trial = KillTrial(str(victim.address), len(survivors), signal="SIGSTOP")
+        await self._connect_watchers(survivors)
         stopped_at = wall()
         victim.send(signal.SIGSTOP)
         try:
@@ -359,28 +366,43 @@ class BenchCluster:
         if not self.poll_table and trial.table_dead is None and victim_row is not None and victim_row.suspect_times:
             trial.table_dead = max(when.timestamp() for _, when in victim_row.suspect_times) - killed_at
 
+    async def _connect_watchers(self, survivors: Sequence[SiloProcess]) -> None:
+        """Connect the view streams' channels before the signal. Opened after it, the 19 TLS
+        handshakes of N = 20 were load in the very window measured, and some timed out (no view)."""
+        if not (self.stream_views and self.watch_views):
+            return
+        channels = [self._watch_channels.get(silo.address.endpoint) for silo in survivors if silo.address is not None]
+        await asyncio.gather(
+            *(asyncio.wait_for(channel.channel_ready(), WATCH_CONNECT_TIMEOUT) for channel in channels),
+            return_exceptions=True,
+        )
+
     async def _stream_view(self, trial: KillTrial, silo: SiloProcess, victim: SiloAddress, killed_at: float) -> None:
         """Watch ``silo``'s view as a stream; the time is when the silo itself saw the death (the
         ``observed_at`` of its DECLARED_DEAD event), not when a poll of ours happened to ask."""
         assert silo.address is not None
         request = pb.WatchMembershipRequest(header=codec.header(self.cluster.cluster_id, None))
-        pool = ChannelPool(self.cluster.cluster_id, self.tls, CHANNEL_OPTIONS, aio=True)
-        async with pool.get(silo.address.endpoint) as channel:
-            try:
-                async with asyncio.timeout(max(0.0, killed_at + self.bound - wall())):
-                    async for message in codec.WATCH_MEMBERSHIP.bind(channel)(request):
-                        seen = victim_death_seen(message, victim)
-                        if seen is None:
-                            continue
-                        trial.views[str(silo.address)] = (seen or wall()) - killed_at
-                        trial.view_versions[str(silo.address)] = message.version
-                        if trial.table_dead is None and (row := victim_row(message, victim)) is not None:
-                            self._dead_from_votes(trial, codec.entry_from_proto(row)[0], killed_at)
-                        return
-            except (TimeoutError, grpc.aio.AioRpcError):
-                return
+        call = codec.WATCH_MEMBERSHIP.bind(self._watch_channels.get(silo.address.endpoint))(request)
+        try:
+            async with asyncio.timeout(max(0.0, killed_at + self.bound - wall())):
+                async for message in call:
+                    seen = victim_death_seen(message, victim)
+                    if seen is None:
+                        continue
+                    trial.views[str(silo.address)] = (seen or wall()) - killed_at
+                    trial.view_versions[str(silo.address)] = message.version
+                    if trial.table_dead is None and (row := victim_row(message, victim)) is not None:
+                        self._dead_from_votes(trial, codec.entry_from_proto(row)[0], killed_at)
+                    return
+        except TimeoutError:
+            return
+        except grpc.aio.AioRpcError as exc:
+            print(f"  the view stream of {silo.address} failed: {exc.code().name} {exc.details()}", flush=True)
+        finally:
+            call.cancel()  # the channel stays open for the next trial: the stream must not
 
     async def close(self) -> None:
+        await asyncio.gather(*(channel.close() for channel in self._watch_channels.drain()), return_exceptions=True)
         await self.prober.close()
         await asyncio.to_thread(self.cluster.close)
 
