@@ -273,6 +273,17 @@ def make_silo(
     )
 
 
+def network_silo(table: MembershipTable, port: int, clock: FakeClock, network: FakeNetwork, **fields: Any) -> Silo:
+    """A silo at ``address(port)`` wired to ``network`` and registered in it, not started
+    (``fields``: more ``make_silo`` arguments)."""
+    silo_address = address(port)
+    silo = make_silo(
+        table, silo_address, clock, prober=network.prober(silo_address), gossip=network.gossip(silo_address), **fields
+    )
+    network.nodes[silo.silo_address] = silo
+    return silo
+
+
 def cluster_silos(
     table: MembershipTable,
     clock: FakeClock,
@@ -281,16 +292,4 @@ def cluster_silos(
     run_blocking: BlockingRunner = run_inline,
 ) -> list[Silo]:
     """Silos wired to ``network`` (registered in it), not started."""
-    silos = []
-    for port in ports:
-        silo = make_silo(
-            table,
-            address(port),
-            clock,
-            prober=network.prober(address(port)),
-            gossip=network.gossip(address(port)),
-            run_blocking=run_blocking,
-        )
-        network.nodes[silo.silo_address] = silo
-        silos.append(silo)
-    return silos
+    return [network_silo(table, port, clock, network, run_blocking=run_blocking) for port in ports]

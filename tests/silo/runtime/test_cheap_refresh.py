@@ -14,7 +14,7 @@ import pytest
 from membership_tables import SiloStatus, open_table
 from silo.membership.clock import FakeClock
 from silo.runtime.silo import Silo
-from tests.silo.harness import CLUSTER, LOCAL, T0, FakeNetwork, FlakyTable, address, async_test, make_silo
+from tests.silo.harness import CLUSTER, LOCAL, T0, FakeNetwork, FlakyTable, async_test, network_silo
 
 PERIODS = 9
 
@@ -26,15 +26,7 @@ async def steady_cluster(path: Path, full_refresh_every: int) -> tuple[list[Flak
     tables, silos = [], []
     for port in (1, 2, 3):
         table = FlakyTable(open_table(f"sqlite:///{path}", CLUSTER))
-        silo = make_silo(
-            table,
-            address(port),
-            clock,
-            prober=network.prober(address(port)),
-            gossip=network.gossip(address(port)),
-            options=options,
-        )
-        network.nodes[silo.silo_address] = silo
+        silo = network_silo(table, port, clock, network, options=options)
         await silo.start()
         tables.append(table)
         silos.append(silo)

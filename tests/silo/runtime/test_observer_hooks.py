@@ -10,7 +10,7 @@ from silo.membership.clock import FakeClock
 from silo.membership.probing import ProbeOutcome
 from silo.membership.table_manager import VoteOutcome
 from silo.runtime.silo import Silo
-from tests.silo.harness import LOCAL, T0, FakeNetwork, address, async_test, make_silo, memory_table
+from tests.silo.harness import LOCAL, T0, FakeNetwork, async_test, memory_table, network_silo
 
 STEP = LOCAL.probe_timeout / 5
 
@@ -56,15 +56,7 @@ async def start(size: int) -> tuple[list[Silo], list[RecordingObserver], FakeNet
     silos, observers = [], []
     for port in range(1, size + 1):
         observer = RecordingObserver()
-        silo = make_silo(
-            table,
-            address(port),
-            clock,
-            prober=network.prober(address(port)),
-            gossip=network.gossip(address(port)),
-            observer=observer,
-        )
-        network.nodes[silo.silo_address] = silo
+        silo = network_silo(table, port, clock, network, observer=observer)
         silos.append(silo)
         observers.append(observer)
     for silo in silos:
