@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import sys
 import urllib.request
@@ -124,6 +125,25 @@ class SparkCluster:
         }
 
 
+def bound_port(process: ServerProcess, service: str) -> int:
+    """The port a Spark daemon's ``service`` actually bound, read from its log.
+
+    Spark moves silently to the next port when the one asked for was taken between our
+    ``free_port()`` and its bind, so the port asked for is only a hint.
+    """
+    pattern = re.compile(rf"Successfully started service '{re.escape(service)}' on port (\d+)")
+    found: list[int] = []
+
+    def logged() -> bool:
+        match = pattern.search(process.log.read_text(errors="replace")) if process.log.exists() else None
+        if match:
+            found.append(int(match.group(1)))
+        return match is not None
+
+    wait_until(logged, START_TIMEOUT, f"Spark's {service} to start", process.log)
+    return found[0]
+
+
 def daemon_env(home: Path) -> dict[str, str]:
     return {
         "SPARK_HOME": str(home),
@@ -168,8 +188,9 @@ def start_spark_cluster(tmp: Path, worker_envs: Sequence[Mapping[str, str]]) -> 
             env=env,
         )
         started.append(master)
+        port, webui_port = bound_port(master, "sparkMaster"), bound_port(master, "MasterUI")
         wait_until(lambda: port_is_open(port), START_TIMEOUT, "the Spark master", master.log)
-        workers = []
+        launched: list[tuple[Mapping[str, str], Path, ServerProcess]] = []
         for index, extra in enumerate(worker_envs):
             work_dir = tmp / f"worker-{index}"
             work_dir.mkdir()
@@ -183,7 +204,11 @@ def start_spark_cluster(tmp: Path, worker_envs: Sequence[Mapping[str, str]]) -> 
             )
             process = ServerProcess(argv, tmp / f"worker-{index}.log", env={**env, **extra})
             started.append(process)
-            workers.append(SparkWorker(worker_webui_port, dict(extra), work_dir, process))
+            launched.append((extra, work_dir, process))
+        workers = [
+            SparkWorker(bound_port(process, "WorkerUI"), dict(extra), work_dir, process)
+            for extra, work_dir, process in launched
+        ]
         cluster = SparkCluster(f"spark://127.0.0.1:{port}", webui_port, master, tuple(workers))
         wait_until(
             lambda: cluster.alive_workers() == len(workers),
