@@ -5,11 +5,15 @@ counts the silos' statements over a quiet window of W seconds (periodic refreshe
 then SIGKILLs a random silo and counts again over the W seconds after the kill. The
 change's cost is the difference: table reads caused by one death (votes, the Dead write's
 own re-read, gossip-triggered re-reads). Propagation is the time from the Dead write (the
-killer's vote time, read from the survivors' views) to the last survivor's view without
-the victim, each survivor's time being when it saw the death itself (the ``observed_at`` of the
-DECLARED_DEAD event on its ``WatchMembership`` stream; runs before 25 November polled the views every
-0.1 s, which bounded their resolution). Gossip off = ``--set use_liveness_gossip=false``: views then follow only the
-periodic re-read every ``table_refresh_timeout``. Gossip on runs with a slow periodic refresh
+killer's vote time, the ``at`` of that event) to the last survivor's view without
+the victim, each survivor's time being when its view took the death in (the ``observed_at`` of
+the DECLARED_DEAD event the silo logs, read from its JSON log after the fact: the benchmark adds
+no load while the change spreads. Runs before 25 November polled the views every 0.1 s, which
+bounded their resolution; runs of 25-27 November watched each survivor's ``WatchMembership``
+stream, 19 more messages and ~10 ms of the benchmark's CPU per death at N = 20, on the same
+two cores, and stamped the time when the stream, not the view, got to the change). Gossip
+off = ``--set use_liveness_gossip=false``: views then follow only the periodic re-read every
+``table_refresh_timeout``. Gossip on runs with a slow periodic refresh
 (``Config.gossip_on_refresh``) so that the reads a change causes stand out from the periodic
 ones. Reads per change = table reads caused / versions written (a death is several changes:
 each vote and the Dead row); the versions are the version row's value after the window minus
@@ -21,10 +25,17 @@ members only), so a death's monitors need not read the table.
 Statement shapes counted (from the SQL backend): a full read is the members SELECT filtered
 by cluster only (``read_all``); every read (``read_all`` and ``read_row``) SELECTs the version
 row once; a canonical write UPDATEs it once; a heartbeat UPDATEs ``i_am_alive_time`` alone.
-The benchmark reads nothing from the table during a trial (it watches the silos over gRPC),
-so the counts are the silos' own.
+The benchmark reads nothing from the table during a trial (it reads the silos' logs), so the
+counts are the silos' own.
+
+The silos run the local preset (``SiloOptions.local``: a probe every 0.25 s, each silo probing
+10 others), which keeps trials short but at N = 20 keeps the two cores about 65% busy with
+probes alone; ``--set probe_timeout=5s --set probe_interval=2s --set death_vote_expiration=120s``
+runs the production probe timings instead (then give ``--window 10``: a crash takes a few
+seconds to be declared Dead).
 
     python -m benchmarks.propagation [--quick] [--modes gossip_on,gossip_on_tls,gossip_off]
+        [--window SECONDS] [--set NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -56,6 +67,7 @@ from benchmarks.common import (
     workdir,
 )
 from benchmarks.silo_cluster import BenchCluster, KillTrial, silo_certificates
+from silo.errors import OptionsError
 from silo.membership.options import SiloOptions
 
 NAME = "propagation"
@@ -136,7 +148,7 @@ async def one_config(
         else ("--set", "use_liveness_gossip=false")
     ) + tuple(argument for option in config.silo_options for argument in ("--set", option))
     [tls] = silo_certificates(root, [cluster_id]) if mode == "gossip_on_tls" else [None]
-    bench = BenchCluster(root, uri, cluster_id, extra, poll_table=False, stream_views=True, tls=tls)
+    bench = BenchCluster(root, uri, cluster_id, extra, poll_table=False, views_from_logs=True, tls=tls)
     trials: list[KillTrial] = []
     caused: list[Counts] = []
 
@@ -261,19 +273,41 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 
 def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
-    """The common flags plus ``--modes`` (a comma-separated subset of ``MODES``)."""
+    """The common flags plus ``--modes`` (a comma-separated subset of ``MODES``), ``--window`` and
+    ``--set NAME=VALUE`` (repeatable: ``Config.silo_options``)."""
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--modes", default=None)
+    extra.add_argument("--window", type=float, default=None)
+    extra.add_argument("--set", action="append", default=[], dest="silo_options")
     settings, known, config = parse_over_preset(__doc__ or NAME, argv, extra, Config)
     if known.modes is not None:
         config = dataclasses.replace(config, modes=choices_list(known.modes, MODES, "--modes"))
+    if known.window is not None:
+        config = dataclasses.replace(config, window=known.window)
+    if known.silo_options:
+        config = dataclasses.replace(config, silo_options=(*config.silo_options, *known.silo_options))
+    silo_options(config)  # a bad --set stops here, not in 20 silo processes
     return settings, config
+
+
+def silo_options(config: Config) -> SiloOptions:
+    """The local preset with ``config.silo_options`` applied: what every silo runs (a clear exit if one is bad)."""
+    overrides = {}
+    for option in config.silo_options:
+        name, assigned, value = option.partition("=")
+        if not assigned:
+            raise SystemExit(f"--set {option!r}: use NAME=VALUE, e.g. --set probe_interval=2s")
+        overrides[name] = value
+    try:
+        return SiloOptions.local().with_overrides(overrides)
+    except OptionsError as exc:
+        raise SystemExit(f"--set: {exc}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings, config = parse(argv)
     arguments = list(argv if argv is not None else sys.argv[1:])  # the recorded command omits the extra flags
-    extra = {"options": asdict(SiloOptions.local()), "arguments": arguments}
+    extra = {"options": asdict(silo_options(config)), "arguments": arguments}
     return run_benchmark(NAME, settings, config, lambda: asyncio.run(run(config)), report, plot, extra)
 
 

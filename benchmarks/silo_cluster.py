@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-
-import grpc
 
 from benchmarks.common import wall
 from membership_tables import (
@@ -36,23 +36,21 @@ from membership_tables import (
     TableUnavailableError,
 )
 from silo.cli.dev_ca import init_ca, issue
+from silo.events import EventKind
 from silo.exit_codes import ExitCode
 from silo.membership.options import SiloOptions
 from silo.wire import codec
-from silo.wire.channels import CHANNEL_OPTIONS
 from silo.wire.peer_identity import Role
 from silo.wire.prober import GrpcProber
-from silo.wire.proto.silo.v1 import membership_pb2 as pb
-from silo.wire.tls import ChannelPool, TlsSettings
+from silo.wire.tls import TlsSettings
 from tests.silo.cluster_harness import Cluster, SiloProcess, death_bound
 
 POLL = 0.1
 """Seconds between polls of the views and the table (the resolution of the view times)."""
 RPC_TIMEOUT = 1.0
 JOIN_TIMEOUT = 120.0
-WATCH_CONNECT_TIMEOUT = 10.0
-"""Seconds to connect the view streams' channels before a trial (a silo not connected by then
-is watched all the same, on a channel that connects after the signal)."""
+LOG_POLL = 0.5
+"""Seconds between reads of the survivors' logs (``views_from_logs``): their times are the silos' own."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -172,26 +170,30 @@ class KillTrial:
         }
 
 
-def victim_death_seen(message: pb.MembershipView, victim: SiloAddress) -> float | None:
-    """When the silo that sent ``message`` saw ``victim`` leave its view (the ``observed_at`` of its
-    DECLARED_DEAD or LEFT event; 0.0 if the victim is gone without one); None while it is still in.
-
-    Reads the events and the victim's row only: the benchmark runs on the machine it measures, and
-    decoding every survivor's whole view for every change (two or three views each per kill) was
-    ~10 ms of its CPU in the very window in which 19 silos at N = 20 take the death in."""
-    for event in message.events:
-        if (
-            event.kind in (pb.MEMBERSHIP_EVENT_KIND_DECLARED_DEAD, pb.MEMBERSHIP_EVENT_KIND_LEFT)
-            and codec.address_from_proto(event.silo) == victim
-        ):
-            return event.observed_at_unix_micros / 1e6
-    row = victim_row(message, victim)
-    return 0.0 if row is None or row.status == pb.SILO_STATUS_DEAD else None
+LEAVING_EVENTS = (EventKind.DECLARED_DEAD.value, EventKind.LEFT.value)
 
 
-def victim_row(message: pb.MembershipView, victim: SiloAddress) -> pb.MembershipRow | None:
-    wire_victim = codec.address_to_proto(victim)
-    return next((row for row in message.rows if row.address == wire_victim), None)
+def victim_death_logged(lines: Iterable[str], victim: SiloAddress) -> tuple[float, float] | None:
+    """From a silo's JSON log lines (``--log-format json``): when it saw ``victim`` leave its view
+    (the ``observed_at`` of its DECLARED_DEAD or LEFT event) and the event's ``at`` (for a death,
+    the last vote's time), both as Unix seconds; None if no such line is among ``lines``.
+
+    The silo stamps ``observed_at`` when its view took the change in, so reading the log after
+    the fact gives the silo's own time without the benchmark adding any load during the wave:
+    19 view streams at N = 20 were 19 more messages for the silos to send, and decoding them
+    about 10 ms of the benchmark's CPU, in the very window measured on the same two cores."""
+    wanted = str(victim)
+    for line in lines:
+        if wanted not in line:
+            continue
+        try:
+            event = json.loads(line).get("event")
+        except ValueError:
+            continue  # a partial last line, or a line some library printed
+        if isinstance(event, dict) and event.get("silo") == wanted and event.get("kind") in LEAVING_EVENTS:
+            observed_at, at = datetime.fromisoformat(event["observed_at"]), datetime.fromisoformat(event["at"])
+            return observed_at.timestamp(), at.timestamp()
+    return None
 
 
 def excludes(data: MembershipTableData, victim: SiloAddress) -> bool:
@@ -212,7 +214,7 @@ class BenchCluster:
         watch_views: bool = True,
         tls: TlsSettings | None = None,
         watch_uri: str | None = None,
-        stream_views: bool = False,
+        views_from_logs: bool = False,
     ) -> None:
         """``tls``: every silo runs over mutual TLS with these (silo) files, and the views are read with them.
         ``watch_uri``: the benchmark polls the table through it (a role of its own, so that statement
@@ -221,19 +223,18 @@ class BenchCluster:
         self.poll_table = poll_table
         """False: take the Dead write from the survivors' views and never read the table during a trial
         (so that store-side statement counts are the silos' alone)."""
-        self.stream_views = stream_views
-        """Watch the survivors' views as streams (``WatchMembership``) and time each by the silo's own
-        ``observed_at``, instead of polling every ``POLL`` s (plaintext only)."""
+        self.views_from_logs = views_from_logs
+        """Time each survivor's view by the silo's own ``observed_at``, read from its JSON log
+        (``victim_death_logged``), instead of polling its view every ``POLL`` s."""
         self.watch_views = watch_views
         """False: only the table is watched (no GetMembership polling of the survivors during a trial)."""
         if not (poll_table or watch_views):
             raise ValueError("a trial must watch the table, the views, or both")
         tls_args = ("--tls-cert", str(tls.cert), "--tls-key", str(tls.key), "--tls-ca", str(tls.ca)) if tls else ()
-        self.extra_args = (*extra_args, *tls_args)
+        log_args = ("--log-format", "json") if views_from_logs else ()
+        self.extra_args = (*extra_args, *tls_args, *log_args)
         self.tls = tls
         self.prober = GrpcProber(cluster_id, None, tls=tls)
-        self._watch_channels = ChannelPool(cluster_id, tls, CHANNEL_OPTIONS, aio=True)
-        """The view streams' channels, one per silo, kept open across trials (``_connect_watchers``)."""
         self.bound = death_bound(self.cluster.options)
 
     @property
@@ -285,7 +286,6 @@ class BenchCluster:
         victim, survivors = self._pick(rng)
         assert victim.address is not None
         trial = KillTrial(str(victim.address), len(survivors))
-        await self._connect_watchers(survivors)
         killed_at = wall()
         victim.send(signal.SIGKILL)
         await self._watch(trial, victim.address, survivors, killed_at)
@@ -301,7 +301,6 @@ class BenchCluster:
         victim, survivors = self._pick(rng)
         assert victim.address is not None
         trial = KillTrial(str(victim.address), len(survivors), signal="SIGSTOP")
-        await self._connect_watchers(survivors)
         stopped_at = wall()
         victim.send(signal.SIGSTOP)
         try:
@@ -319,7 +318,12 @@ class BenchCluster:
         self, trial: KillTrial, victim: SiloAddress, survivors: Sequence[SiloProcess], signalled_at: float
     ) -> None:
         table = [self._watch_table(trial, victim, signalled_at)] if self.poll_table else []
-        views = [self._watch_view(trial, silo, victim, signalled_at) for silo in survivors] if self.watch_views else []
+        if not self.watch_views:
+            views = []
+        elif self.views_from_logs:
+            views = [self._watch_logs(trial, survivors, victim, signalled_at)]
+        else:
+            views = [self._watch_view(trial, silo, victim, signalled_at) for silo in survivors]
         await asyncio.gather(*table, *views)
 
     async def idle_cost(self, seconds: float) -> dict[str, object]:
@@ -348,9 +352,6 @@ class BenchCluster:
             await asyncio.sleep(POLL)
 
     async def _watch_view(self, trial: KillTrial, silo: SiloProcess, victim: SiloAddress, killed_at: float) -> None:
-        if self.stream_views:
-            await self._stream_view(trial, silo, victim, killed_at)
-            return
         while wall() < killed_at + self.bound and silo.running:
             view = await self.view(silo)
             if view is not None and excludes(view, victim):
@@ -366,43 +367,30 @@ class BenchCluster:
         if not self.poll_table and trial.table_dead is None and victim_row is not None and victim_row.suspect_times:
             trial.table_dead = max(when.timestamp() for _, when in victim_row.suspect_times) - killed_at
 
-    async def _connect_watchers(self, survivors: Sequence[SiloProcess]) -> None:
-        """Connect the view streams' channels before the signal. Opened after it, the 19 TLS
-        handshakes of N = 20 were load in the very window measured, and some timed out (no view)."""
-        if not (self.stream_views and self.watch_views):
-            return
-        channels = [self._watch_channels.get(silo.address.endpoint) for silo in survivors if silo.address is not None]
-        await asyncio.gather(
-            *(asyncio.wait_for(channel.channel_ready(), WATCH_CONNECT_TIMEOUT) for channel in channels),
-            return_exceptions=True,
-        )
-
-    async def _stream_view(self, trial: KillTrial, silo: SiloProcess, victim: SiloAddress, killed_at: float) -> None:
-        """Watch ``silo``'s view as a stream; the time is when the silo itself saw the death (the
-        ``observed_at`` of its DECLARED_DEAD event), not when a poll of ours happened to ask."""
-        assert silo.address is not None
-        request = pb.WatchMembershipRequest(header=codec.header(self.cluster.cluster_id, None))
-        call = codec.WATCH_MEMBERSHIP.bind(self._watch_channels.get(silo.address.endpoint))(request)
-        try:
-            async with asyncio.timeout(max(0.0, killed_at + self.bound - wall())):
-                async for message in call:
-                    seen = victim_death_seen(message, victim)
-                    if seen is None:
-                        continue
-                    trial.views[str(silo.address)] = (seen or wall()) - killed_at
-                    trial.view_versions[str(silo.address)] = message.version
-                    if trial.table_dead is None and (row := victim_row(message, victim)) is not None:
-                        self._dead_from_votes(trial, codec.entry_from_proto(row)[0], killed_at)
-                    return
-        except TimeoutError:
-            return
-        except grpc.aio.AioRpcError as exc:
-            print(f"  the view stream of {silo.address} failed: {exc.code().name} {exc.details()}", flush=True)
-        finally:
-            call.cancel()  # the channel stays open for the next trial: the stream must not
+    async def _watch_logs(
+        self, trial: KillTrial, survivors: Sequence[SiloProcess], victim: SiloAddress, signalled_at: float
+    ) -> None:
+        """Read each survivor's log, from where it ends now, every ``LOG_POLL`` s until every
+        survivor logged the victim's departure or the bound passed."""
+        marks = {silo: silo.log.stat().st_size if silo.log.exists() else 0 for silo in survivors}
+        pending = list(survivors)
+        while pending and wall() < signalled_at + self.bound:
+            await asyncio.sleep(LOG_POLL)
+            for silo in list(pending):
+                with silo.log.open("rb") as log:
+                    log.seek(marks[silo])
+                    complete = log.read()
+                complete = complete[: complete.rfind(b"\n") + 1]  # a line still being written is read next time
+                marks[silo] += len(complete)
+                seen = victim_death_logged(complete.decode(errors="replace").splitlines(), victim)
+                if seen is not None:
+                    observed_at, at = seen
+                    trial.views[str(silo.address)] = observed_at - signalled_at
+                    if not self.poll_table and trial.table_dead is None:
+                        trial.table_dead = at - signalled_at
+                    pending.remove(silo)
 
     async def close(self) -> None:
-        await asyncio.gather(*(channel.close() for channel in self._watch_channels.drain()), return_exceptions=True)
         await self.prober.close()
         await asyncio.to_thread(self.cluster.close)
 

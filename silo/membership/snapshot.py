@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import functools
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
@@ -109,6 +109,9 @@ class MembershipSnapshot:
     """One atomic read of the table (``data``) with derived views of it."""
 
     data: MembershipTableData
+    observed_at: datetime | None = field(default=None, compare=False)
+    """When this silo's view became this snapshot (set by ``SnapshotPublisher``): the time its events
+    report, however late a consumer (a watch stream, the event log) gets to them."""
 
     @property
     def version(self) -> int:
@@ -194,9 +197,13 @@ def latest_heartbeats(current: MembershipSnapshot, reread: MembershipSnapshot) -
 
 
 class SnapshotPublisher:
-    """Holds the latest snapshot and wakes subscribers when a newer version arrives."""
+    """Holds the latest snapshot and wakes subscribers when a newer version arrives.
 
-    def __init__(self) -> None:
+    ``now`` stamps each newer snapshot's ``observed_at`` as it becomes current.
+    """
+
+    def __init__(self, now: Callable[[], datetime] | None = None) -> None:
+        self._now = now
         self._current: MembershipSnapshot | None = None
         self._refreshes = 0
         self._closed = False
@@ -217,7 +224,9 @@ class SnapshotPublisher:
             return False
         newer = current is None or snapshot.version > current.version
         if current is not None and not newer:
-            snapshot = latest_heartbeats(current, snapshot)
+            snapshot = replace(latest_heartbeats(current, snapshot), observed_at=current.observed_at)
+        elif self._now is not None:
+            snapshot = replace(snapshot, observed_at=self._now())
         async with self._changed:
             self._current = snapshot
             self._refreshes += 1

@@ -166,7 +166,7 @@ class MembershipTableManager:
         self._on_write = on_write
         self._fetch_view = fetch_view
         self._observer = observer
-        self.publisher = SnapshotPublisher()
+        self.publisher = SnapshotPublisher(clock.now)
         self.terminated = asyncio.Event()
         self._access = TableAccess(
             address=address, options=options, clock=clock, run_blocking=run_blocking, give_up=self.terminated.is_set

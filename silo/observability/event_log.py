@@ -31,7 +31,7 @@ async def log_membership_events(
         if not logger.isEnabledFor(logging.INFO):
             previous = snapshot.data
             continue
-        for event in membership_events(previous, snapshot.data, now()):
+        for event in membership_events(previous, snapshot.data, snapshot.observed_at or now()):
             logger.info(
                 "silo %s sees %s", observer, event.describe(), extra={"event": event.to_json(), "silo": str(observer)}
             )

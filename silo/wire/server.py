@@ -256,7 +256,7 @@ class MembershipServer:
         previous: MembershipTableData | None = None
         async for snapshot in handler.snapshots():
             if after is None or snapshot.version > after:
-                events = membership_events(previous, snapshot.data, self._now())
+                events = membership_events(previous, snapshot.data, snapshot.observed_at or self._now())
                 previous = snapshot.data
                 yield codec.view_to_proto(snapshot.data, handler.silo_address, events)
         await _abort(

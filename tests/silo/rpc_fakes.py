@@ -45,6 +45,8 @@ class FakeHandler:
     """What ``snapshots()`` yields before it ends (default: ``snapshot`` alone)."""
     hold_open: bool = False
     """``snapshots()`` never ends, like a silo whose membership does not change."""
+    observed_at: datetime | None = None
+    """The ``observed_at`` of every snapshot ``snapshots()`` yields (as ``SnapshotPublisher`` stamps it)."""
 
     def health_score(self) -> int:
         return self.score
@@ -61,7 +63,7 @@ class FakeHandler:
 
     async def snapshots(self) -> AsyncIterator[MembershipSnapshot]:
         for data in self.stream or (self.snapshot,):
-            yield MembershipSnapshot(data)
+            yield MembershipSnapshot(data, observed_at=self.observed_at)
         if self.hold_open:
             await asyncio.Event().wait()
 

@@ -43,6 +43,19 @@ async def test_publisher_never_goes_back_in_version() -> None:
 
 
 @async_test
+async def test_the_publisher_stamps_when_the_view_changed_and_a_same_version_reread_keeps_it() -> None:
+    clock = iter([T0 + timedelta(seconds=1), T0 + timedelta(seconds=2), T0 + timedelta(seconds=3)])
+    publisher = SnapshotPublisher(lambda: next(clock))
+    await publisher.publish(view(row(A), version=2))
+    assert publisher.current is not None
+    assert publisher.current.observed_at == T0 + timedelta(seconds=1)
+    await publisher.publish(view(row(A).replace(i_am_alive_time=T0 + timedelta(seconds=9)), version=2))
+    assert publisher.current.observed_at == T0 + timedelta(seconds=1)  # a heartbeat re-read: not a change
+    await publisher.publish(view(row(A), row(B), version=3))
+    assert publisher.current.observed_at == T0 + timedelta(seconds=2)
+
+
+@async_test
 async def test_a_reread_at_the_same_version_never_moves_a_heartbeat_back() -> None:
     publisher = SnapshotPublisher()
     later, earlier = T0 + timedelta(seconds=5), T0 + timedelta(seconds=2)

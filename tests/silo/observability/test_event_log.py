@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest
 
@@ -37,3 +38,14 @@ def test_events_are_logged_at_info_and_not_compared_while_info_is_off(
     with caplog.at_level(logging.WARNING, logger="silo.events"):
         asyncio.run(log_membership_events(stream(first, second, third), lambda: SEEN, A))
     assert caplog.records == []
+
+
+def test_an_event_carries_the_time_the_view_changed_not_the_time_it_was_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    changed = SEEN - timedelta(seconds=3)
+    first = MembershipSnapshot(data(1, row(A)))
+    second = MembershipSnapshot(data(2, row(A), row(B)), observed_at=changed)
+    with caplog.at_level(logging.INFO, logger="silo.events"):
+        asyncio.run(log_membership_events(stream(first, second), lambda: SEEN, A))
+    assert [record.event["observed_at"] for record in caplog.records] == [changed.isoformat()]  # type: ignore[attr-defined]

@@ -7,6 +7,7 @@ import logging
 import socket
 import threading
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 import grpc
@@ -301,6 +302,25 @@ def test_a_quiet_watch_survives_the_clients_keepalive_pings() -> None:
                 await asyncio.wait_for(anext(views), 20)
 
     run(scenario())
+
+
+def test_watch_events_carry_the_time_the_silos_view_changed_not_the_time_the_stream_sent_them() -> None:
+    joiner = SiloAddress("127.0.0.1", 4243, 8)
+    observed = T0 + timedelta(seconds=5)
+    stream = (table_data(3, PEER), table_data(4, PEER, joiner))
+
+    async def scenario() -> list[pb.MembershipView]:
+        async with (
+            serving(lambda me: FakeHandler(me, stream=stream, observed_at=observed)) as (server, _),
+            grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel,
+        ):
+            call = codec.WATCH_MEMBERSHIP.bind(channel)(pb.WatchMembershipRequest(header=header()), timeout=5.0)
+            return [await call.read(), await call.read()]
+
+    views = run(scenario())
+    [joined] = views[1].events
+    assert joined.kind == pb.MEMBERSHIP_EVENT_KIND_JOINED
+    assert joined.observed_at_unix_micros == codec.to_micros(observed)
 
 
 def test_watch_after_a_version_skips_it_and_older_ones() -> None:
