@@ -103,6 +103,25 @@ def choices_list(text: str, choices: Sequence[str], flag: str) -> tuple[str, ...
     return items
 
 
+def positive(text: str, flag: str, kind: type[int] | type[float] = int, least: float = 1) -> Any:
+    """``text`` as a number of at least ``least``, or a clear exit naming ``flag``."""
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or value < least:
+        raise SystemExit(f"{flag} must be a number of at least {least:g}, got {text!r}")
+    return value
+
+
+def sizes_list(text: str, flag: str = "--sizes") -> tuple[int, ...]:
+    """Comma-separated cluster sizes (each at least 2), or a clear exit naming ``flag``."""
+    sizes = tuple(positive(size, flag, least=2) for size in text.split(",") if size.strip())
+    if not sizes:
+        raise SystemExit(f"{flag} must list cluster sizes of at least 2, comma-separated (e.g. 5,10,20), got {text!r}")
+    return sizes
+
+
 # --- statistics ------------------------------------------------------------------------
 
 

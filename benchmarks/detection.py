@@ -71,6 +71,7 @@ from benchmarks.common import (
     ratio,
     run_benchmark,
     save_figure,
+    sizes_list,
     summarize,
     wall,
     workdir,
@@ -819,13 +820,7 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     if known.systems is not None:
         changes["systems"] = choices_list(known.systems, SYSTEMS, "--systems")
     if known.sizes is not None:
-        try:
-            sizes = tuple(int(size) for size in known.sizes.split(",") if size.strip())
-        except ValueError:
-            sizes = ()
-        if not sizes or min(sizes) < 2:
-            raise SystemExit(f"--sizes must be whole numbers of at least 2, comma-separated, got {known.sizes!r}")
-        changes["sizes"] = sizes
+        changes["sizes"] = sizes_list(known.sizes)
     if known.transport is not None:
         changes["transports"] = choices_list(known.transport, TRANSPORTS, "--transport")
     if known.trials is not None:

@@ -35,7 +35,7 @@ runs the production probe timings instead (then give ``--window 10``: a crash ta
 seconds to be declared Dead).
 
     python -m benchmarks.propagation [--quick] [--modes gossip_on,gossip_on_tls,gossip_off]
-        [--window SECONDS] [--set NAME=VALUE ...]
+        [--sizes 5,10,20] [--trials N] [--window SECONDS] [--set NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -58,16 +58,18 @@ from benchmarks.common import (
     choices_list,
     grouped_bars,
     parse_over_preset,
+    positive,
     print_table,
     pyplot,
     run_benchmark,
     save_figure,
+    sizes_list,
     summarize,
     wall,
     workdir,
 )
 from benchmarks.silo_cluster import BenchCluster, KillTrial, silo_certificates
-from silo.errors import OptionsError
+from silo.cli.arguments import key_value, repeatable
 from silo.membership.options import SiloOptions
 
 NAME = "propagation"
@@ -273,34 +275,35 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 
 def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
-    """The common flags plus ``--modes`` (a comma-separated subset of ``MODES``), ``--window`` and
-    ``--set NAME=VALUE`` (repeatable: ``Config.silo_options``)."""
+    """The common flags plus ``--modes`` (a comma-separated subset of ``MODES``), ``--sizes`` (comma-separated),
+    ``--trials``, ``--window`` and ``--set NAME=VALUE`` (repeatable: ``Config.silo_options``)."""
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--modes", default=None)
     extra.add_argument("--window", type=float, default=None)
-    extra.add_argument("--set", action="append", default=[], dest="silo_options")
+    extra.add_argument("--sizes", default=None)
+    extra.add_argument("--trials", default=None)
+    repeatable(extra, "--set", "silo_options", key_value("OPTION", "probe_timeout=5s"), "OPTION=VALUE", "silo option")
     settings, known, config = parse_over_preset(__doc__ or NAME, argv, extra, Config)
     if known.modes is not None:
         config = dataclasses.replace(config, modes=choices_list(known.modes, MODES, "--modes"))
     if known.window is not None:
         config = dataclasses.replace(config, window=known.window)
+    if known.sizes is not None:
+        config = dataclasses.replace(config, sizes=sizes_list(known.sizes))
+    if known.trials is not None:
+        config = dataclasses.replace(config, trials=positive(known.trials, "--trials"))
     if known.silo_options:
-        config = dataclasses.replace(config, silo_options=(*config.silo_options, *known.silo_options))
+        chosen = tuple(f"{name}={value}" for name, value in known.silo_options)
+        config = dataclasses.replace(config, silo_options=(*config.silo_options, *chosen))
     silo_options(config)  # a bad --set stops here, not in 20 silo processes
     return settings, config
 
 
 def silo_options(config: Config) -> SiloOptions:
     """The local preset with ``config.silo_options`` applied: what every silo runs (a clear exit if one is bad)."""
-    overrides = {}
-    for option in config.silo_options:
-        name, assigned, value = option.partition("=")
-        if not assigned:
-            raise SystemExit(f"--set {option!r}: use NAME=VALUE, e.g. --set probe_interval=2s")
-        overrides[name] = value
     try:
-        return SiloOptions.local().with_overrides(overrides)
-    except OptionsError as exc:
+        return SiloOptions.local().with_overrides(dict(option.split("=", 1) for option in config.silo_options))
+    except ValueError as exc:
         raise SystemExit(f"--set: {exc}") from None
 
 

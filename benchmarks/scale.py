@@ -46,11 +46,13 @@ from benchmarks.common import (
     RunSettings,
     grouped_bars,
     parse_over_preset,
+    positive,
     print_table,
     pyplot,
     ratio,
     run_benchmark,
     save_figure,
+    sizes_list,
     summarize,
     wall,
     workdir,
@@ -519,17 +521,6 @@ def plot(results: dict[str, Any], path: Path) -> None:
     save_figure(figure, path)
 
 
-def positive(text: str, flag: str, kind: type[int] | type[float] = int, least: float = 1) -> Any:
-    """``text`` as a number of at least ``least``, or a clear exit naming ``flag``."""
-    try:
-        value = kind(text)
-    except ValueError:
-        value = None
-    if value is None or value < least:
-        raise SystemExit(f"{flag} must be a number of at least {least:g}, got {text!r}")
-    return value
-
-
 def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     """The common flags plus ``--sizes``, ``--gossip``, ``--steady`` and ``--per-process``, over the preset."""
     extra = argparse.ArgumentParser(add_help=False)
@@ -542,11 +533,7 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     settings, known, config = parse_over_preset(__doc__ or NAME, argv, extra, Config)
     changes: dict[str, Any] = {}
     if known.sizes is not None:
-        changes["sizes"] = tuple(positive(size, "--sizes", least=2) for size in known.sizes.split(",") if size.strip())
-        if not changes["sizes"]:
-            raise SystemExit(
-                f"--sizes must list cluster sizes, comma-separated (e.g. 200,500,1000), got {known.sizes!r}"
-            )
+        changes["sizes"] = sizes_list(known.sizes)
     if known.gossip is not None:
         if known.gossip not in ("on", "off"):
             raise SystemExit(f"--gossip must be on or off, got {known.gossip!r}")

@@ -510,12 +510,18 @@ class MembershipTableManager:
         since = self._applies_from(base, delta.silos) if self.snapshot.version == base else base
         if since < base:
             delta = dataclasses.replace(delta, since_version=since)
-        behind = not await self._apply(delta)
+        past = self.snapshot.version >= delta.version.version  # a later write's gossip came first
+        following = None if past else self.snapshot.apply(delta)
+        behind = not past and following is None
         if behind and self.publisher.current is None:  # no view yet to address the gossip with
             await self._reread_after_write()
             behind = False
         if self._on_write is not None:
-            self._on_write(GossipMessage(delta.version.version, delta), self.snapshot, declared_dead)
+            # before our own view takes the write in: its subscribers (the health monitor, the event
+            # log, watch streams) then run while the sends are on their way, not before them
+            self._on_write(GossipMessage(delta.version.version, delta), following or self.snapshot, declared_dead)
+        if following is not None:
+            await self._accept_learned(following, tuple(entry for entry, _ in delta.rows), delta.silos)
         if behind and reread_if_behind:
             await self._reread_after_write()
 

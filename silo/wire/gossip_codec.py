@@ -13,23 +13,28 @@ from silo.wire.codec import address_from_proto, address_to_proto, entry_from_pro
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 
 
-def gossip_to_proto(message: GossipMessage, request_header: pb.RequestHeader) -> pb.GossipRequest:
+def gossip_to_proto(
+    message: GossipMessage, request_header: pb.RequestHeader, encoded_delta: pb.MembershipDelta | None = None
+) -> pb.GossipRequest:
+    """``encoded_delta``: ``delta_to_proto(message.delta)`` if the caller has it already (one write
+    goes to many silos: its rows need encoding once)."""
     request = pb.GossipRequest(
         header=request_header,
         version=message.version,
         relay_to=[address_to_proto(silo) for silo in message.relay_to],
     )
-    delta = message.delta
-    if delta is not None:
-        request.delta.CopyFrom(
-            pb.MembershipDelta(
-                base_version=delta.base_version,
-                version_etag=delta.version.etag,
-                rows=[entry_to_proto(entry, etag) for entry, etag in delta.rows],
-                since_version=delta.since_version or 0,
-            )
-        )
+    if message.delta is not None:
+        request.delta.CopyFrom(encoded_delta if encoded_delta is not None else delta_to_proto(message.delta))
     return request
+
+
+def delta_to_proto(delta: MembershipDelta) -> pb.MembershipDelta:
+    return pb.MembershipDelta(
+        base_version=delta.base_version,
+        version_etag=delta.version.etag,
+        rows=[entry_to_proto(entry, etag) for entry, etag in delta.rows],
+        since_version=delta.since_version or 0,
+    )
 
 
 def gossip_from_proto(request: pb.GossipRequest) -> GossipMessage:

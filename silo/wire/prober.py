@@ -20,6 +20,7 @@ from membership_tables import InvalidEntryError, MembershipTableData, SiloAddres
 from silo.errors import SiloError
 from silo.membership.background import BackgroundTasks
 from silo.membership.probing import GossipMessage, IndirectProbeResult, NotDeliveredError, ProbeOutcome
+from silo.membership.snapshot import MembershipDelta
 from silo.wire import codec, gossip_codec
 from silo.wire.channels import CHANNEL_OPTIONS, channel_options
 from silo.wire.ping_stream import UNARY_PINGS_FIRST, EndpointPinger, StreamEndedError
@@ -112,6 +113,8 @@ class GrpcProber:
         """By endpoint, each on the pool's current channel to it."""
         self._stream_readers = BackgroundTasks()
         self._sequences = itertools.count(1)
+        self._encoded_delta: tuple[MembershipDelta, pb.MembershipDelta] | None = None
+        """The last delta sent and its encoding: one write goes to up to ``gossip_fanout`` silos."""
 
     async def ping(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
         request = pb.PingRequest(header=self._header(), sequence=next(self._sequences))
@@ -169,7 +172,10 @@ class GrpcProber:
     async def send(self, target: SiloAddress, message: GossipMessage) -> None:
         """Send ``message`` to ``target``; raises ``NotDeliveredError`` if no connection to it could be
         made (UNAVAILABLE), ``grpc.aio.AioRpcError`` for any other failure (it may have arrived)."""
-        request = gossip_codec.gossip_to_proto(message, self._header())
+        delta, encoded = message.delta, self._encoded_delta
+        if delta is not None and (encoded is None or encoded[0] is not delta):
+            encoded = self._encoded_delta = (delta, gossip_codec.delta_to_proto(delta))
+        request = gossip_codec.gossip_to_proto(message, self._header(), encoded[1] if delta and encoded else None)
         try:
             await self._call(target, codec.GOSSIP, request, self._gossip_timeout)
         except grpc.aio.AioRpcError as exc:

@@ -68,12 +68,15 @@ class Node:
         as the gossiper would; otherwise a test hands it over itself."""
         self.table = FlakyTable(store)
         self.gossiped: list[tuple[GossipMessage, tuple[SiloAddress, ...]]] = []
+        self.view_at_gossip: list[int] = []
+        """Our own view's version when each write of ours went to the gossiper."""
         self.pulls: list[SiloAddress] = []
         self.peers = peers
         self.deliveries: list[asyncio.Task[None]] = []
 
         def on_write(message: GossipMessage, snapshot: MembershipSnapshot, dead: tuple[SiloAddress, ...]) -> None:
             self.gossiped.append((message, dead))
+            self.view_at_gossip.append(self.manager.snapshot.version)
             if deliver:
                 self.deliveries.extend(
                     asyncio.create_task(node.manager.on_gossip(message, me))
@@ -229,6 +232,20 @@ async def test_a_vote_costs_one_read_and_one_write_and_the_writer_does_not_rerea
     assert [voter for voter, _ in entry.suspect_times] == [ME]
     assert store.read_all().get(OTHER) is not None
     assert store.read_all().get(OTHER)[1] == etag
+
+
+@async_test
+async def test_a_write_goes_to_the_gossiper_before_the_writers_own_view_takes_it_in() -> None:
+    """So the sends start before the writer's own subscribers (health monitor, event log) run."""
+    _, _, nodes = await cluster_of_three()
+    voter = nodes[ME]
+    before = voter.manager.snapshot.version
+    subscription = aiter(voter.manager.publisher.subscribe())
+    assert (await anext(subscription)).version == before
+    assert await voter.manager.try_vote(OTHER) is VoteOutcome.VOTED
+    assert voter.view_at_gossip == [before]
+    assert voter.manager.snapshot.version == before + 1
+    assert (await anext(subscription)).version == before + 1
 
 
 @async_test

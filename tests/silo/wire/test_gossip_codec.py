@@ -8,7 +8,7 @@ from membership_tables import TableVersion
 from silo.membership.probing import GossipMessage
 from silo.membership.snapshot import MembershipDelta
 from silo.wire import codec
-from silo.wire.gossip_codec import gossip_from_proto, gossip_to_proto
+from silo.wire.gossip_codec import delta_to_proto, gossip_from_proto, gossip_to_proto
 from tests.silo.harness import address, row
 
 HEADER = codec.header("c", address(1))
@@ -19,6 +19,14 @@ def test_a_delta_and_its_relays_survive_the_round_trip(since: int | None) -> Non
     delta = MembershipDelta(5, TableVersion(6, "v6"), ((row(address(2)), "e2"), (row(address(3)), "e3")), since)
     message = GossipMessage(6, delta, (address(4), address(5)))
     assert gossip_from_proto(gossip_to_proto(message, HEADER)) == message
+
+
+def test_a_delta_encoded_once_gives_the_same_request_for_each_relay() -> None:
+    delta = MembershipDelta(5, TableVersion(6, "v6"), ((row(address(2)), "e2"),))
+    encoded = delta_to_proto(delta)
+    for relays in ((), (address(4),), (address(5), address(6))):
+        message = GossipMessage(6, delta, relays)
+        assert gossip_to_proto(message, HEADER, encoded) == gossip_to_proto(message, HEADER)
 
 
 def test_a_delta_said_to_apply_after_its_base_is_refused() -> None:

@@ -135,6 +135,29 @@ def test_gossip_with_a_delta_and_relays_is_delivered_and_a_failure_raises() -> N
     assert run(scenario()) == [sent]
 
 
+def test_one_write_sent_to_several_silos_and_the_next_write_each_arrive_as_sent() -> None:
+    """The prober encodes a write's delta once for all its receivers, and a new write anew."""
+
+    def write(version: int, status: SiloStatus) -> MembershipDelta:
+        entry = MembershipEntry(ME, status, start_time=T0, i_am_alive_time=T0)
+        return MembershipDelta(version - 1, TableVersion(version, f"v{version}"), ((entry, f"e{version}"),))
+
+    first, second = write(12, SiloStatus.SHUTTING_DOWN), write(13, SiloStatus.DEAD)
+    sent = [
+        GossipMessage(12, first, relay_to=(SiloAddress("127.0.0.1", 7, 1),)),
+        GossipMessage(12, first),
+        GossipMessage(13, second, relay_to=(SiloAddress("127.0.0.1", 8, 1),)),
+    ]
+
+    async def scenario() -> list[GossipMessage]:
+        async with serving(FakeHandler) as (_, handler), GrpcProber(CLUSTER, ME, gossip_timeout=1.0) as prober:
+            for message in sent:
+                await prober.send(handler.silo_address, message)
+            return handler.messages
+
+    assert run(scenario()) == sent
+
+
 class SlowGossipHandler(FakeHandler):
     async def on_gossip(self, message: GossipMessage, sender: SiloAddress | None) -> None:
         await super().on_gossip(message, sender)
