@@ -177,10 +177,14 @@ class MembershipServer:
 
     async def _admit(self, request_header: pb.RequestHeader, context: Any, method: str) -> SiloRpcHandler:
         """The handler if the request is for our cluster; otherwise abort the call."""
-        cluster_id, sender = clip(request_header.cluster_id), _describe_sender(request_header)
-        return await self._admit_cluster(cluster_id, sender, context, method)
+        return await self._admit_cluster(
+            clip(request_header.cluster_id), partial(_describe_sender, request_header), context, method
+        )
 
-    async def _admit_cluster(self, cluster_id: str, sender: str, context: Any, method: str) -> SiloRpcHandler:
+    async def _admit_cluster(
+        self, cluster_id: str, sender: Callable[[], str], context: Any, method: str
+    ) -> SiloRpcHandler:
+        """``sender`` describes the caller for a refusal (only then: every ping and gossip is admitted)."""
         handler = self._handler
         if handler is None:
             await _abort(context, grpc.StatusCode.UNAVAILABLE, "the silo is still starting; retry shortly")
@@ -188,10 +192,10 @@ class MembershipServer:
             # before anything else: an unauthorized caller learns nothing, not even the cluster id
             refusal = authorize(method, _peer_identity(context), handler.cluster_id)
             if refusal is not None:
-                log.warning("refused %s from %s at %s: %s", method, sender, context.peer(), refusal.reason)
+                log.warning("refused %s from %s at %s: %s", method, sender(), context.peer(), refusal.reason)
                 await _abort(context, refusal.code, refusal.reason)
         if cluster_id != handler.cluster_id:
-            await _refuse_cluster(handler, cluster_id, sender, context, method)
+            await _refuse_cluster(handler, cluster_id, sender(), context, method)
         return handler
 
     async def _ping(self, request: pb.PingRequest, context: Any) -> pb.PingResponse:
@@ -265,7 +269,7 @@ class MembershipServer:
 
     async def _process(self, request: pb.ProcessRequest, context: Any) -> pb.ProcessResponse:
         sender = clip(request.sender) or "an unnamed client"
-        silo = await self._admit_cluster(clip(request.cluster_id), sender, context, "Process")
+        silo = await self._admit_cluster(clip(request.cluster_id), lambda: sender, context, "Process")
         if silo.status is not SiloStatus.ACTIVE:
             await _abort(
                 context,
