@@ -230,6 +230,9 @@ class ClusterHealthMonitor:
         self.monitors: dict[SiloAddress, SiloHealthMonitor] = {}
         self._ring: tuple[int | None, list[SiloAddress]] = (None, [])
         """(table version, our ring targets at it)."""
+        self._ring_probed = False
+        """Whether our monitors have had targets: later ring targets start at a random point
+        (``_first_probe_delay``)."""
         self._watchers = SuspectWatchers(local, options.num_probed_silos, liveness.is_fresh)
         self._heads: tuple[int | None, frozenset[SiloAddress]] = (None, frozenset())
         """(table version, our gossip arc heads at it): see ``_arc_heads``."""
@@ -276,8 +279,9 @@ class ClusterHealthMonitor:
             if target not in self.monitors:
                 monitor = self._create_monitor(target, self)
                 self.monitors[target] = monitor
-                monitor.start(first_probe_after=self._watch_delay(target))
+                monitor.start(first_probe_after=self._first_probe_delay(target))
         if targets:
+            self._ring_probed = True
             logger.debug("silo %s probes %s", self._local, ", ".join(map(str, targets)))
 
     def may_vote(self) -> bool:
@@ -333,15 +337,25 @@ class ClusterHealthMonitor:
             steps = VOTE_STAGGER_RANKS
         return steps * VOTE_STAGGER_STEP * self._options.probe_timeout
 
-    def _watch_delay(self, target: SiloAddress) -> float:
-        """When a new monitor of a suspect off our ring (one we watch: ``select_targets``) probes
-        first: at its vote's turn (``vote_delay``). A vote makes every silo of a small cluster, and
-        the suspect's watchers in a large one, watch the suspect; probing it at once, each opened a
-        channel to it and, on the first refusal, asked three intermediaries to ping it: for a dead
+    def _first_probe_delay(self, target: SiloAddress) -> float:
+        """When a new monitor probes first. Of a suspect off our ring (one we watch:
+        ``select_targets``): at its vote's turn (``vote_delay``). A vote makes every silo of a small
+        cluster, and the suspect's watchers in a large one, watch the suspect; probing it at once,
+        each opened a channel to it and, on the first refusal, asked three intermediaries to ping it: for a dead
         silo, about three times the messages of the death's own gossip, just before it. Its ring
         monitors vote on their own evidence meanwhile, and the death usually stops ours before
-        its first probe; if not, the silence we need starts a step later."""
-        return 0.0 if target in self._ring[1] else self.vote_delay(target)
+        its first probe; if not, the silence we need starts a step later.
+
+        A ring target new after our first ring (a silo died, left or joined) is probed first at a
+        random point of one probe interval. Such a change gives a new target to several monitors
+        at the instant its gossip arrives: each opened a ping stream (a call set up at both ends)
+        in the middle of the change's own spread, on cores the 19 other receivers of N = 20
+        needed. The target was monitored by others all along; ours starts within an interval."""
+        if target not in self._ring[1]:
+            return self.vote_delay(target)
+        if not self._ring_probed:
+            return 0.0  # our first ring: nothing to catch up with
+        return self._random.uniform(0.0, self._options.effective_probe_interval)
 
     def may_try_vote(self) -> bool:
         """Whether a monitor may go on to a vote: ``may_vote``, except under ring sampling.

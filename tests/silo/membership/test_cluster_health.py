@@ -84,6 +84,7 @@ class Rig:
     clock: FakeClock = field(default_factory=lambda: FakeClock(T0))
     publisher: SnapshotPublisher = field(default_factory=SnapshotPublisher)
     rereads: list[float] = field(default_factory=list)
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
 
     def __post_init__(self) -> None:
         self.prober = FunctionProber(reachable=lambda silo: self.reachable(silo))
@@ -101,7 +102,7 @@ class Rig:
             local_health=self.health,
             prober=self.prober,
             on_minority=lambda: self.rereads.append(self.clock.monotonic()),
-            random=random.Random(0),
+            random=self.rng,
         )
 
     def _create(self, target: SiloAddress, owner: ClusterHealthMonitor) -> SiloHealthMonitor:
@@ -541,4 +542,38 @@ async def test_a_suspect_off_our_ring_is_first_probed_at_our_votes_turn_our_ring
     assert set(rig.prober.pings) == set(ring)
     await rig.clock.advance(0.02)
     assert suspect in rig.prober.pings
+    await rig.cluster.stop()
+
+
+class Midpoint(random.Random):
+    """``uniform`` gives the middle of its range: a random point a test can name."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return (a + b) / 2
+
+
+@async_test
+async def test_a_ring_target_new_after_our_first_ring_is_first_probed_within_an_interval_not_at_once() -> None:
+    """A death gives several monitors a new target as its gossip arrives: their new ping streams
+    were set up in the middle of the death's spread, on the cores its other receivers needed."""
+    options = replace(SiloOptions.local(), num_probed_silos=5)
+    rig = Rig(options=options, rng=Midpoint(0))
+    peers = [address(port) for port in range(2, 12)]
+    ring = probe_targets(ME, [ME, *peers], options.num_probed_silos)
+    first = view(row(ME), *(row(peer) for peer in peers), version=1)
+    rig.liveness.observe(first)
+    await rig.cluster.update(first)
+    await rig.clock.advance(0.001)
+    assert set(rig.prober.pings) == set(ring)  # our first ring: at once
+
+    dead = ring[0]
+    after = view(row(ME), row(dead, SiloStatus.DEAD), *(row(peer) for peer in peers if peer != dead), version=2)
+    rig.liveness.observe(after)
+    await rig.cluster.update(after)
+    [new] = set(rig.cluster.monitors) - set(ring)
+    half = options.effective_probe_interval / 2
+    await rig.clock.advance(half - 0.01)
+    assert new not in rig.prober.pings
+    await rig.clock.advance(0.02)
+    assert new in rig.prober.pings
     await rig.cluster.stop()
