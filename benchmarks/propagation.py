@@ -279,7 +279,7 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     ``--trials``, ``--window`` and ``--set NAME=VALUE`` (repeatable: ``Config.silo_options``)."""
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--modes", default=None)
-    extra.add_argument("--window", type=float, default=None)
+    extra.add_argument("--window", default=None)
     extra.add_argument("--sizes", default=None)
     extra.add_argument("--trials", default=None)
     repeatable(extra, "--set", "silo_options", key_value("OPTION", "probe_timeout=5s"), "OPTION=VALUE", "silo option")
@@ -287,7 +287,7 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     if known.modes is not None:
         config = dataclasses.replace(config, modes=choices_list(known.modes, MODES, "--modes"))
     if known.window is not None:
-        config = dataclasses.replace(config, window=known.window)
+        config = dataclasses.replace(config, window=positive(known.window, "--window", float))
     if known.sizes is not None:
         config = dataclasses.replace(config, sizes=sizes_list(known.sizes))
     if known.trials is not None:

@@ -143,7 +143,7 @@ class Gossiper:
         """Pass a received ``message`` on to the silos it asks us to relay to (those our ``snapshot`` knows)."""
         if not message.relay_to:
             return
-        in_delta = {entry.silo_address for entry, _ in message.delta.rows} if message.delta else set()
+        in_delta = message.delta.silos if message.delta else frozenset()
         known = [
             silo
             for silo in message.relay_to

@@ -64,6 +64,11 @@ class MembershipDelta:
         return self.base_version if self.since_version is None else self.since_version
 
     @property
+    def entries(self) -> tuple[MembershipEntry, ...]:
+        """The rows the write put in, without their etags."""
+        return tuple(entry for entry, _ in self.rows)
+
+    @property
     def silos(self) -> frozenset[SiloAddress]:
         return frozenset(entry.silo_address for entry, _ in self.rows)
 

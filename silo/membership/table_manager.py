@@ -333,7 +333,7 @@ class MembershipTableManager:
         following = self.snapshot.apply(delta)
         if following is None:
             return False
-        await self._accept_learned(following, tuple(entry for entry, _ in delta.rows), delta.silos)
+        await self._accept_learned(following, delta.entries, delta.silos)
         return True
 
     def _remember_writes(
@@ -521,7 +521,7 @@ class MembershipTableManager:
             # log, watch streams) then run while the sends are on their way, not before them
             self._on_write(GossipMessage(delta.version.version, delta), following or self.snapshot, declared_dead)
         if following is not None:
-            await self._accept_learned(following, tuple(entry for entry, _ in delta.rows), delta.silos)
+            await self._accept_learned(following, delta.entries, delta.silos)
         if behind and reread_if_behind:
             await self._reread_after_write()
 

@@ -31,6 +31,7 @@ def test_production_probe_timings_at_one_size_from_the_command_line(tmp_path: Pa
         (["--sizes", "20,x"], "--sizes must be a number"),
         (["--sizes", ","], "--sizes must list"),
         (["--trials", "0"], "--trials must be a number of at least 1"),
+        (["--window", "soon"], "--window must be a number of at least 1"),
         (["--set", "probe_timout=5s"], "--set: unknown option 'probe_timout'"),
         (["--set", "probe_timeout=5s"], r"--set: death_vote_expiration \(3.0s\) must be longer"),
     ],
