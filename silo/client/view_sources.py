@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from membership_tables import MembershipTable, MembershipTableData, TableUnavailableError
+from membership_tables import InvalidEntryError, MembershipTable, MembershipTableData, TableUnavailableError
 from silo.client.errors import ClientConfigError, MembershipUnavailableError, WrongClusterError
 from silo.client.topology import ClusterView
 from silo.events import membership_events
@@ -148,7 +148,10 @@ class GatewaySource:
                 self._refuse_wrong_cluster(endpoint, exc)
                 failures.append(f"{endpoint}: {exc.code().name} {exc.details()}")
                 continue
-            return self._accept(endpoint, response)
+            try:
+                return self._accept(endpoint, response)
+            except InvalidEntryError as exc:
+                failures.append(_unreadable_view(endpoint, exc))
         raise MembershipUnavailableError(f"no gateway of cluster {self._cluster_id!r} answered: {'; '.join(failures)}")
 
     async def views(self, after: AfterVersion) -> AsyncIterator[ClusterView]:
@@ -180,6 +183,8 @@ class GatewaySource:
                 log.info(
                     "gateway %s: watch ended (%s %s); trying the next gateway", endpoint, exc.code().name, exc.details()
                 )
+        except InvalidEntryError as exc:
+            _unreadable_view(endpoint, exc)
         finally:
             call.cancel()
 
@@ -256,3 +261,9 @@ class TableSource:
     async def close(self) -> None:
         self._closed = True
         await asyncio.to_thread(self._table.close)
+
+
+def _unreadable_view(endpoint: str, error: InvalidEntryError) -> str:
+    """Logs a gateway's malformed view (a bug or another program on its port) and says so for an error message."""
+    log.warning("gateway %s sent a view this client cannot read (%s); trying the next gateway", endpoint, error)
+    return f"{endpoint}: sent an invalid view ({error})"

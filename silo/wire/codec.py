@@ -15,7 +15,14 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from google.protobuf.message import Message
 
-from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
+from membership_tables import (
+    InvalidEntryError,
+    MembershipEntry,
+    MembershipTableData,
+    SiloAddress,
+    SiloStatus,
+    TableVersion,
+)
 from silo.events import EventKind, MembershipEvent
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 
@@ -152,7 +159,11 @@ def to_micros(when: datetime) -> int:
 
 
 def from_micros(micros: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=micros)
+    """The instant a peer sent; raises ``InvalidEntryError`` for one no ``datetime`` can hold (past year 9999)."""
+    try:
+        return _EPOCH + timedelta(microseconds=micros)
+    except OverflowError as exc:
+        raise InvalidEntryError(f"time {micros} microseconds from the epoch is out of range (years 1-9999)") from exc
 
 
 def address_to_proto(address: SiloAddress) -> pb.SiloAddress:

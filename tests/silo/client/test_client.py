@@ -8,12 +8,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from membership_tables import SiloAddress
+from membership_tables import MembershipTableData, SiloAddress, TableVersion
 from membership_tables.memory import InMemoryMembershipTable
 from silo import client as client_module
 from silo.client import (
@@ -28,10 +29,12 @@ from silo.client import (
 )
 from silo.client.view_sources import parse_endpoint
 from silo.runtime.process import SiloStack
+from silo.wire.proto.silo.v1 import membership_pb2 as pb
+from silo.wire.server import MembershipServer
 from silo.work import client as work_client_module
 from tests.services.process import free_port
 from tests.silo.live_silos import CLUSTER, LiveCluster, collect, gateway
-from tests.silo.rpc_fakes import run
+from tests.silo.rpc_fakes import FakeHandler, entry, run, serving
 
 
 @pytest.fixture
@@ -100,6 +103,47 @@ def test_no_reachable_gateway_is_a_clear_error_for_view_and_watch() -> None:
     read, watched = run(scenario())
     assert all(endpoint in read for endpoint in gateways)
     assert "giving up" in watched
+
+
+class MalformedViewServer(MembershipServer):
+    """A gateway whose views carry a heartbeat time past year 9999 (a bug, or another program's port)."""
+
+    async def _get_membership(self, request: pb.GetMembershipRequest, context: Any) -> pb.GetMembershipResponse:
+        answer = pb.GetMembershipResponse()
+        answer.CopyFrom(await super()._get_membership(request, context))
+        answer.rows[0].i_am_alive_time_unix_micros = 2**62
+        return answer
+
+    async def _watch_membership(
+        self, request: pb.WatchMembershipRequest, context: Any
+    ) -> AsyncIterator[pb.MembershipView]:
+        async for view in super()._watch_membership(request, context):
+            view.rows[0].i_am_alive_time_unix_micros = 2**62
+            yield view
+
+
+def test_a_gateway_sending_a_malformed_view_is_skipped_for_the_next() -> None:
+    def handler(address: SiloAddress) -> FakeHandler:
+        data = MembershipTableData(((entry(address), "e"),), TableVersion(3, "v3"))
+        return FakeHandler(address, cluster_id=CLUSTER, snapshot=data, hold_open=True)
+
+    async def scenario() -> None:
+        async with (
+            serving(handler, server_type=MalformedViewServer) as (bad, _),
+            serving(handler) as (good, good_handler),
+        ):
+            only_bad = [f"127.0.0.1:{bad.port}"]
+            async with AsyncMembershipClient(CLUSTER, only_bad, retry_timeout=0.5) as client:
+                with pytest.raises(MembershipUnavailableError, match=r"sent an invalid view .*out of range"):
+                    await client.view()
+            both = [*only_bad, f"127.0.0.1:{good.port}"]
+            async with AsyncMembershipClient(CLUSTER, both) as client:
+                assert [silo.address for silo in (await client.view()).silos] == [good_handler.silo_address]
+            async with AsyncMembershipClient(CLUSTER, both) as client:  # a fresh client watches the bad one first
+                (update,) = await collect(client.watch(), lambda seen: True)
+                assert [silo.address for silo in update.view.silos] == [good_handler.silo_address]
+
+    run(scenario())
 
 
 def test_a_closed_client_refuses_calls() -> None:

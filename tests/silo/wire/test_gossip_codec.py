@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from membership_tables import TableVersion
+from membership_tables import InvalidEntryError, TableVersion
 from silo.membership.probing import GossipMessage
 from silo.membership.snapshot import MembershipDelta
 from silo.wire import codec
 from silo.wire.gossip_codec import delta_to_proto, gossip_from_proto, gossip_to_proto
-from tests.silo.harness import address, row
+from tests.silo.harness import T0, address, row
 
 HEADER = codec.header("c", address(1))
 
@@ -35,4 +37,18 @@ def test_a_delta_said_to_apply_after_its_base_is_refused() -> None:
     )
     request.delta.since_version = 6
     with pytest.raises(ValueError, match="at or before its base"):
+        gossip_from_proto(request)
+
+
+@pytest.mark.parametrize("field", ["start_time_unix_micros", "i_am_alive_time_unix_micros", "vote"])
+@pytest.mark.parametrize("micros", [-(2**63) + 1, 2**62])
+def test_a_row_with_a_time_past_any_calendar_is_refused_as_invalid(field: str, micros: int) -> None:
+    voted = dataclasses.replace(row(address(2)), suspect_times=((address(3), T0),))
+    request = gossip_to_proto(GossipMessage(6, MembershipDelta(5, TableVersion(6, "v6"), ((voted, "e"),))), HEADER)
+    wire_row = request.delta.rows[0]
+    if field == "vote":
+        wire_row.suspicions[0].at_unix_micros = micros
+    else:
+        setattr(wire_row, field, micros)
+    with pytest.raises(InvalidEntryError, match="out of range"):
         gossip_from_proto(request)
