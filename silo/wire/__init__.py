@@ -3,8 +3,8 @@
 ``protos/silo/v1/membership.proto`` is the contract (enum values append-only);
 ``scripts/generate_protos.py`` regenerates ``silo.wire.proto``. ``codec`` converts between
 messages and ``membership_tables`` rows; ``server`` serves Membership, Work and health;
-``prober`` implements ``silo.membership.probing``'s seams over gRPC (its probes go over one
-``PingStream`` per target, ``ping_stream``). ``channels`` holds the
+``prober`` implements ``silo.membership.probing``'s seams over gRPC (its probes and gossip go
+over one ``PingStream`` / ``GossipStream`` per peer, ``call_streams``). ``channels`` holds the
 channel options and message size limits; ``tls`` the mutual-TLS settings, server credentials
 and caller channels (``TlsSettings``, ``ChannelPool``); ``peer_identity`` who a certificate
 names and which RPCs each role may call; ``admission`` the checks a silo makes before it writes

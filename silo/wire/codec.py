@@ -151,6 +151,7 @@ GOSSIP = Method("Gossip", pb.GossipRequest, pb.GossipResponse)
 GET_MEMBERSHIP = Method("GetMembership", pb.GetMembershipRequest, pb.GetMembershipResponse)
 WATCH_MEMBERSHIP = StreamMethod("WatchMembership", pb.WatchMembershipRequest, pb.MembershipView)
 PING_STREAM = BidiStreamMethod("PingStream", pb.PingRequest, pb.PingResponse)
+GOSSIP_STREAM = BidiStreamMethod("GossipStream", pb.GossipRequest, pb.GossipResponse)
 PROCESS = Method("Process", pb.ProcessRequest, pb.ProcessResponse, service=WORK_SERVICE_NAME)
 
 

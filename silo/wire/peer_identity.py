@@ -38,6 +38,7 @@ RPC_ROLES: Mapping[str, frozenset[Role]] = {
     "PingStream": frozenset({Role.SILO}),
     "ProbeIndirectly": frozenset({Role.SILO}),
     "Gossip": frozenset({Role.SILO}),
+    "GossipStream": frozenset({Role.SILO}),
     "GetMembership": frozenset({Role.SILO, Role.CLIENT}),
     "WatchMembership": frozenset({Role.SILO, Role.CLIENT}),
     "Process": frozenset({Role.SILO, Role.CLIENT}),

@@ -1,11 +1,12 @@
 """``GrpcProber``: the ``Prober`` and ``GossipSender`` seams over gRPC.
 
 One ``grpc.aio`` channel per target endpoint is created on first use and reused. Every
-call's deadline is the caller's timeout. Probes go over one long-lived ``PingStream`` per
-endpoint (``silo.wire.ping_stream``: half the CPU of a unary call), or the unary ``Ping`` to a
-silo without it. A probe that fails for any wire reason (deadline, connection refused, the peer
-refusing our cluster) is a miss. An answer from a different generation at the same endpoint is a
-miss too: the silo we probe is gone even if its host:port answers.
+call's deadline is the caller's timeout. Probes and gossip go over one long-lived stream per
+endpoint each (``PingStream``, ``GossipStream``; ``silo.wire.call_streams``: a third of the CPU of
+a unary call), or the unary ``Ping`` / ``Gossip`` to a silo without them. A probe that fails for
+any wire reason (deadline, connection refused, the peer refusing our cluster) is a miss. An
+answer from a different generation at the same endpoint is a miss too: the silo we probe is gone
+even if its host:port answers.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from typing import Any
 
 import grpc
 
@@ -22,8 +24,8 @@ from silo.membership.background import BackgroundTasks
 from silo.membership.probing import GossipMessage, IndirectProbeResult, NotDeliveredError, ProbeOutcome
 from silo.membership.snapshot import MembershipDelta
 from silo.wire import codec, gossip_codec
+from silo.wire.call_streams import UNARY_CALLS_FIRST, Request, Response, StreamedCalls, StreamEndedError
 from silo.wire.channels import CHANNEL_OPTIONS, channel_options
-from silo.wire.ping_stream import UNARY_PINGS_FIRST, EndpointPinger, StreamEndedError
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.wire.tls import ChannelPool, TlsSettings
 
@@ -89,14 +91,15 @@ class GrpcProber:
         gossip_timeout: float = 5.0,
         *,
         tls: TlsSettings | None = None,
-        unary_pings_first: int = UNARY_PINGS_FIRST,
+        unary_calls_first: int = UNARY_CALLS_FIRST,
         connect_timeout: float | None = None,
     ) -> None:
-        """``unary_pings_first``: pings of each endpoint sent as unary calls before its stream opens;
+        """``unary_calls_first``: pings (and gossip messages) of each endpoint sent as unary calls
+        before its ping (gossip) stream opens;
         ``connect_timeout``: seconds a connection attempt may take (``channel_options``; None: the
         callers' 100 ms of ``CHANNEL_OPTIONS``)."""
         self._cluster_id = cluster_id
-        self._unary_pings_first = unary_pings_first
+        self._unary_calls_first = unary_calls_first
         self._sender = sender
         self._gossip_timeout = gossip_timeout
         self._closing: dict[asyncio.Task[None], grpc.aio.Channel] = {}
@@ -109,8 +112,9 @@ class GrpcProber:
             max_channels=MAX_CHANNELS,
             evict=self._close_later,
         )
-        self._pingers: dict[str, EndpointPinger] = {}
-        """By endpoint, each on the pool's current channel to it."""
+        self._pingers: dict[str, StreamedCalls[pb.PingRequest, pb.PingResponse]] = {}
+        self._gossipers: dict[str, StreamedCalls[pb.GossipRequest, pb.GossipResponse]] = {}
+        """Each by endpoint, on the pool's current channel to it."""
         self._stream_readers = BackgroundTasks()
         self._sequences = itertools.count(1)
         self._encoded_delta: tuple[MembershipDelta, pb.MembershipDelta] | None = None
@@ -119,7 +123,9 @@ class GrpcProber:
     async def ping(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
         request = pb.PingRequest(header=self._header(), sequence=next(self._sequences))
         try:
-            response = await self._pinger(target.endpoint).ping(request, timeout)
+            response = await self._streamed(self._pingers, target.endpoint, codec.PING_STREAM, codec.PING).call(
+                request, timeout
+            )
             responder = codec.address_from_proto(response.responder)
         except grpc.aio.AioRpcError as exc:
             level = logging.WARNING if is_security_refusal(exc) else logging.DEBUG
@@ -176,8 +182,10 @@ class GrpcProber:
         if delta is not None and (encoded is None or encoded[0] is not delta):
             encoded = self._encoded_delta = (delta, gossip_codec.delta_to_proto(delta))
         request = gossip_codec.gossip_to_proto(message, self._header(), encoded[1] if delta and encoded else None)
+        request.sequence = next(self._sequences)
+        gossiper = self._streamed(self._gossipers, target.endpoint, codec.GOSSIP_STREAM, codec.GOSSIP)
         try:
-            await self._call(target, codec.GOSSIP, request, self._gossip_timeout)
+            await gossiper.call(request, self._gossip_timeout)
         except grpc.aio.AioRpcError as exc:
             if exc.code() is grpc.StatusCode.UNAVAILABLE:
                 raise NotDeliveredError(f"gossip to {target} not delivered: {exc.details()}") from exc
@@ -203,31 +211,44 @@ class GrpcProber:
         await self.close()
 
     async def close(self) -> None:
-        """Close every ping stream and cached channel (and wait for the evicted ones still closing)."""
-        for pinger in self._pingers.values():
-            pinger.close()
+        """Close every ping and gossip stream and cached channel (and wait for the evicted ones still closing)."""
+        for streamed in self._all_streamed():
+            streamed.close()
         self._pingers.clear()
+        self._gossipers.clear()
         await self._stream_readers.cancel_all()
         for channel in [*self._channels.drain(), *self._closing.values()]:
             await channel.close()  # no grace: calls still in flight on an evicted channel end now
         await asyncio.gather(*self._closing, return_exceptions=True)
 
-    def _pinger(self, endpoint: str) -> EndpointPinger:
+    def _streamed(
+        self,
+        by_endpoint: dict[str, StreamedCalls[Request, Response]],
+        endpoint: str,
+        stream: codec.BidiStreamMethod[Request, Response],
+        unary: codec.Method[Request, Response],
+    ) -> StreamedCalls[Request, Response]:
+        """``endpoint``'s calls of ``stream`` (or ``unary``) in ``by_endpoint``, on the pool's current channel."""
         channel = self._channels.get(endpoint)
-        pinger = self._pingers.get(endpoint)
-        if pinger is None or pinger.channel is not channel:
-            if pinger is not None:
-                pinger.retire()  # the pool opened a new channel (certificates rotated)
-            pinger = self._pingers[endpoint] = EndpointPinger(
-                endpoint, channel, self._stream_readers, unary_pings_first=self._unary_pings_first
+        streamed = by_endpoint.get(endpoint)
+        if streamed is None or streamed.channel is not channel:
+            if streamed is not None:
+                streamed.retire()  # the pool opened a new channel (certificates rotated)
+            streamed = by_endpoint[endpoint] = StreamedCalls(
+                endpoint, channel, stream, unary, self._stream_readers, unary_calls_first=self._unary_calls_first
             )
-        return pinger
+        return streamed
+
+    def _all_streamed(self) -> list[StreamedCalls[Any, Any]]:
+        return [*self._pingers.values(), *self._gossipers.values()]
 
     def _close_later(self, channel: grpc.aio.Channel) -> None:
-        for endpoint, pinger in list(self._pingers.items()):
-            if pinger.channel is channel:
-                del self._pingers[endpoint]
-                pinger.retire()
+        by_endpoints: tuple[dict[str, StreamedCalls[Any, Any]], ...] = (self._pingers, self._gossipers)
+        for by_endpoint in by_endpoints:
+            for endpoint, streamed in list(by_endpoint.items()):
+                if streamed.channel is channel:
+                    del by_endpoint[endpoint]
+                    streamed.retire()
         task = asyncio.get_running_loop().create_task(channel.close(CLOSE_GRACE_SECONDS))
         self._closing[task] = channel
         task.add_done_callback(self._closing.pop)

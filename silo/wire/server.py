@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -54,6 +54,9 @@ from silo.work import execution
 from silo.work.registry import HandlerRegistry
 
 log = logging.getLogger(__name__)
+
+StreamRequest = TypeVar("StreamRequest", pb.PingRequest, pb.GossipRequest)
+"""What a bidirectional stream of the Membership service carries: each request names its cluster."""
 
 HEALTH_SERVICES = ("", codec.SERVICE_NAME, codec.WORK_SERVICE_NAME)
 """Health is reported for the whole server ("") and for each service."""
@@ -163,11 +166,8 @@ class MembershipServer:
                 request_deserializer=_decoder(codec.WATCH_MEMBERSHIP),
                 response_serializer=codec.WATCH_MEMBERSHIP.response.SerializeToString,
             ),
-            codec.PING_STREAM.name: grpc.stream_stream_rpc_method_handler(
-                self._ping_stream,
-                request_deserializer=_decoder(codec.PING_STREAM),
-                response_serializer=codec.PING_STREAM.response.SerializeToString,
-            ),
+            codec.PING_STREAM.name: _bidi(codec.PING_STREAM, self._ping_stream),
+            codec.GOSSIP_STREAM.name: _bidi(codec.GOSSIP_STREAM, self._gossip_stream),
         }
         return grpc.method_handlers_generic_handler(codec.SERVICE_NAME, handlers)
 
@@ -204,17 +204,33 @@ class MembershipServer:
     async def _ping_stream(
         self, requests: AsyncIterator[pb.PingRequest | _Undecodable], context: Any
     ) -> AsyncIterator[pb.PingResponse]:
-        """Answer every ping of the stream; the caller is admitted once, from the first request's header."""
+        """Answer every ping of the stream, like ``Ping``."""
+        async for handler, request in self._admitted(requests, context, codec.PING_STREAM.name):
+            yield _ping_response(handler, request)
+
+    async def _gossip_stream(
+        self, requests: AsyncIterator[pb.GossipRequest | _Undecodable], context: Any
+    ) -> AsyncIterator[pb.GossipResponse]:
+        """Take every message of the stream like ``Gossip``, answering each once it is taken."""
+        async for handler, request in self._admitted(requests, context, codec.GOSSIP_STREAM.name):
+            await _take_gossip(handler, request, context)
+            yield pb.GossipResponse(sequence=request.sequence)
+
+    async def _admitted(
+        self, requests: AsyncIterator[StreamRequest | _Undecodable], context: Any, method: str
+    ) -> AsyncIterator[tuple[SiloRpcHandler, StreamRequest]]:
+        """The requests of a stream, each with our handler: the caller is admitted once, from the first
+        request's header; a later request for another cluster or one not decodable ends the stream."""
         handler: SiloRpcHandler | None = None
         async for request in requests:
             if isinstance(request, _Undecodable):
                 await _refuse(request, context)
             if handler is None:
-                handler = await self._admit(request.header, context, "PingStream")
+                handler = await self._admit(request.header, context, method)
             elif request.header.cluster_id != handler.cluster_id:
                 sender = _describe_sender(request.header)
-                await _refuse_cluster(handler, clip(request.header.cluster_id), sender, context, "PingStream")
-            yield _ping_response(handler, request)
+                await _refuse_cluster(handler, clip(request.header.cluster_id), sender, context, method)
+            yield handler, request
 
     async def _probe_indirectly(self, request: pb.ProbeIndirectlyRequest, context: Any) -> pb.ProbeIndirectlyResponse:
         handler = await self._admit(request.header, context, "ProbeIndirectly")
@@ -237,12 +253,7 @@ class MembershipServer:
         )
 
     async def _gossip(self, request: pb.GossipRequest, context: Any) -> pb.GossipResponse:
-        handler = await self._admit(request.header, context, "Gossip")
-        try:
-            message = gossip_codec.gossip_from_proto(request)
-        except (InvalidEntryError, ValueError) as exc:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, clip(f"invalid gossip: {exc}"))
-        await handler.on_gossip(message, _sender(request.header))
+        await _take_gossip(await self._admit(request.header, context, "Gossip"), request, context)
         return pb.GossipResponse()
 
     async def _get_membership(self, request: pb.GetMembershipRequest, context: Any) -> pb.GetMembershipResponse:
@@ -304,6 +315,15 @@ class MembershipServer:
             handler_seconds=outcome.handler_seconds,
             serialization_seconds=outcome.serialization_seconds,
         )
+
+
+async def _take_gossip(handler: SiloRpcHandler, request: pb.GossipRequest, context: Any) -> None:
+    """Hand one gossip message (unary or on a stream) to ``handler``; one that is not valid gossip aborts the call."""
+    try:
+        message = gossip_codec.gossip_from_proto(request)
+    except (InvalidEntryError, ValueError) as exc:
+        await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, clip(f"invalid gossip: {exc}"))
+    await handler.on_gossip(message, _sender(request.header))
 
 
 def _ping_response(handler: SiloRpcHandler, request: pb.PingRequest) -> pb.PingResponse:
@@ -382,6 +402,14 @@ def _unary(method: codec.Method[codec.Request, codec.Response], behaviour: Calla
 
     return grpc.unary_unary_rpc_method_handler(
         serve,
+        request_deserializer=_decoder(method),
+        response_serializer=method.response.SerializeToString,
+    )
+
+
+def _bidi(method: codec.BidiStreamMethod[Any, Any], behaviour: Callable[..., AsyncIterator[Any]]) -> Any:
+    return grpc.stream_stream_rpc_method_handler(
+        behaviour,
         request_deserializer=_decoder(method),
         response_serializer=method.response.SerializeToString,
     )

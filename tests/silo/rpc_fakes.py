@@ -94,15 +94,27 @@ async def serving(
 
 
 class CountingServer(MembershipServer):
-    """A real server that counts its ping streams and can hold its answers (a hung silo): clear
-    ``answering`` and every stream waits before its next answer; set it and the held ones go out."""
+    """A real server that counts its ping and gossip streams and can hold its ping answers (a hung
+    silo): clear ``answering`` and every ping stream waits before its next answer; set it and the
+    held ones go out."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.streams_opened = 0
         self.streams_open = 0
+        self.gossip_streams_opened = 0
+        self.gossip_streams_open = 0
         self.answering = asyncio.Event()
         self.answering.set()
+
+    async def _gossip_stream(self, requests: Any, context: Any) -> AsyncIterator[Any]:
+        self.gossip_streams_opened += 1
+        self.gossip_streams_open += 1
+        try:
+            async for response in super()._gossip_stream(requests, context):
+                yield response
+        finally:
+            self.gossip_streams_open -= 1
 
     async def _ping_stream(self, requests: Any, context: Any) -> AsyncIterator[Any]:
         self.streams_opened += 1

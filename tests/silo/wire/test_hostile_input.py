@@ -104,11 +104,17 @@ def channel(cluster: Cluster) -> Iterator[grpc.Channel]:
         yield opened
 
 
+STREAM_PATHS = {codec.PING_STREAM.path, codec.GOSSIP_STREAM.path}
+
+
 def call(channel: grpc.Channel, path: str, request: bytes, *, timeout: float = CALL_TIMEOUT) -> grpc.StatusCode:
-    """Send raw ``request`` bytes to ``path``; the status code of the answer."""
-    rpc = channel.unary_unary(path, request_serializer=None, response_deserializer=None)
+    """Send raw ``request`` bytes to ``path`` (alone on a stream for ``STREAM_PATHS``); the answer's status."""
     try:
-        rpc(request, timeout=timeout)
+        if path in STREAM_PATHS:
+            bidi = channel.stream_stream(path, request_serializer=None, response_deserializer=None)
+            next(iter(bidi(iter([request]), timeout=timeout)))
+        else:
+            channel.unary_unary(path, request_serializer=None, response_deserializer=None)(request, timeout=timeout)
     except grpc.RpcError as exc:
         return exc.code()  # type: ignore[no-any-return]  # grpc.RpcError raised by a call is a grpc.Call
     return grpc.StatusCode.OK
@@ -204,6 +210,7 @@ def rows() -> st.SearchStrategy[pb.MembershipRow]:
 
 
 @given(
+    st.sampled_from([codec.GOSSIP.path, codec.GOSSIP_STREAM.path]),
     headers(),
     INT64,
     INT64,
@@ -215,6 +222,7 @@ def rows() -> st.SearchStrategy[pb.MembershipRow]:
 def test_gossip_with_a_delta_and_relays(
     cluster: Cluster,
     channel: grpc.Channel,
+    path: str,
     header: pb.RequestHeader,
     version: int,
     base_version: int,
@@ -228,7 +236,7 @@ def test_gossip_with_a_delta_and_relays(
         base_version=base_version, version_etag=etag, rows=delta_rows, since_version=since_version
     )
     request = pb.GossipRequest(header=header, version=version, delta=delta, relay_to=relay_to)
-    code = call(channel, codec.GOSSIP.path, request.SerializeToString())
+    code = call(channel, path, request.SerializeToString())
     if header.cluster_id != CLUSTER:
         expect_proper(code, {grpc.StatusCode.FAILED_PRECONDITION})
     else:
@@ -290,6 +298,7 @@ PATHS = [
     codec.GOSSIP.path,
     codec.GET_MEMBERSHIP.path,
     codec.PROCESS.path,
+    *sorted(STREAM_PATHS),
 ]
 
 
@@ -299,10 +308,10 @@ def test_undecodable_bytes_are_invalid_argument(channel: grpc.Channel, path: str
     expect_proper(call(channel, path, data), {*REFUSED, grpc.StatusCode.NOT_FOUND})
 
 
-@pytest.mark.parametrize("path", [*PATHS, codec.WATCH_MEMBERSHIP.path, codec.PING_STREAM.path])
+@pytest.mark.parametrize("path", [*PATHS, codec.WATCH_MEMBERSHIP.path])
 def test_bytes_that_are_no_message_are_refused_with_invalid_argument(channel: grpc.Channel, path: str) -> None:
     garbage = b"\xff\xff\xff\xff"  # field 31, wire type 7: no protobuf message decodes it
-    if path == codec.PING_STREAM.path:
+    if path in STREAM_PATHS:
         bidi = channel.stream_stream(path, request_serializer=None, response_deserializer=None)
         with pytest.raises(grpc.RpcError) as failure:
             next(iter(bidi(iter([garbage]), timeout=CALL_TIMEOUT)))

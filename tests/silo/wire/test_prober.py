@@ -213,7 +213,7 @@ def test_a_prober_keeps_at_most_max_channels_and_reopens_an_evicted_one_with_its
     async def scenario() -> tuple[ProbeOutcome, int, bool, ProbeOutcome, int, int]:
         async with (
             serving(FakeHandler, server_type=CountingServer) as (server, handler),
-            GrpcProber(CLUSTER, ME, unary_pings_first=0) as prober,
+            GrpcProber(CLUSTER, ME, unary_calls_first=0) as prober,
         ):
             assert isinstance(server, CountingServer)
             first = await prober.ping(handler.silo_address, 2.0)

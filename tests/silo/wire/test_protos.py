@@ -52,6 +52,7 @@ TYPED_METHODS: list[codec.Method[Any, Any] | codec.StreamMethod[Any, Any] | code
     codec.GET_MEMBERSHIP,
     codec.WATCH_MEMBERSHIP,
     codec.PING_STREAM,
+    codec.GOSSIP_STREAM,
     codec.PROCESS,
 ]
 

@@ -51,24 +51,30 @@ def test_ping_answers_with_the_responder_address_and_health_score() -> None:
     assert response.responder.generation == 1
 
 
-async def ping_stream(
-    port: int, requests: list[pb.PingRequest]
-) -> tuple[list[pb.PingResponse], grpc.aio.AioRpcError | None]:
-    """Write ``requests`` on one PingStream, reading each answer; the answers, and the error that ended it."""
-    answers: list[pb.PingResponse] = []
+async def bidi_stream(
+    port: int, method: codec.BidiStreamMethod[Any, Any], requests: list[Any]
+) -> tuple[list[Any], grpc.aio.AioRpcError | None]:
+    """Write ``requests`` on one ``method`` stream, reading each answer; the answers, and the error that ended it."""
+    answers: list[Any] = []
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stream = codec.PING_STREAM.bind(channel)()
+        stream = method.bind(channel)()
         try:
             for request in requests:
                 await stream.write(request)
                 answer = await stream.read()
-                assert isinstance(answer, pb.PingResponse)
+                assert isinstance(answer, method.response)
                 answers.append(answer)
         except grpc.aio.AioRpcError as exc:
             return answers, exc
         finally:
             stream.cancel()
     return answers, None
+
+
+async def ping_stream(
+    port: int, requests: list[pb.PingRequest]
+) -> tuple[list[pb.PingResponse], grpc.aio.AioRpcError | None]:
+    return await bidi_stream(port, codec.PING_STREAM, requests)
 
 
 def test_a_ping_stream_answers_every_request_like_ping_echoing_its_sequence() -> None:
@@ -89,16 +95,57 @@ def test_a_ping_stream_answers_every_request_like_ping_echoing_its_sequence() ->
     assert unary.sequence == 5
 
 
-@pytest.mark.parametrize("answered_first", [0, 2], ids=["first-request", "later-request"])
-def test_a_ping_stream_request_for_another_cluster_ends_the_stream_and_is_logged(
-    answered_first: int, caplog: pytest.LogCaptureFixture
-) -> None:
-    requests = [pb.PingRequest(header=header(), sequence=s) for s in range(answered_first)]
-    requests += [pb.PingRequest(header=header("other-cluster"), sequence=9), pb.PingRequest(header=header())]
+def test_a_gossip_stream_hands_every_message_to_the_silo_and_answers_each_echoing_its_sequence() -> None:
+    async def scenario() -> tuple[list[Any], grpc.aio.AioRpcError | None, list[int]]:
+        async with serving(FakeHandler) as (server, handler):
+            requests = [pb.GossipRequest(header=header(), version=v, sequence=100 + v) for v in (4, 5, 3)]
+            answers, error = await bidi_stream(server.port, codec.GOSSIP_STREAM, requests)
+            return answers, error, handler.gossiped
 
-    async def scenario() -> tuple[list[pb.PingResponse], grpc.aio.AioRpcError | None]:
+    answers, error, gossiped = run(scenario())
+    assert error is None
+    assert [answer.sequence for answer in answers] == [104, 105, 103]
+    assert gossiped == [4, 5, 3]
+
+
+def test_invalid_gossip_on_a_stream_ends_it_with_invalid_argument_after_the_valid_messages() -> None:
+    invalid = pb.GossipRequest(header=header(), version=7, sequence=2)
+    invalid.delta.base_version = 6
+    invalid.delta.rows.add().address.port = 70_000  # no such port
+
+    async def scenario() -> tuple[list[Any], grpc.aio.AioRpcError | None, list[int]]:
+        async with serving(FakeHandler) as (server, handler):
+            requests = [pb.GossipRequest(header=header(), version=5, sequence=1), invalid]
+            answers, error = await bidi_stream(server.port, codec.GOSSIP_STREAM, requests)
+            return answers, error, handler.gossiped
+
+    answers, error, gossiped = run(scenario())
+    assert [answer.sequence for answer in answers] == [1]
+    assert error is not None
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "invalid gossip" in (error.details() or "")
+    assert gossiped == [5]
+
+
+STREAMS = [codec.PING_STREAM, codec.GOSSIP_STREAM]
+
+
+@pytest.mark.parametrize("method", STREAMS, ids=lambda method: method.name)
+@pytest.mark.parametrize("answered_first", [0, 2], ids=["first-request", "later-request"])
+def test_a_stream_request_for_another_cluster_ends_the_stream_and_is_logged(
+    method: codec.BidiStreamMethod[Any, Any], answered_first: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    def request(cluster_id: str, sequence: int) -> Any:
+        if method is codec.GOSSIP_STREAM:
+            return pb.GossipRequest(header=header(cluster_id), version=sequence, sequence=sequence)
+        return pb.PingRequest(header=header(cluster_id), sequence=sequence)
+
+    requests = [request(CLUSTER, s) for s in range(1, answered_first + 1)]
+    requests += [request("other-cluster", 9), request(CLUSTER, 10)]
+
+    async def scenario() -> tuple[list[Any], grpc.aio.AioRpcError | None]:
         async with serving(FakeHandler) as (server, _):
-            return await ping_stream(server.port, requests)
+            return await bidi_stream(server.port, method, requests)
 
     with caplog.at_level(logging.WARNING, logger="silo.wire.server"):
         answers, error = run(scenario())
@@ -106,7 +153,7 @@ def test_a_ping_stream_request_for_another_cluster_ends_the_stream_and_is_logged
     assert error is not None
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "'other-cluster'" in (error.details() or "")
-    assert any("refused PingStream" in r.message and str(PEER) in r.message for r in caplog.records)
+    assert any(f"refused {method.name}" in r.message and str(PEER) in r.message for r in caplog.records)
 
 
 REQUESTS_OF_ANOTHER_CLUSTER: list[tuple[codec.Method[Any, Any], Any]] = [

@@ -154,15 +154,15 @@ def test_probes_over_the_ping_stream_are_authorized_like_ping(ca: TestCa, caplog
         async with serving(FakeHandler, tls=server_tls, server_type=CountingServer) as (server, handler):
             assert isinstance(server, CountingServer)
             for what, tls in callers.items():
-                async with GrpcProber(CLUSTER, ME, tls=tls, unary_pings_first=0) as prober:
+                async with GrpcProber(CLUSTER, ME, tls=tls, unary_calls_first=0) as prober:
                     outcomes[what] = await prober.ping(handler.silo_address, 10)
-            async with GrpcProber(CLUSTER, ME, tls=callers["silo"], unary_pings_first=0) as prober:
+            async with GrpcProber(CLUSTER, ME, tls=callers["silo"], unary_calls_first=0) as prober:
                 await prober.ping(handler.silo_address, 10)
                 await prober.ping(handler.silo_address, 10)
             streams = server.streams_opened
         async with (
             serving(FakeHandler) as (_, plaintext),
-            GrpcProber(CLUSTER, ME, tls=callers["silo"], unary_pings_first=0) as prober,
+            GrpcProber(CLUSTER, ME, tls=callers["silo"], unary_calls_first=0) as prober,
         ):
             return outcomes, streams, await prober.ping(plaintext.silo_address, 10)
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18silo/v1/membership.proto\x12\x07silo.v1\"=\n\x0bSiloAddress\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\x05\x12\x12\n\ngeneration\x18\x03 \x01(\x03\"I\n\rRequestHeader\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12$\n\x06sender\x18\x02 \x01(\x0b\x32\x14.silo.v1.SiloAddress\"G\n\x0bPingRequest\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.silo.v1.RequestHeader\x12\x10\n\x08sequence\x18\x02 \x01(\x04\"_\n\x0cPingResponse\x12\'\n\tresponder\x18\x01 \x01(\x0b\x32\x14.silo.v1.SiloAddress\x12\x14\n\x0chealth_score\x18\x02 \x01(\x05\x12\x10\n\x08sequence\x18\x03 \x01(\x04\"\x7f\n\x16ProbeIndirectlyRequest\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.silo.v1.RequestHeader\x12$\n\x06target\x18\x02 \x01(\x0b\x32\x14.silo.v1.SiloAddress\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\x01\"\x87\x01\n\x17ProbeIndirectlyResponse\x12\x11\n\tsucceeded\x18\x01 \x01(\x08\x12!\n\x19intermediary_health_score\x18\x02 \x01(\x05\x12\x1d\n\x15response_time_seconds\x18\x03 \x01(\x01\x12\x17\n\x0f\x66\x61ilure_message\x18\x04 \x01(\t\"\x99\x01\n\rGossipRequest\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.silo.v1.RequestHeader\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\'\n\x05\x64\x65lta\x18\x03 \x01(\x0b\x32\x18.silo.v1.MembershipDelta\x12&\n\x08relay_to\x18\x04 \x03(\x0b\x32\x14.silo.v1.SiloAddress\"z\n\x0fMembershipDelta\x12\x14\n\x0c\x62\x61se_version\x18\x01 \x01(\x03\x12\x14\n\x0cversion_etag\x18\x02 \x01(\t\x12$\n\x04rows\x18\x03 \x03(\x0b\x32\x16.silo.v1.MembershipRow\x12\x15\n\rsince_version\x18\x04 \x01(\x03\"\x10\n\x0eGossipResponse\">\n\x14GetMembershipRequest\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.silo.v1.RequestHeader\"I\n\rSuspicionVote\x12 \n\x02\x62y\x18\x01 \x01(\x0b\x32\x14.silo.v1.SiloAddress\x12\x16\n\x0e\x61t_unix_micros\x18\x02 \x01(\x03\"\xbf\x03\n\rMembershipRow\x12%\n\x07\x61\x64\x64ress\x18\x01 \x01(\x0b\x32\x14.silo.v1.SiloAddress\x12#\n\x06status\x18\x02 \x01(\x0e\x32\x13.silo.v1.SiloStatus\x12\x11\n\tsilo_name\x18\x03 \x01(\t\x12\x11\n\thost_name\x18\x04 \x01(\t\x12\x11\n\trole_name\x18\x05 \x01(\t\x12\x12\n\nproxy_port\x18\x06 \x01(\x05\x12\x13\n\x0bupdate_zone\x18\x07 \x01(\x05\x12\x12\n\nfault_zone\x18\x08 \x01(\x05\x12\x1e\n\x16start_time_unix_micros\x18\t \x01(\x03\x12#\n\x1bi_am_alive_time_unix_micros\x18\n \x01(\x03\x12*\n\nsuspicions\x18\x0b \x03(\x0b\x32\x16.silo.v1.SuspicionVote\x12:\n\nproperties\x18\x0c \x03(\x0b\x32&.silo.v1.MembershipRow.PropertiesEntry\x12\x0c\n\x04\x65tag\x18\r \x01(\t\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x8d\x01\n\x15GetMembershipResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x14\n\x0cversion_etag\x18\x02 \x01(\t\x12$\n\x04rows\x18\x03 \x03(\x0b\x32\x16.silo.v1.MembershipRow\x12\'\n\tresponder\x18\x04 \x01(\x0b\x32\x14.silo.v1.SiloAddress\"n\n\x16WatchMembershipRequest\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.silo.v1.RequestHeader\x12\x1a\n\rafter_version\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x10\n\x0e_after_version\"\xd1\x02\n\x0fMembershipEvent\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x1c.silo.v1.MembershipEventKind\x12\"\n\x04silo\x18\x02 \x01(\x0b\x32\x14.silo.v1.SiloAddress\x12\x11\n\tsilo_name\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12\x16\n\x0e\x61t_unix_micros\x18\x05 \x01(\x03\x12\x1f\n\x17observed_at_unix_micros\x18\x06 \x01(\x03\x12 \n\x02\x62y\x18\x07 \x03(\x0b\x32\x14.silo.v1.SiloAddress\x12<\n\nproperties\x18\x08 \x03(\x0b\x32(.silo.v1.MembershipEvent.PropertiesEntry\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb0\x01\n\x0eMembershipView\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x14\n\x0cversion_etag\x18\x02 \x01(\t\x12$\n\x04rows\x18\x03 \x03(\x0b\x32\x16.silo.v1.MembershipRow\x12\'\n\tresponder\x18\x04 \x01(\x0b\x32\x14.silo.v1.SiloAddress\x12(\n\x06\x65vents\x18\x05 \x03(\x0b\x32\x18.silo.v1.MembershipEvent\"(\n\x08WorkItem\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\"|\n\x0eProcessRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x0f\n\x07handler\x18\x03 \x01(\t\x12 \n\x05items\x18\x04 \x03(\x0b\x32\x11.silo.v1.WorkItem\x12\x13\n\x0b\x61rrow_batch\x18\x05 \x01(\x0c\"\x7f\n\x0fProcessResponse\x12\x0c\n\x04silo\x18\x01 \x01(\t\x12\x0f\n\x07results\x18\x02 \x03(\x0c\x12\x15\n\rarrow_results\x18\x03 \x01(\x0c\x12\x17\n\x0fhandler_seconds\x18\x04 \x01(\x01\x12\x1d\n\x15serialization_seconds\x18\x05 \x01(\x01*\xbb\x01\n\nSiloStatus\x12\x14\n\x10SILO_STATUS_NONE\x10\x00\x12\x17\n\x13SILO_STATUS_CREATED\x10\x01\x12\x17\n\x13SILO_STATUS_JOINING\x10\x02\x12\x16\n\x12SILO_STATUS_ACTIVE\x10\x03\x12\x1d\n\x19SILO_STATUS_SHUTTING_DOWN\x10\x04\x12\x18\n\x14SILO_STATUS_STOPPING\x10\x05\x12\x14\n\x10SILO_STATUS_DEAD\x10\x06*\xfa\x01\n\x13MembershipEventKind\x12%\n!MEMBERSHIP_EVENT_KIND_UNSPECIFIED\x10\x00\x12 \n\x1cMEMBERSHIP_EVENT_KIND_JOINED\x10\x01\x12#\n\x1fMEMBERSHIP_EVENT_KIND_SUSPECTED\x10\x02\x12\'\n#MEMBERSHIP_EVENT_KIND_DECLARED_DEAD\x10\x03\x12\x1e\n\x1aMEMBERSHIP_EVENT_KIND_LEFT\x10\x04\x12,\n(MEMBERSHIP_EVENT_KIND_PROPERTIES_CHANGED\x10\x05\x32\xb0\x03\n\nMembership\x12\x33\n\x04Ping\x12\x14.silo.v1.PingRequest\x1a\x15.silo.v1.PingResponse\x12T\n\x0fProbeIndirectly\x12\x1f.silo.v1.ProbeIndirectlyRequest\x1a .silo.v1.ProbeIndirectlyResponse\x12\x39\n\x06Gossip\x12\x16.silo.v1.GossipRequest\x1a\x17.silo.v1.GossipResponse\x12N\n\rGetMembership\x12\x1d.silo.v1.GetMembershipRequest\x1a\x1e.silo.v1.GetMembershipResponse\x12M\n\x0fWatchMembership\x12\x1f.silo.v1.WatchMembershipRequest\x1a\x17.silo.v1.MembershipView0\x01\x12=\n\nPingStream\x12\x14.silo.v1.PingRequest\x1a\x15.silo.v1.PingResponse(\x01\x30\x01\x32\x44\n\x04Work\x12<\n\x07Process\x12\x17.silo.v1.ProcessRequest\x1a\x18.silo.v1.ProcessResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18silo/v1/membership.proto\x12\x07silo.v1\"=\n\x0bSiloAddress\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\x05\x12\x12\n\ngeneration\x18\x03 \x01(\x03\"I\n\rRequestHeader\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12$\n\x06sender\x18\x02 \x01(\x0b\x32\x14.silo.v1.SiloAddress\"G\n\x0bPingRequest\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.silo.v1.RequestHeader\x12\x10\n\x08sequence\x18\x02 \x01(\x04\"_\n\x0cPingResponse\x12\'\n\tresponder\x18\x01 \x01(\x0b\x32\x14.silo.v1.SiloAddress\x12\x14\n\x0chealth_score\x18\x02 \x01(\x05\x12\x10\n\x08sequence\x18\x03 \x01(\x04\"\x7f\n\x16ProbeIndirectlyRequest\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.silo.v1.RequestHeader\x12$\n\x06target\x18\x02 \x01(\x0b\x32\x14.silo.v1.SiloAddress\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\x01\"\x87\x01\n\x17ProbeIndirectlyResponse\x12\x11\n\tsucceeded\x18\x01 \x01(\x08\x12!\n\x19intermediary_health_score\x18\x02 \x01(\x05\x12\x1d\n\x15response_time_seconds\x18\x03 \x01(\x01\x12\x17\n\x0f\x66\x61ilure_message\x18\x04 \x01(\t\"\xab\x01\n\rGossipRequest\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.silo.v1.RequestHeader\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\'\n\x05\x64\x65lta\x18\x03 \x01(\x0b\x32\x18.silo.v1.MembershipDelta\x12&\n\x08relay_to\x18\x04 \x03(\x0b\x32\x14.silo.v1.SiloAddress\x12\x10\n\x08sequence\x18\x05 \x01(\x04\"z\n\x0fMembershipDelta\x12\x14\n\x0c\x62\x61se_version\x18\x01 \x01(\x03\x12\x14\n\x0cversion_etag\x18\x02 \x01(\t\x12$\n\x04rows\x18\x03 \x03(\x0b\x32\x16.silo.v1.MembershipRow\x12\x15\n\rsince_version\x18\x04 \x01(\x03\"\"\n\x0eGossipResponse\x12\x10\n\x08sequence\x18\x01 \x01(\x04\">\n\x14GetMembershipRequest\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.silo.v1.RequestHeader\"I\n\rSuspicionVote\x12 \n\x02\x62y\x18\x01 \x01(\x0b\x32\x14.silo.v1.SiloAddress\x12\x16\n\x0e\x61t_unix_micros\x18\x02 \x01(\x03\"\xbf\x03\n\rMembershipRow\x12%\n\x07\x61\x64\x64ress\x18\x01 \x01(\x0b\x32\x14.silo.v1.SiloAddress\x12#\n\x06status\x18\x02 \x01(\x0e\x32\x13.silo.v1.SiloStatus\x12\x11\n\tsilo_name\x18\x03 \x01(\t\x12\x11\n\thost_name\x18\x04 \x01(\t\x12\x11\n\trole_name\x18\x05 \x01(\t\x12\x12\n\nproxy_port\x18\x06 \x01(\x05\x12\x13\n\x0bupdate_zone\x18\x07 \x01(\x05\x12\x12\n\nfault_zone\x18\x08 \x01(\x05\x12\x1e\n\x16start_time_unix_micros\x18\t \x01(\x03\x12#\n\x1bi_am_alive_time_unix_micros\x18\n \x01(\x03\x12*\n\nsuspicions\x18\x0b \x03(\x0b\x32\x16.silo.v1.SuspicionVote\x12:\n\nproperties\x18\x0c \x03(\x0b\x32&.silo.v1.MembershipRow.PropertiesEntry\x12\x0c\n\x04\x65tag\x18\r \x01(\t\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x8d\x01\n\x15GetMembershipResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x14\n\x0cversion_etag\x18\x02 \x01(\t\x12$\n\x04rows\x18\x03 \x03(\x0b\x32\x16.silo.v1.MembershipRow\x12\'\n\tresponder\x18\x04 \x01(\x0b\x32\x14.silo.v1.SiloAddress\"n\n\x16WatchMembershipRequest\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.silo.v1.RequestHeader\x12\x1a\n\rafter_version\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x10\n\x0e_after_version\"\xd1\x02\n\x0fMembershipEvent\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x1c.silo.v1.MembershipEventKind\x12\"\n\x04silo\x18\x02 \x01(\x0b\x32\x14.silo.v1.SiloAddress\x12\x11\n\tsilo_name\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12\x16\n\x0e\x61t_unix_micros\x18\x05 \x01(\x03\x12\x1f\n\x17observed_at_unix_micros\x18\x06 \x01(\x03\x12 \n\x02\x62y\x18\x07 \x03(\x0b\x32\x14.silo.v1.SiloAddress\x12<\n\nproperties\x18\x08 \x03(\x0b\x32(.silo.v1.MembershipEvent.PropertiesEntry\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb0\x01\n\x0eMembershipView\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x14\n\x0cversion_etag\x18\x02 \x01(\t\x12$\n\x04rows\x18\x03 \x03(\x0b\x32\x16.silo.v1.MembershipRow\x12\'\n\tresponder\x18\x04 \x01(\x0b\x32\x14.silo.v1.SiloAddress\x12(\n\x06\x65vents\x18\x05 \x03(\x0b\x32\x18.silo.v1.MembershipEvent\"(\n\x08WorkItem\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\"|\n\x0eProcessRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x0f\n\x07handler\x18\x03 \x01(\t\x12 \n\x05items\x18\x04 \x03(\x0b\x32\x11.silo.v1.WorkItem\x12\x13\n\x0b\x61rrow_batch\x18\x05 \x01(\x0c\"\x7f\n\x0fProcessResponse\x12\x0c\n\x04silo\x18\x01 \x01(\t\x12\x0f\n\x07results\x18\x02 \x03(\x0c\x12\x15\n\rarrow_results\x18\x03 \x01(\x0c\x12\x17\n\x0fhandler_seconds\x18\x04 \x01(\x01\x12\x1d\n\x15serialization_seconds\x18\x05 \x01(\x01*\xbb\x01\n\nSiloStatus\x12\x14\n\x10SILO_STATUS_NONE\x10\x00\x12\x17\n\x13SILO_STATUS_CREATED\x10\x01\x12\x17\n\x13SILO_STATUS_JOINING\x10\x02\x12\x16\n\x12SILO_STATUS_ACTIVE\x10\x03\x12\x1d\n\x19SILO_STATUS_SHUTTING_DOWN\x10\x04\x12\x18\n\x14SILO_STATUS_STOPPING\x10\x05\x12\x14\n\x10SILO_STATUS_DEAD\x10\x06*\xfa\x01\n\x13MembershipEventKind\x12%\n!MEMBERSHIP_EVENT_KIND_UNSPECIFIED\x10\x00\x12 \n\x1cMEMBERSHIP_EVENT_KIND_JOINED\x10\x01\x12#\n\x1fMEMBERSHIP_EVENT_KIND_SUSPECTED\x10\x02\x12\'\n#MEMBERSHIP_EVENT_KIND_DECLARED_DEAD\x10\x03\x12\x1e\n\x1aMEMBERSHIP_EVENT_KIND_LEFT\x10\x04\x12,\n(MEMBERSHIP_EVENT_KIND_PROPERTIES_CHANGED\x10\x05\x32\xf5\x03\n\nMembership\x12\x33\n\x04Ping\x12\x14.silo.v1.PingRequest\x1a\x15.silo.v1.PingResponse\x12T\n\x0fProbeIndirectly\x12\x1f.silo.v1.ProbeIndirectlyRequest\x1a .silo.v1.ProbeIndirectlyResponse\x12\x39\n\x06Gossip\x12\x16.silo.v1.GossipRequest\x1a\x17.silo.v1.GossipResponse\x12N\n\rGetMembership\x12\x1d.silo.v1.GetMembershipRequest\x1a\x1e.silo.v1.GetMembershipResponse\x12M\n\x0fWatchMembership\x12\x1f.silo.v1.WatchMembershipRequest\x1a\x17.silo.v1.MembershipView0\x01\x12=\n\nPingStream\x12\x14.silo.v1.PingRequest\x1a\x15.silo.v1.PingResponse(\x01\x30\x01\x12\x43\n\x0cGossipStream\x12\x16.silo.v1.GossipRequest\x1a\x17.silo.v1.GossipResponse(\x01\x30\x01\x32\x44\n\x04Work\x12<\n\x07Process\x12\x17.silo.v1.ProcessRequest\x1a\x18.silo.v1.ProcessResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,10 +35,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MEMBERSHIPROW_PROPERTIESENTRY']._serialized_options = b'8\001'
   _globals['_MEMBERSHIPEVENT_PROPERTIESENTRY']._loaded_options = None
   _globals['_MEMBERSHIPEVENT_PROPERTIESENTRY']._serialized_options = b'8\001'
-  _globals['_SILOSTATUS']._serialized_start=2572
-  _globals['_SILOSTATUS']._serialized_end=2759
-  _globals['_MEMBERSHIPEVENTKIND']._serialized_start=2762
-  _globals['_MEMBERSHIPEVENTKIND']._serialized_end=3012
+  _globals['_SILOSTATUS']._serialized_start=2608
+  _globals['_SILOSTATUS']._serialized_end=2795
+  _globals['_MEMBERSHIPEVENTKIND']._serialized_start=2798
+  _globals['_MEMBERSHIPEVENTKIND']._serialized_end=3048
   _globals['_SILOADDRESS']._serialized_start=37
   _globals['_SILOADDRESS']._serialized_end=98
   _globals['_REQUESTHEADER']._serialized_start=100
@@ -52,37 +52,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PROBEINDIRECTLYRESPONSE']._serialized_start=475
   _globals['_PROBEINDIRECTLYRESPONSE']._serialized_end=610
   _globals['_GOSSIPREQUEST']._serialized_start=613
-  _globals['_GOSSIPREQUEST']._serialized_end=766
-  _globals['_MEMBERSHIPDELTA']._serialized_start=768
-  _globals['_MEMBERSHIPDELTA']._serialized_end=890
-  _globals['_GOSSIPRESPONSE']._serialized_start=892
-  _globals['_GOSSIPRESPONSE']._serialized_end=908
-  _globals['_GETMEMBERSHIPREQUEST']._serialized_start=910
-  _globals['_GETMEMBERSHIPREQUEST']._serialized_end=972
-  _globals['_SUSPICIONVOTE']._serialized_start=974
-  _globals['_SUSPICIONVOTE']._serialized_end=1047
-  _globals['_MEMBERSHIPROW']._serialized_start=1050
-  _globals['_MEMBERSHIPROW']._serialized_end=1497
-  _globals['_MEMBERSHIPROW_PROPERTIESENTRY']._serialized_start=1448
-  _globals['_MEMBERSHIPROW_PROPERTIESENTRY']._serialized_end=1497
-  _globals['_GETMEMBERSHIPRESPONSE']._serialized_start=1500
-  _globals['_GETMEMBERSHIPRESPONSE']._serialized_end=1641
-  _globals['_WATCHMEMBERSHIPREQUEST']._serialized_start=1643
-  _globals['_WATCHMEMBERSHIPREQUEST']._serialized_end=1753
-  _globals['_MEMBERSHIPEVENT']._serialized_start=1756
-  _globals['_MEMBERSHIPEVENT']._serialized_end=2093
-  _globals['_MEMBERSHIPEVENT_PROPERTIESENTRY']._serialized_start=1448
-  _globals['_MEMBERSHIPEVENT_PROPERTIESENTRY']._serialized_end=1497
-  _globals['_MEMBERSHIPVIEW']._serialized_start=2096
-  _globals['_MEMBERSHIPVIEW']._serialized_end=2272
-  _globals['_WORKITEM']._serialized_start=2274
-  _globals['_WORKITEM']._serialized_end=2314
-  _globals['_PROCESSREQUEST']._serialized_start=2316
-  _globals['_PROCESSREQUEST']._serialized_end=2440
-  _globals['_PROCESSRESPONSE']._serialized_start=2442
-  _globals['_PROCESSRESPONSE']._serialized_end=2569
-  _globals['_MEMBERSHIP']._serialized_start=3015
-  _globals['_MEMBERSHIP']._serialized_end=3447
-  _globals['_WORK']._serialized_start=3449
-  _globals['_WORK']._serialized_end=3517
+  _globals['_GOSSIPREQUEST']._serialized_end=784
+  _globals['_MEMBERSHIPDELTA']._serialized_start=786
+  _globals['_MEMBERSHIPDELTA']._serialized_end=908
+  _globals['_GOSSIPRESPONSE']._serialized_start=910
+  _globals['_GOSSIPRESPONSE']._serialized_end=944
+  _globals['_GETMEMBERSHIPREQUEST']._serialized_start=946
+  _globals['_GETMEMBERSHIPREQUEST']._serialized_end=1008
+  _globals['_SUSPICIONVOTE']._serialized_start=1010
+  _globals['_SUSPICIONVOTE']._serialized_end=1083
+  _globals['_MEMBERSHIPROW']._serialized_start=1086
+  _globals['_MEMBERSHIPROW']._serialized_end=1533
+  _globals['_MEMBERSHIPROW_PROPERTIESENTRY']._serialized_start=1484
+  _globals['_MEMBERSHIPROW_PROPERTIESENTRY']._serialized_end=1533
+  _globals['_GETMEMBERSHIPRESPONSE']._serialized_start=1536
+  _globals['_GETMEMBERSHIPRESPONSE']._serialized_end=1677
+  _globals['_WATCHMEMBERSHIPREQUEST']._serialized_start=1679
+  _globals['_WATCHMEMBERSHIPREQUEST']._serialized_end=1789
+  _globals['_MEMBERSHIPEVENT']._serialized_start=1792
+  _globals['_MEMBERSHIPEVENT']._serialized_end=2129
+  _globals['_MEMBERSHIPEVENT_PROPERTIESENTRY']._serialized_start=1484
+  _globals['_MEMBERSHIPEVENT_PROPERTIESENTRY']._serialized_end=1533
+  _globals['_MEMBERSHIPVIEW']._serialized_start=2132
+  _globals['_MEMBERSHIPVIEW']._serialized_end=2308
+  _globals['_WORKITEM']._serialized_start=2310
+  _globals['_WORKITEM']._serialized_end=2350
+  _globals['_PROCESSREQUEST']._serialized_start=2352
+  _globals['_PROCESSREQUEST']._serialized_end=2476
+  _globals['_PROCESSRESPONSE']._serialized_start=2478
+  _globals['_PROCESSRESPONSE']._serialized_end=2605
+  _globals['_MEMBERSHIP']._serialized_start=3051
+  _globals['_MEMBERSHIP']._serialized_end=3552
+  _globals['_WORK']._serialized_start=3554
+  _globals['_WORK']._serialized_end=3622
 # @@protoc_insertion_point(module_scope)

@@ -99,16 +99,18 @@ class ProbeIndirectlyResponse(_message.Message):
     def __init__(self, succeeded: _Optional[bool] = ..., intermediary_health_score: _Optional[int] = ..., response_time_seconds: _Optional[float] = ..., failure_message: _Optional[str] = ...) -> None: ...
 
 class GossipRequest(_message.Message):
-    __slots__ = ("header", "version", "delta", "relay_to")
+    __slots__ = ("header", "version", "delta", "relay_to", "sequence")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
     RELAY_TO_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     header: RequestHeader
     version: int
     delta: MembershipDelta
     relay_to: _containers.RepeatedCompositeFieldContainer[SiloAddress]
-    def __init__(self, header: _Optional[_Union[RequestHeader, _Mapping]] = ..., version: _Optional[int] = ..., delta: _Optional[_Union[MembershipDelta, _Mapping]] = ..., relay_to: _Optional[_Iterable[_Union[SiloAddress, _Mapping]]] = ...) -> None: ...
+    sequence: int
+    def __init__(self, header: _Optional[_Union[RequestHeader, _Mapping]] = ..., version: _Optional[int] = ..., delta: _Optional[_Union[MembershipDelta, _Mapping]] = ..., relay_to: _Optional[_Iterable[_Union[SiloAddress, _Mapping]]] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class MembershipDelta(_message.Message):
     __slots__ = ("base_version", "version_etag", "rows", "since_version")
@@ -123,8 +125,10 @@ class MembershipDelta(_message.Message):
     def __init__(self, base_version: _Optional[int] = ..., version_etag: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[MembershipRow, _Mapping]]] = ..., since_version: _Optional[int] = ...) -> None: ...
 
 class GossipResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("sequence",)
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    def __init__(self, sequence: _Optional[int] = ...) -> None: ...
 
 class GetMembershipRequest(_message.Message):
     __slots__ = ("header",)
