@@ -328,13 +328,17 @@ class MembershipTableManager:
 
     async def _apply(self, delta: MembershipDelta) -> bool:
         """Build the next snapshot from ``delta`` if we hold its base version; True if we did (or were past it)."""
+        past, following = self._place(delta)
+        if following is not None:
+            await self._accept_learned(following, delta.entries, delta.silos)
+        return past or following is not None
+
+    def _place(self, delta: MembershipDelta) -> tuple[bool, MembershipSnapshot | None]:
+        """Where ``delta`` stands against our view: (True, None) if our view is already at or past its
+        version; else (False, the snapshot it leads to from our view, or None if we miss a write before it)."""
         if self.snapshot.version >= delta.version.version:
-            return True
-        following = self.snapshot.apply(delta)
-        if following is None:
-            return False
-        await self._accept_learned(following, delta.entries, delta.silos)
-        return True
+            return True, None
+        return False, self.snapshot.apply(delta)
 
     def _remember_writes(
         self, previous: MembershipSnapshot, current: MembershipSnapshot, written: frozenset[SiloAddress] | None
@@ -510,8 +514,7 @@ class MembershipTableManager:
         since = self._applies_from(base, delta.silos) if self.snapshot.version == base else base
         if since < base:
             delta = dataclasses.replace(delta, since_version=since)
-        past = self.snapshot.version >= delta.version.version  # a later write's gossip came first
-        following = None if past else self.snapshot.apply(delta)
+        past, following = self._place(delta)  # past: a later write's gossip came first
         behind = not past and following is None
         if behind and self.publisher.current is None:  # no view yet to address the gossip with
             await self._reread_after_write()
