@@ -68,8 +68,8 @@ from benchmarks.common import (
     wall,
     workdir,
 )
+from benchmarks.option_flags import OptionPairs, add_set_flag, local_options_with, set_flags
 from benchmarks.silo_cluster import BenchCluster, KillTrial, silo_certificates
-from silo.cli.arguments import key_value, repeatable
 from silo.membership.options import SiloOptions
 
 NAME = "propagation"
@@ -89,7 +89,7 @@ class Config:
     """``table_refresh_timeout`` of the gossip-on runs: delta gossip needs no periodic read to
     spread a change, and at the local preset's 2 s the periodic reads of 20 silos (60 per window,
     give or take one per silo at the window's edges) would bury the few reads a change causes."""
-    silo_options: tuple[str, ...] = ()
+    silo_options: OptionPairs = ()
     """More ``NAME=VALUE`` options for every silo of both modes (``--set``), e.g. ``gossip_fanout=32``."""
     modes: tuple[str, ...] = MODES
 
@@ -148,7 +148,7 @@ async def one_config(
         ("--set", f"table_refresh_timeout={config.gossip_on_refresh}")
         if gossip
         else ("--set", "use_liveness_gossip=false")
-    ) + tuple(argument for option in config.silo_options for argument in ("--set", option))
+    ) + tuple(set_flags(config.silo_options))
     [tls] = silo_certificates(root, [cluster_id]) if mode == "gossip_on_tls" else [None]
     bench = BenchCluster(root, uri, cluster_id, extra, poll_table=False, views_from_logs=True, tls=tls)
     trials: list[KillTrial] = []
@@ -282,7 +282,7 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     extra.add_argument("--window", default=None)
     extra.add_argument("--sizes", default=None)
     extra.add_argument("--trials", default=None)
-    repeatable(extra, "--set", "silo_options", key_value("OPTION", "probe_timeout=5s"), "OPTION=VALUE", "silo option")
+    add_set_flag(extra, "silo_options")
     settings, known, config = parse_over_preset(__doc__ or NAME, argv, extra, Config)
     if known.modes is not None:
         config = dataclasses.replace(config, modes=choices_list(known.modes, MODES, "--modes"))
@@ -293,18 +293,14 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     if known.trials is not None:
         config = dataclasses.replace(config, trials=positive(known.trials, "--trials"))
     if known.silo_options:
-        chosen = tuple(f"{name}={value}" for name, value in known.silo_options)
-        config = dataclasses.replace(config, silo_options=(*config.silo_options, *chosen))
+        config = dataclasses.replace(config, silo_options=(*config.silo_options, *known.silo_options))
     silo_options(config)  # a bad --set stops here, not in 20 silo processes
     return settings, config
 
 
 def silo_options(config: Config) -> SiloOptions:
     """The local preset with ``config.silo_options`` applied: what every silo runs (a clear exit if one is bad)."""
-    try:
-        return SiloOptions.local().with_overrides(dict(option.split("=", 1) for option in config.silo_options))
-    except ValueError as exc:
-        raise SystemExit(f"--set: {exc}") from None
+    return local_options_with(config.silo_options)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 
 from benchmarks.lossy_prober import LossyProber
+from benchmarks.option_flags import add_set_flag, local_options_with
 from membership_tables import SiloStatus, open_table
-from silo.cli.arguments import key_value, repeatable
 from silo.errors import SiloError
 from silo.membership.options import SiloOptions
 from silo.membership.probing import Prober
@@ -99,9 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table", required=True)
     parser.add_argument("--cluster", required=True)
     parser.add_argument("--count", type=int, required=True)
-    repeatable(
-        parser, "--set", "overrides", key_value("OPTION", "probe_timeout=2s"), "OPTION=VALUE", "override one option"
-    )
+    add_set_flag(parser, "overrides")
     parser.add_argument("--probe-loss", type=float, default=0.0, help="fraction of probes dropped (default 0)")
     parser.add_argument("--probe-delay", type=float, default=0.0, help="fraction of probes delayed (default 0)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first silo's loss/delay RNG")
@@ -118,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in filter(None, os.environ.get("SILO_HOST_DEBUG_LOGGERS", "").split(",")):
         logging.getLogger(name.strip()).setLevel(logging.DEBUG)  # e.g. silo.membership.silo_health: each vote's outcome
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    options = SiloOptions.local().with_overrides(dict(args.overrides))
+    options = local_options_with(args.overrides)
     lossy = args.probe_loss > 0 or args.probe_delay > 0
     impairment = Impairment(args.probe_loss, args.probe_delay, args.seed) if lossy else None
     tune_for_silos()  # as ``silo run`` does

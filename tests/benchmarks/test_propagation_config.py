@@ -20,7 +20,7 @@ def test_production_probe_timings_at_one_size_from_the_command_line(tmp_path: Pa
     timings = ["--set", "probe_timeout=5s", "--set", "probe_interval=2s", "--set", "death_vote_expiration=120s"]
     config = parse([*argv, *timings, "--output-dir", str(tmp_path)])[1]
     assert (config.sizes, config.trials, config.window, config.modes) == ((20,), 12, 10.0, ("gossip_on_tls",))
-    assert config.silo_options == ("probe_timeout=5s", "probe_interval=2s", "death_vote_expiration=120s")
+    assert config.silo_options == (("probe_timeout", "5s"), ("probe_interval", "2s"), ("death_vote_expiration", "120s"))
     options = silo_options(config)
     assert (options.probe_timeout, options.probe_interval, options.num_probed_silos) == (5.0, 2.0, 10)
 
