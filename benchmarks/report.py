@@ -180,8 +180,9 @@ def _serf_runs(results: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]
 
 
 def propagation(document: dict[str, Any]) -> list[str]:
-    lines = header("gossip", "N", "last view median s", "p95 s", "p99 s", "each silo median s", "full reads per death",
-                   "all reads per death", "writes per death")  # fmt: skip
+    lines = _arguments(document["config"]) + header(
+        "gossip", "N", "last view median s", "p95 s", "p99 s", "each silo median s", "full reads per death",
+        "all reads per death", "writes per death")  # fmt: skip
     for label, by_size in document["results"].items():
         for size, entry in by_size.items():
             stats, caused = entry["propagation_last_silo"], entry["caused_per_death"]
