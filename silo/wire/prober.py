@@ -112,9 +112,8 @@ class GrpcProber:
             max_channels=MAX_CHANNELS,
             evict=self._close_later,
         )
-        self._pingers: dict[str, StreamedCalls[pb.PingRequest, pb.PingResponse]] = {}
-        self._gossipers: dict[str, StreamedCalls[pb.GossipRequest, pb.GossipResponse]] = {}
-        """Each by endpoint, on the pool's current channel to it."""
+        self._streamed_calls: dict[tuple[str, str], StreamedCalls[Any, Any]] = {}
+        """By (streaming method, endpoint), each on the pool's current channel to the endpoint."""
         self._stream_readers = BackgroundTasks()
         self._sequences = itertools.count(1)
         self._encoded_delta: tuple[MembershipDelta, pb.MembershipDelta] | None = None
@@ -123,9 +122,7 @@ class GrpcProber:
     async def ping(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
         request = pb.PingRequest(header=self._header(), sequence=next(self._sequences))
         try:
-            response = await self._streamed(self._pingers, target.endpoint, codec.PING_STREAM, codec.PING).call(
-                request, timeout
-            )
+            response = await self._streamed(target.endpoint, codec.PING_STREAM, codec.PING).call(request, timeout)
             responder = codec.address_from_proto(response.responder)
         except grpc.aio.AioRpcError as exc:
             level = logging.WARNING if is_security_refusal(exc) else logging.DEBUG
@@ -183,7 +180,7 @@ class GrpcProber:
             encoded = self._encoded_delta = (delta, gossip_codec.delta_to_proto(delta))
         request = gossip_codec.gossip_to_proto(message, self._header(), encoded[1] if delta and encoded else None)
         request.sequence = next(self._sequences)
-        gossiper = self._streamed(self._gossipers, target.endpoint, codec.GOSSIP_STREAM, codec.GOSSIP)
+        gossiper = self._streamed(target.endpoint, codec.GOSSIP_STREAM, codec.GOSSIP)
         try:
             await gossiper.call(request, self._gossip_timeout)
         except grpc.aio.AioRpcError as exc:
@@ -212,43 +209,34 @@ class GrpcProber:
 
     async def close(self) -> None:
         """Close every ping and gossip stream and cached channel (and wait for the evicted ones still closing)."""
-        for streamed in self._all_streamed():
+        for streamed in self._streamed_calls.values():
             streamed.close()
-        self._pingers.clear()
-        self._gossipers.clear()
+        self._streamed_calls.clear()
         await self._stream_readers.cancel_all()
         for channel in [*self._channels.drain(), *self._closing.values()]:
             await channel.close()  # no grace: calls still in flight on an evicted channel end now
         await asyncio.gather(*self._closing, return_exceptions=True)
 
     def _streamed(
-        self,
-        by_endpoint: dict[str, StreamedCalls[Request, Response]],
-        endpoint: str,
-        stream: codec.BidiStreamMethod[Request, Response],
-        unary: codec.Method[Request, Response],
+        self, endpoint: str, stream: codec.BidiStreamMethod[Request, Response], unary: codec.Method[Request, Response]
     ) -> StreamedCalls[Request, Response]:
-        """``endpoint``'s calls of ``stream`` (or ``unary``) in ``by_endpoint``, on the pool's current channel."""
+        """``endpoint``'s calls of ``stream`` (or ``unary``), on the pool's current channel to it."""
         channel = self._channels.get(endpoint)
-        streamed = by_endpoint.get(endpoint)
+        key = (stream.name, endpoint)
+        streamed: StreamedCalls[Request, Response] | None = self._streamed_calls.get(key)
         if streamed is None or streamed.channel is not channel:
             if streamed is not None:
                 streamed.retire()  # the pool opened a new channel (certificates rotated)
-            streamed = by_endpoint[endpoint] = StreamedCalls(
+            streamed = self._streamed_calls[key] = StreamedCalls(
                 endpoint, channel, stream, unary, self._stream_readers, unary_calls_first=self._unary_calls_first
             )
         return streamed
 
-    def _all_streamed(self) -> list[StreamedCalls[Any, Any]]:
-        return [*self._pingers.values(), *self._gossipers.values()]
-
     def _close_later(self, channel: grpc.aio.Channel) -> None:
-        by_endpoints: tuple[dict[str, StreamedCalls[Any, Any]], ...] = (self._pingers, self._gossipers)
-        for by_endpoint in by_endpoints:
-            for endpoint, streamed in list(by_endpoint.items()):
-                if streamed.channel is channel:
-                    del by_endpoint[endpoint]
-                    streamed.retire()
+        for key, streamed in list(self._streamed_calls.items()):
+            if streamed.channel is channel:
+                del self._streamed_calls[key]
+                streamed.retire()
         task = asyncio.get_running_loop().create_task(channel.close(CLOSE_GRACE_SECONDS))
         self._closing[task] = channel
         task.add_done_callback(self._closing.pop)
