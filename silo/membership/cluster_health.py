@@ -337,6 +337,26 @@ class ClusterHealthMonitor:
             steps = VOTE_STAGGER_RANKS
         return steps * VOTE_STAGGER_STEP * self._options.probe_timeout
 
+    def vote_hold(self, target: SiloAddress) -> float:
+        """How much longer a held vote (``vote_delay`` > 0) waits once its turn came, because
+        others are gathering the quorum already: our rank's delay once more if our view holds
+        another silo's fresh vote against ``target``, else none.
+
+        Monitors notice a death up to a probe interval apart, so a backup's turn often comes
+        after a first vote and before the vote that completes the quorum; voting then, each
+        backup read the table (without TLS) and raced the completing vote, which one of them
+        lost (N = 20, local preset: 2.75 reads per membership change). Held once more, the
+        first ranks complete the quorum and the death's gossip stops our monitor; a backup
+        ranked lower waits longer. When nobody completes it, the death waits one delay more
+        (at most ``VOTE_STAGGER_RANKS`` steps), and a vote is never dropped."""
+        delay = self.vote_delay(target)
+        snapshot = self._publisher.current
+        entry = snapshot.entry(target) if delay > 0 and snapshot is not None else None
+        if entry is None:
+            return 0.0
+        votes = fresh_votes(entry.suspect_times, self._clock.now(), self._options.death_vote_expiration)
+        return delay if any(voter != self._local for voter, _ in votes) else 0.0
+
     def _first_probe_delay(self, target: SiloAddress) -> float:
         """When a new monitor probes first. Of a suspect off our ring (one we watch:
         ``select_targets``): at its vote's turn (``vote_delay``). A vote makes every silo of a small

@@ -75,6 +75,7 @@ class SiloHealthMonitor:
         random: random_module.Random,
         observer: MembershipObserver = NULL_OBSERVER,
         vote_delay: Callable[[], float] = lambda: 0.0,
+        vote_hold: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.target = target
         self._local = local
@@ -86,6 +87,7 @@ class SiloHealthMonitor:
         self._may_vote = may_vote
         self._vote = vote
         self._vote_delay = vote_delay
+        self._vote_hold = vote_hold
         self._random = random
         self._observer = observer
         self._was_suspected = False
@@ -271,6 +273,11 @@ class SiloHealthMonitor:
         delay = self._vote_delay()
         if delay > 0:
             await self._clock.sleep(delay)
+            if (more := self._vote_hold()) > 0:
+                logger.debug(
+                    "silo %s: others are voting against %s; holding ours %.2fs more", self._local, self.target, more
+                )
+                await self._clock.sleep(more)
             self._discount_pause()
             if not (
                 self._suspected_for_vote()

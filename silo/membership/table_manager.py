@@ -27,8 +27,10 @@ say otherwise (no newer version announced, every Active silo fresh), the write b
 conditioned on the view's version: the monitors of a dead silo, which vote within moments of
 each other, then read nothing (a loser waits briefly for the winner's gossip and decides
 again). Otherwise, and when that gossip does not come, it reads the table first. Lost races are
-normal: a vote that loses is retried at once on a fresh read, up to ``VOTE_ATTEMPTS`` times, so
-a quorum is not delayed by a whole probe round. Votes of ours that come together are cast in
+normal: a vote that loses is retried on a fresh read as soon as the winner's gossip came (or
+after a brief wait for it), up to ``VOTE_ATTEMPTS`` times, so a quorum is not delayed by a whole
+probe round; when that gossip shows the target Dead (the winner completed its quorum), nothing
+is read. Votes of ours that come together are cast in
 one write (several deaths, one version).
 
 With ring sampling (more fresh Active silos than ``num_probed_silos + 1``) the majority rule
@@ -673,7 +675,8 @@ class MembershipTableManager:
         A target our snapshot already holds Dead is ``ALREADY_GONE`` without a read (a gossiped
         death reaches the other monitors before their own votes). Each attempt decides on our
         view if that is as good as a read (``_cast_on_view``, under mutual TLS), else on a fresh
-        read, and writes conditionally on the version decided on; a lost race is retried at once on a new read
+        read, and writes conditionally on the version decided on; a lost race is retried on a new read
+        once the winner's gossip came or did not come in time, unless it shows the target Dead
         (``VOTE_ATTEMPTS`` in all). A table error ends the vote: a silo that cannot reach the
         table does not vote, and the monitor votes again later on fresh evidence.
         ``others_unheard``: we do not hear other silos we monitor either (a sign of a cut; it
@@ -761,7 +764,27 @@ class MembershipTableManager:
             return outcomes
         data = await self._access.attempt(self._table.read_all)
         await self._accept(data)
-        return await self._decide_and_write(batch, MembershipSnapshot(data))
+        outcomes = await self._decide_and_write(batch, MembershipSnapshot(data))
+        if VoteOutcome.LOST_RACE in outcomes.values() and self._options.use_liveness_gossip:
+            outcomes = await self._after_lost_race(outcomes, data.version.version)
+        return outcomes
+
+    async def _after_lost_race(
+        self, outcomes: dict[SiloAddress, VoteOutcome], read_version: int
+    ) -> dict[SiloAddress, VoteOutcome]:
+        """``outcomes`` of a vote decided on a read that lost its race, once the winner's gossip
+        came (or ``VIEW_VOTE_GOSSIP_WAIT`` of a probe timeout passed): ``ALREADY_GONE`` for each
+        target it shows Dead, which needs no read (a Dead view only spares a vote, as in
+        ``try_vote``). The winner is usually a monitor of the same dead silo completing its
+        quorum, and retrying at once read the table to find that."""
+        await self._brought_by_gossip(read_version + 1, VIEW_VOTE_GOSSIP_WAIT * self._options.probe_timeout)
+        snapshot = self.snapshot
+        return {
+            target: VoteOutcome.ALREADY_GONE
+            if outcome is VoteOutcome.LOST_RACE and snapshot.status_of(target) is SiloStatus.DEAD
+            else outcome
+            for target, outcome in outcomes.items()
+        }
 
     async def _cast_on_view(self, batch: list[_Ballot]) -> dict[SiloAddress, VoteOutcome] | None:
         """Cast ``batch`` on the view we hold, without reading the table; None: read it instead.

@@ -319,6 +319,7 @@ class Silo:
             random=self._random,
             observer=self._observer,
             vote_delay=functools.partial(cluster.vote_delay, target),
+            vote_hold=functools.partial(cluster.vote_hold, target),
         )
 
     async def _vote_against(self, cluster: ClusterHealthMonitor, target: SiloAddress) -> VoteOutcome:

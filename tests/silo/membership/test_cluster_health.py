@@ -533,6 +533,32 @@ async def test_votes_are_staggered_by_our_rank_among_the_targets_monitors() -> N
 
 
 @async_test
+async def test_a_backup_holds_its_vote_once_more_while_another_silos_fresh_vote_is_in_the_view() -> None:
+    """Our turn came after a first vote against the target: the first ranks are completing its
+    quorum, and voting too would read the table and race them."""
+    rig, ring, expired = await five_ring_targets_and_a_suspect_off_the_ring()
+    first, second, backup, unvoted, mine_only = ring
+    now = rig.clock.now()
+    old = now - timedelta(seconds=rig.options.death_vote_expiration + 1)
+    snapshot = view(
+        row(ME),
+        row(first).replace(suspect_times=((PEERS[0], now),)),
+        row(second),
+        row(backup).replace(suspect_times=((PEERS[0], now),)),
+        row(unvoted),
+        row(mine_only).replace(suspect_times=((ME, now),)),
+        row(expired).replace(suspect_times=((PEERS[0], old),)),
+        version=2,
+    )
+    await rig.publisher.publish(snapshot)
+    assert rig.cluster.vote_hold(first) == 0  # a first rank completes the quorum at once
+    assert rig.cluster.vote_delay(backup) > 0
+    assert rig.cluster.vote_hold(backup) == pytest.approx(rig.cluster.vote_delay(backup))
+    assert [rig.cluster.vote_hold(silo) for silo in (unvoted, mine_only, expired)] == [0, 0, 0]
+    await rig.cluster.stop()
+
+
+@async_test
 async def test_a_suspect_off_our_ring_is_first_probed_at_our_votes_turn_our_ring_at_once() -> None:
     """A vote makes every silo of a small cluster watch the suspect: probing it at once, each
     opened a channel to it and asked intermediaries about it just before the death's gossip."""

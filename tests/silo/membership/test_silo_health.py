@@ -40,6 +40,7 @@ class Scene:
     clock: FakeClock = field(default_factory=lambda: FakeClock(T0))
     health: LocalHealth | None = None
     vote_delay: float = 0.0
+    vote_hold: float = 0.0
 
     def monitor(self) -> SiloHealthMonitor:
         async def vote(target: SiloAddress) -> VoteOutcome:
@@ -60,6 +61,7 @@ class Scene:
             vote=vote,
             random=random.Random(1),
             vote_delay=lambda: self.vote_delay,
+            vote_hold=lambda: self.vote_hold,
         )
 
     def view(self) -> MembershipSnapshot:
@@ -174,6 +176,18 @@ async def test_a_monitor_past_the_first_ranks_casts_its_vote_once_its_delay_is_o
     assert scene.votes == []
     await run_for(scene, monitor, 0.02, step=0.01)
     assert scene.votes == [pytest.approx(CRASH_SUSPECTED_AT + 0.1)]
+    await monitor.stop()
+
+
+@async_test
+async def test_a_held_vote_waits_once_more_while_others_gather_the_quorum() -> None:
+    scene = Scene(FunctionProber(reachable=lambda target: ProbeOutcome.REFUSED), vote_delay=0.1, vote_hold=0.1)
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, CRASH_SUSPECTED_AT + 0.19, step=0.01)
+    assert scene.votes == []
+    await run_for(scene, monitor, 0.02, step=0.01)
+    assert scene.votes == [pytest.approx(CRASH_SUSPECTED_AT + 0.2)]
     await monitor.stop()
 
 
