@@ -167,27 +167,16 @@ CRASH_SUSPECTED_AT = OPTIONS.probe_interval * (REFUSALS_TO_SUSPECT - 1)
 """When refusals from the first probe on make a suspicion (no intermediary to ask)."""
 
 
+@pytest.mark.parametrize("hold", [0.0, 0.1], ids=["its turn", "held once more while others gather the quorum"])
 @async_test
-async def test_a_monitor_past_the_first_ranks_casts_its_vote_once_its_delay_is_over() -> None:
-    scene = Scene(FunctionProber(reachable=lambda target: ProbeOutcome.REFUSED), vote_delay=0.1)
+async def test_a_monitor_past_the_first_ranks_casts_its_vote_once_its_delay_is_over(hold: float) -> None:
+    scene = Scene(FunctionProber(reachable=lambda target: ProbeOutcome.REFUSED), vote_delay=0.1, vote_hold=hold)
     monitor = scene.monitor()
     monitor.start()
-    await run_for(scene, monitor, CRASH_SUSPECTED_AT + 0.09, step=0.01)
+    await run_for(scene, monitor, CRASH_SUSPECTED_AT + 0.09 + hold, step=0.01)
     assert scene.votes == []
     await run_for(scene, monitor, 0.02, step=0.01)
-    assert scene.votes == [pytest.approx(CRASH_SUSPECTED_AT + 0.1)]
-    await monitor.stop()
-
-
-@async_test
-async def test_a_held_vote_waits_once_more_while_others_gather_the_quorum() -> None:
-    scene = Scene(FunctionProber(reachable=lambda target: ProbeOutcome.REFUSED), vote_delay=0.1, vote_hold=0.1)
-    monitor = scene.monitor()
-    monitor.start()
-    await run_for(scene, monitor, CRASH_SUSPECTED_AT + 0.19, step=0.01)
-    assert scene.votes == []
-    await run_for(scene, monitor, 0.02, step=0.01)
-    assert scene.votes == [pytest.approx(CRASH_SUSPECTED_AT + 0.2)]
+    assert scene.votes == [pytest.approx(CRASH_SUSPECTED_AT + 0.1 + hold)]
     await monitor.stop()
 
 
