@@ -128,9 +128,9 @@ VOTE_ATTEMPTS = 3
 them, attempts on our view while gossip keeps it current: ``_cast_on_view``)."""
 
 VIEW_VOTE_GOSSIP_WAIT = 0.2
-"""Share of ``probe_timeout`` a vote lost on our view waits for the winner's gossip before it
-reads the table: the winner gossips as soon as it wrote (tens of milliseconds on one machine;
-0.1 s in the local preset, 1 s in production)."""
+"""Share of ``probe_timeout`` a lost vote (decided on our view, or on a read) waits for the
+winner's gossip before it reads the table: the winner gossips as soon as it wrote (tens of
+milliseconds on one machine; 0.1 s in the local preset, 1 s in production)."""
 
 ROW_READ_COST_IN_ROWS = 20
 """About how many rows of a full read one ``read_row`` costs: its round trip against decoding
