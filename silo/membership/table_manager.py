@@ -769,6 +769,11 @@ class MembershipTableManager:
             outcomes = await self._after_lost_race(outcomes, data.version.version)
         return outcomes
 
+    @property
+    def _winner_gossip_wait(self) -> float:
+        """How long a vote that lost its race waits for the winner's gossip (``VIEW_VOTE_GOSSIP_WAIT``)."""
+        return VIEW_VOTE_GOSSIP_WAIT * self._options.probe_timeout
+
     async def _after_lost_race(
         self, outcomes: dict[SiloAddress, VoteOutcome], read_version: int
     ) -> dict[SiloAddress, VoteOutcome]:
@@ -777,7 +782,7 @@ class MembershipTableManager:
         target it shows Dead, which needs no read (a Dead view only spares a vote, as in
         ``try_vote``). The winner is usually a monitor of the same dead silo completing its
         quorum, and retrying at once read the table to find that."""
-        await self._brought_by_gossip(read_version + 1, VIEW_VOTE_GOSSIP_WAIT * self._options.probe_timeout)
+        await self._brought_by_gossip(read_version + 1, self._winner_gossip_wait)
         snapshot = self.snapshot
         return {
             target: VoteOutcome.ALREADY_GONE
@@ -811,8 +816,7 @@ class MembershipTableManager:
             outcomes = await self._decide_and_write(batch, view)
             if VoteOutcome.LOST_RACE not in outcomes.values():
                 return outcomes
-            wait = VIEW_VOTE_GOSSIP_WAIT * self._options.probe_timeout
-            if not await self._brought_by_gossip(view.version + 1, wait):
+            if not await self._brought_by_gossip(view.version + 1, self._winner_gossip_wait):
                 return None
             logger.debug(
                 "silo %s: a vote on view %d lost; deciding again on gossiped view %d",
