@@ -96,8 +96,18 @@ class LocalHealth:
         self._reuse_for = options.effective_probe_interval * SCORE_REUSE_FRACTION
 
     def record_probe(self, target: SiloAddress, answered: bool) -> None:
-        self._probe_results.setdefault(target, deque(maxlen=RECENT_PROBES)).append(answered)
-        self._changes += 1
+        """Record one probe's result; the score is outdated only if this result can move it.
+
+        One more answer from a target whose recent probes all answered moves nothing (its last
+        result and its timed-out fraction stay the same), and that is nearly every probe of a
+        healthy cluster: the cached score then stays valid. Recomputing it after every answer
+        was 8% of py-spy's samples of an idle silo's main thread (20 silos, local preset), though
+        the idle cluster's CPU did not move measurably without it (0.65-0.73 cores either way)."""
+        results = self._probe_results.setdefault(target, deque(maxlen=RECENT_PROBES))
+        moves_nothing = answered and bool(results) and False not in results
+        results.append(answered)
+        if not moves_nothing:
+            self._changes += 1
 
     def forget(self, target: SiloAddress) -> None:
         """We stopped probing ``target``; its last result no longer says anything about us."""

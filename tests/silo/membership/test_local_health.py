@@ -3,8 +3,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
-from membership_tables import MembershipEntry
+from membership_tables import MembershipEntry, SiloAddress
 from silo.membership.clock import FakeClock
 from silo.membership.local_health import (
     MAX_SCORE,
@@ -119,3 +121,24 @@ async def test_an_expired_vote_against_us_stops_counting_within_a_quarter_probe_
     assert local.score() == 0
     current = view(row(ME).replace(suspect_times=((A, clock.now()),)))
     assert local.score() == 1  # a new snapshot is a new input: no reuse
+
+
+@given(
+    probes=st.lists(
+        st.tuples(st.sampled_from([A, B, address(4)]), st.booleans(), st.sampled_from([False] * 7 + [True])),
+        max_size=80,
+    )
+)
+@example(probes=[(A, False, False), (B, False, False), (address(4), True, False)])  # a new target's first answer
+@example(probes=[(A, False, False), (B, False, False), (A, True, False)])  # an answer after a miss
+def test_a_reused_score_is_always_the_score_of_the_current_inputs(probes: list[tuple[SiloAddress, bool, bool]]) -> None:
+    """The cache skips recomputing after a result that cannot move the score (one more answer from
+    a target whose recent probes all answered): whatever the sequence of results and forgotten
+    targets, the score returned is the one computed afresh from the same inputs."""
+    current = view(row(ME))
+    local = health(lambda: current)
+    for target, answered, forget in probes:
+        local.record_probe(target, answered)
+        if forget:
+            local.forget(target)
+        assert local.score() == local._compute(current)  # the uncached computation
