@@ -20,6 +20,7 @@ from silo.work.handlers import ECHO_HANDLER
 from silo.work.hashring import HashRing
 from tests.services.spark import spark_session, start_spark_cluster
 from tests.silo.cluster_harness import Cluster
+from tests.silo.spark import UNDER_SPARK_LOAD
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +32,7 @@ PARTITIONS = 8
 def test_each_executor_sends_the_keys_its_sidecar_owns_to_that_sidecar(tmp_path: Path) -> None:
     silos = Cluster(tmp_path, f"sqlite:///{tmp_path / 'membership.db'}", CLUSTER)
     try:
-        sidecars = [silo.address for silo in silos.start_active(2)]
+        sidecars = [silo.address for silo in silos.start_active(2, *UNDER_SPARK_LOAD)]
         assert None not in sidecars
         endpoints = [address.endpoint for address in sidecars if address is not None]
         envs = [{SIDECAR_ENV: endpoint} for endpoint in endpoints]
