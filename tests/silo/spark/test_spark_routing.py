@@ -117,9 +117,9 @@ def test_every_record_goes_to_its_owner_and_comes_back_once(spark: Any, cluster:
     assert {row["key"]: row["result"] for row in out} == expected_checksums()
     ring = HashRing(view.addresses)
     elsewhere = [
-        (row["key"], row["silo"], str(ring.owner(row["key"])), row["rerouted"], row["via_sidecar"])
+        (row["key"], row["silo"], owner, row["rerouted"], row["via_sidecar"])
         for row in out
-        if row["silo"] != str(ring.owner(row["key"]))
+        if row["silo"] != (owner := str(ring.owner(row["key"])))
     ]
     assert not elsewhere, (
         f"{len(elsewhere)} records not processed by their owner; (key, silo, owner, rerouted, via_sidecar) of the "
