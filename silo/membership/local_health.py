@@ -11,10 +11,22 @@ Loss is judged by the *typical* target: the lower median, over the targets, of t
 of their recent probes that timed out. A dead or hung target times out every probe but is one
 target, so it does not raise the median; loss on the network (or on our own link) shows on
 most of them.
+
+Loss over TCP mostly shows as **silences**, not as timed-out fractions: gRPC's connection
+retransmits a lost segment after 200 ms, 400 ms, 800 ms..., so at 20-30% packet loss most probes
+are answered and the lower median stays near 0, but now and then one connection stalls for
+several seconds (a fault test measured silences of 3-5 s between answers of live silos at 20%,
+up to 12 s at 30%, while the score stayed 0-2 and the suspicion threshold 1.5-4.5 s). So the
+score also remembers the longest **completed silence** of the recent past: a silence that
+ended with an answer (or a veto), proof that a live silo can be that quiet on this network
+now. The silence needed before a suspicion is kept at least ``SILENCE_MARGIN`` times it. A dead
+silo's silence never completes, so it raises nothing; on a healthy network live silos answer
+within a probe interval and the score stays 0.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -38,6 +50,23 @@ several times (its timeout, its suspicion threshold, the answer to a peer's ping
 LOSS_PENALTIES = ((0.2, 3), (0.1, 2), (0.05, 1))
 """(fraction of a typical target's recent probes that timed out, points): 5% costs one point
 (the silence needed doubles), 20% three (it quadruples)."""
+
+
+SILENCE_MARGIN = 2.0
+"""The silence needed before a suspicion is at least this many times the longest silence of a
+live silo remembered (``silence_penalty``). TCP's doubling retransmission timer makes long
+silences rare but heavy-tailed: each doubling of the silence is about as likely again as one more
+lost retransmission (a third as likely at 20% loss each way)."""
+SILENCE_MEMORY = 10
+"""Detection times (``SiloOptions.detection_time``) a completed silence is remembered: 15 s on the
+local preset, 150 s in production; longer than the vote expiry (10 s, 120 s), so the voters of one
+quorum judge with thresholds raised by the same recent past, and short enough that an overload
+(a join storm's timed-out probes) no longer slows the detection of a crash a few minutes later."""
+
+
+def silence_penalty(longest: float, detection_time: float) -> int:
+    """Points that make ``detection_time * (1 + points)`` at least ``SILENCE_MARGIN * longest``."""
+    return max(0, math.ceil(SILENCE_MARGIN * longest / detection_time) - 1)
 
 
 def lag_penalty(lag: float, probe_timeout: float) -> int:
@@ -86,6 +115,9 @@ class LocalHealth:
         self._snapshot = snapshot
         self._lag = 0.0
         self._probe_results: dict[SiloAddress, deque[bool]] = {}
+        self._silences: deque[tuple[float, float]] = deque()
+        """(monotonic time, seconds) of the completed silences that earn points, oldest first."""
+        self._silence_memory = SILENCE_MEMORY * options.detection_time
         self._lag_period = options.probe_timeout / 2
         self._last_round = 0.0
         self._meter: Periodic | None = None
@@ -108,6 +140,18 @@ class LocalHealth:
         results.append(answered)
         if not moves_nothing:
             self._changes += 1
+
+    def record_silence(self, silence: float) -> None:
+        """A live target was silent for ``silence`` seconds before its latest answer (or a veto).
+
+        Only silences that earn a point are kept (none on a healthy network)."""
+        if silence_penalty(silence, self._options.detection_time) == 0:
+            return
+        now = self._clock.monotonic()
+        while self._silences and now - self._silences[0][0] >= self._silence_memory:
+            self._silences.popleft()
+        self._silences.append((now, silence))
+        self._changes += 1
 
     def forget(self, target: SiloAddress) -> None:
         """We stopped probing ``target``; its last result no longer says anything about us."""
@@ -144,7 +188,11 @@ class LocalHealth:
         )
         probes = probe_penalty(lambda: [results[-1] for results in self._probe_results.values() if results])
         loss = loss_penalty(self._probe_results.values())
-        return min(MAX_SCORE, lag_penalty(self._lag, self._options.probe_timeout) + probes + loss + suspicion)
+        lag = lag_penalty(self._lag, self._options.probe_timeout)
+        now = self._clock.monotonic()
+        longest = max((silence for when, silence in self._silences if now - when < self._silence_memory), default=0.0)
+        silence = silence_penalty(longest, self._options.detection_time)
+        return min(MAX_SCORE, max(lag + probes + loss + suspicion, silence))
 
     def start(self) -> None:
         """Measure event-loop lag: how late a periodic task wakes up."""

@@ -11,7 +11,9 @@ One instance per probed silo. The rules (docs/protocol.md, "Failure detector"):
   strong evidence of a crash. *Timed out* says nothing by itself; what counts is the
   **silence**: seconds since the last answer.
 - **Suspicion**: silence of ``suspect_after`` (``num_missed_probes_limit * probe_timeout``
-  times our local-health multiplier, Lifeguard), or repeated refusals.
+  times our local-health multiplier, Lifeguard), or repeated refusals. Every silence that
+  ends with an answer or a veto is reported to local health, which keeps ``suspect_after`` at
+  least twice the longest such silence of the recent past (a lossy network's TCP stalls).
 - **Indirect probes are a veto, never a vote.** From half the suspicion time on, up to
   ``num_indirect_probes`` distinct fresh intermediaries ping the target in parallel; any
   that reaches it cancels the suspicion (our link is the problem, not the target). An
@@ -194,6 +196,7 @@ class SiloHealthMonitor:
         self._observer.probe_completed(self.target, outcome, self._clock.monotonic() - sent)
         self._health.record_probe(self.target, outcome is ProbeOutcome.ANSWERED)
         if outcome is ProbeOutcome.ANSWERED:
+            self._silence_ended(sent)
             self.last_heard = max(self.last_heard, sent)
             self.refusals = 0
             self.answered = True
@@ -203,6 +206,14 @@ class SiloHealthMonitor:
             self._observer.suspicion_started(self.target)
         self._was_suspected = self.suspected()
         await self.evaluate()
+
+    def _silence_ended(self, alive_at: float) -> None:
+        """The target was alive at ``alive_at`` (it answered a probe sent then, or an intermediary
+        reached it): the silence since our last answer was the network's, which local health
+        remembers (``LocalHealth.record_silence``). Not before the first answer: the time a new
+        monitor waits for its connection is no silence of the network."""
+        if self.answered and alive_at > self.last_heard:
+            self._health.record_silence(alive_at - self.last_heard)
 
     async def _ping(self) -> ProbeOutcome:
         timeout = effective_timeout(self._options.probe_timeout, self._health.score())
@@ -287,6 +298,10 @@ class SiloHealthMonitor:
                 self._last_vote = None  # the evidence changed while we held the vote: judge afresh
                 return
         self.votes_cast += 1
+        logger.info(
+            "silo %s votes against %s: silent for %.2fs, %d refusals (it suspects after %.2fs; local health %d)",
+            self._local, self.target, self.silence(), self.refusals, self.suspect_after(), self._health.score(),
+        )  # fmt: skip
         outcome = await self._vote(self.target)
         self._observer.vote_completed(self.target, outcome)
         logger.debug("silo %s: vote against %s: %s", self._local, self.target, outcome.value)
@@ -336,6 +351,7 @@ class SiloHealthMonitor:
                 self._local, self.target,
             )  # fmt: skip
             self._round_vetoed = True
+            self._silence_ended(started)
             self.last_heard = max(self.last_heard, started)
             self.refusals = 0
             self.answered = True

@@ -11,11 +11,14 @@ from silo.membership.clock import FakeClock
 from silo.membership.local_health import (
     MAX_SCORE,
     SCORE_REUSE_FRACTION,
+    SILENCE_MARGIN,
+    SILENCE_MEMORY,
     LocalHealth,
     effective_timeout,
     lag_penalty,
     loss_penalty,
     probe_penalty,
+    silence_penalty,
 )
 from silo.membership.options import SiloOptions
 from silo.membership.snapshot import MembershipSnapshot
@@ -69,6 +72,63 @@ def test_the_loss_estimate_forgets_old_results() -> None:
         for _ in range(16):
             local.record_probe(target, True)
     assert local.score() == 0
+
+
+@pytest.mark.parametrize(
+    ("longest", "penalty", "case"),
+    [
+        (0.0, 0, "no silence remembered"),
+        (0.25, 0, "one probe interval: a healthy network"),
+        (0.75, 0, "half the floor: twice it is the floor"),
+        (0.8, 1, "just over half the floor"),
+        (2.25, 2, "1.5 floors: twice it is 3 floors"),
+        (5.0, 6, "a 5 s TCP stall"),
+        (60.0, 79, "a long one (the score is capped later)"),
+    ],
+)
+def test_a_live_silos_longest_silence_sets_the_points_that_keep_the_floor_twice_it(
+    longest: float, penalty: int, case: str
+) -> None:
+    floor = SiloOptions.local().detection_time  # 1.5 s
+    assert silence_penalty(longest, floor) == penalty, case
+    assert floor * (1 + penalty) >= SILENCE_MARGIN * longest, case
+
+
+def local_health(clock: FakeClock, current: Callable[[], MembershipSnapshot]) -> LocalHealth:
+    return LocalHealth(address=ME, options=SiloOptions.local(), clock=clock, snapshot=current)
+
+
+@async_test
+async def test_a_completed_silence_is_remembered_for_silence_memory_detection_times() -> None:
+    clock, options = FakeClock(T0), SiloOptions.local()
+    local = local_health(clock, lambda: view(row(ME)))
+    local.record_silence(0.5)  # short silences are not even kept
+    assert local.score() == 0
+    local.record_silence(2.0)
+    assert local.score() == silence_penalty(2.0, options.detection_time) == 2
+    await clock.advance(SILENCE_MEMORY * options.detection_time - 1.0)
+    local.record_silence(1.0)  # a shorter one later does not shorten the memory of the longer
+    assert local.score() == 2
+    await clock.advance(1.0)
+    assert local.score() == 1  # the 2 s silence is forgotten; the 1 s one is not yet
+    await clock.advance(SILENCE_MEMORY * options.detection_time)
+    assert local.score() == 0
+
+
+def test_the_silence_points_are_a_floor_under_the_other_points_not_added_to_them() -> None:
+    """Loss shows both as timed-out probes and as silences: the score keeps ``suspect_after`` at
+    least twice the longest silence, and counts the same loss once."""
+    local = local_health(FakeClock(T0), lambda: view(row(ME)))
+    local.record_silence(1.0)
+    assert local.score() == 1
+    for target in (A, B):
+        for _ in range(12):
+            local.record_probe(target, True)
+        for _ in range(4):
+            local.record_probe(target, False)
+    assert local.score() == 2 + 3  # every latest probe failed (2) and a quarter timed out (3)
+    local.record_silence(60.0)
+    assert local.score() == MAX_SCORE
 
 
 @pytest.mark.parametrize(("score", "timeout"), [(0, 5.0), (1, 10.0), (8, 45.0)])

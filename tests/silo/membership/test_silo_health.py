@@ -11,7 +11,7 @@ import pytest
 
 from membership_tables import SiloAddress
 from silo.membership.clock import FakeClock
-from silo.membership.local_health import LocalHealth
+from silo.membership.local_health import SILENCE_MEMORY, LocalHealth
 from silo.membership.options import SiloOptions
 from silo.membership.probing import IndirectProbeResult, ProbeOutcome
 from silo.membership.silo_health import REFUSALS_TO_SUSPECT, SiloHealthMonitor
@@ -126,7 +126,8 @@ async def test_our_own_pause_is_not_counted_as_the_targets_silence() -> None:
     await run_for(scene, monitor, 1.0)  # answering
     scene.prober.reachable = hanging(scene.clock)  # the probes right after the pause are lost
     await scene.clock.pause(2 * FLOOR)
-    await run_for(scene, monitor, FLOOR / 2)
+    # (a little under half the floor: a longer silence of a live target would lengthen the floor)
+    await run_for(scene, monitor, FLOOR / 2 - 2 * OPTIONS.probe_interval)
     scene.prober.reachable = lambda target: True
     await run_for(scene, monitor, FLOOR)
     assert scene.votes == []
@@ -137,6 +138,60 @@ async def test_our_own_pause_is_not_counted_as_the_targets_silence() -> None:
     await run_for(scene, monitor, FLOOR + 0.2)
     assert len(scene.votes) == 1
     assert scene.votes[0] - heard == pytest.approx(FLOOR, abs=OPTIONS.probe_interval)
+    await monitor.stop()
+
+
+@async_test
+async def test_a_live_targets_long_silence_lengthens_the_silence_needed_for_a_vote() -> None:
+    """TCP stalls on a lossy network: a live target silent for 1.2 s, then answering again.
+
+    The network has just shown that a live silo can be that quiet, so the next suspicion needs
+    twice that (a floor of 1.5 s x 2 = 3 s > 2.4 s): a 2 s silence is no vote now, though it is
+    more than the floor. Once the remembered silence is older than ``SILENCE_MEMORY`` detection
+    times, a silence of the floor is a vote again.
+    """
+    scene = Scene(FunctionProber())
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 1.0)  # answering
+    scene.prober.reachable = hanging(scene.clock)
+    await run_for(scene, monitor, 1.2)
+    scene.prober.reachable = lambda target: True
+    await run_for(scene, monitor, 1.0)
+    assert monitor.suspect_after() == pytest.approx(2 * FLOOR)
+    scene.prober.reachable = hanging(scene.clock)
+    await run_for(scene, monitor, 2.0)
+    assert scene.votes == []
+    scene.prober.reachable = lambda target: True  # the stall ends: 2 s is now the longest silence
+    await run_for(scene, monitor, SILENCE_MEMORY * FLOOR + 0.5)
+    assert monitor.suspect_after() == pytest.approx(FLOOR)
+    heard = monitor.last_heard
+    scene.prober.reachable = hanging(scene.clock)
+    await run_for(scene, monitor, FLOOR + 0.2)
+    assert len(scene.votes) == 1
+    assert scene.votes[0] - heard == pytest.approx(FLOOR, abs=OPTIONS.probe_interval)
+    await monitor.stop()
+
+
+@async_test
+async def test_a_silence_ended_by_a_veto_counts_as_a_live_targets_silence() -> None:
+    """Our link to the target stalls; a later indirect round reaches it: the silence was the network's.
+
+    (The majority rule holds the vote back meanwhile, so the first round's failure is no vote.)"""
+    helper_reaches = [False]
+    prober = FunctionProber(indirect=lambda intermediary, target: result(helper_reaches[0]))
+    scene = Scene(prober, intermediaries=[HELPER], majority=False)
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 1.0)  # answering
+    scene.prober.reachable = hanging(scene.clock)
+    await run_for(scene, monitor, FLOOR)  # the round at half the floor fails
+    helper_reaches[0] = True
+    await run_for(scene, monitor, FLOOR)  # the next round, a suspicion time later, vetoes
+    assert len(prober.indirect_calls) == 2
+    assert scene.votes == []
+    # the vetoing round started 2.25 s (1.5 floors) into the silence: now it needs twice that
+    assert monitor.suspect_after() >= 3 * FLOOR
     await monitor.stop()
 
 
