@@ -147,11 +147,15 @@ class LocalHealth:
         Only silences that earn a point are kept (none on a healthy network)."""
         if silence_penalty(silence, self._options.detection_time) == 0:
             return
+        self._silences.append((self._clock.monotonic(), silence))
+        self._changes += 1
+
+    def _longest_silence(self) -> float:
+        """The longest silence remembered, once those older than the memory are dropped."""
         now = self._clock.monotonic()
         while self._silences and now - self._silences[0][0] >= self._silence_memory:
             self._silences.popleft()
-        self._silences.append((now, silence))
-        self._changes += 1
+        return max((silence for _, silence in self._silences), default=0.0)
 
     def forget(self, target: SiloAddress) -> None:
         """We stopped probing ``target``; its last result no longer says anything about us."""
@@ -189,9 +193,7 @@ class LocalHealth:
         probes = probe_penalty(lambda: [results[-1] for results in self._probe_results.values() if results])
         loss = loss_penalty(self._probe_results.values())
         lag = lag_penalty(self._lag, self._options.probe_timeout)
-        now = self._clock.monotonic()
-        longest = max((silence for when, silence in self._silences if now - when < self._silence_memory), default=0.0)
-        silence = silence_penalty(longest, self._options.detection_time)
+        silence = silence_penalty(self._longest_silence(), self._options.detection_time)
         return min(MAX_SCORE, max(lag + probes + loss + suspicion, silence))
 
     def start(self) -> None:

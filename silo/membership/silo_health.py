@@ -196,10 +196,7 @@ class SiloHealthMonitor:
         self._observer.probe_completed(self.target, outcome, self._clock.monotonic() - sent)
         self._health.record_probe(self.target, outcome is ProbeOutcome.ANSWERED)
         if outcome is ProbeOutcome.ANSWERED:
-            self._silence_ended(sent)
-            self.last_heard = max(self.last_heard, sent)
-            self.refusals = 0
-            self.answered = True
+            self._alive_at(sent)
         elif outcome is ProbeOutcome.REFUSED:
             self.refusals += 1
         if self.suspected() and not self._was_suspected:
@@ -207,13 +204,16 @@ class SiloHealthMonitor:
         self._was_suspected = self.suspected()
         await self.evaluate()
 
-    def _silence_ended(self, alive_at: float) -> None:
-        """The target was alive at ``alive_at`` (it answered a probe sent then, or an intermediary
-        reached it): the silence since our last answer was the network's, which local health
-        remembers (``LocalHealth.record_silence``). Not before the first answer: the time a new
-        monitor waits for its connection is no silence of the network."""
-        if self.answered and alive_at > self.last_heard:
-            self._health.record_silence(alive_at - self.last_heard)
+    def _alive_at(self, moment: float) -> None:
+        """The target was alive at ``moment`` (it answered a probe sent then, or an intermediary
+        reached it): it counts as heard, and the silence since our last answer was the network's,
+        which local health remembers (``LocalHealth.record_silence``). Not before the first
+        answer: the time a new monitor waits for its connection is no silence of the network."""
+        if self.answered and moment > self.last_heard:
+            self._health.record_silence(moment - self.last_heard)
+        self.last_heard = max(self.last_heard, moment)
+        self.refusals = 0
+        self.answered = True
 
     async def _ping(self) -> ProbeOutcome:
         timeout = effective_timeout(self._options.probe_timeout, self._health.score())
@@ -351,10 +351,7 @@ class SiloHealthMonitor:
                 self._local, self.target,
             )  # fmt: skip
             self._round_vetoed = True
-            self._silence_ended(started)
-            self.last_heard = max(self.last_heard, started)
-            self.refusals = 0
-            self.answered = True
+            self._alive_at(started)
             return
         await self.evaluate()
 

@@ -84,6 +84,15 @@ async def run_for(scene: Scene, monitor: SiloHealthMonitor, seconds: float, step
         elapsed += step
 
 
+async def expect_a_vote_after_a_silence_of_the_floor(scene: Scene, monitor: SiloHealthMonitor) -> None:
+    """The target hangs from now on: exactly one vote, a floor after its last answer."""
+    heard = monitor.last_heard
+    scene.prober.reachable = hanging(scene.clock)
+    await run_for(scene, monitor, FLOOR + 0.2)
+    assert len(scene.votes) == 1
+    assert scene.votes[0] - heard == pytest.approx(FLOOR, abs=OPTIONS.probe_interval)
+
+
 @async_test
 async def test_probes_leave_at_a_fixed_rate_even_while_earlier_ones_hang() -> None:
     scene = Scene(FunctionProber())
@@ -133,11 +142,7 @@ async def test_our_own_pause_is_not_counted_as_the_targets_silence() -> None:
     assert scene.votes == []
     assert monitor.paused_seconds == pytest.approx(2 * FLOOR - OPTIONS.probe_interval, abs=OPTIONS.probe_interval)
     # the discount is for our pauses only: a real silence after it is still a vote at the floor
-    scene.prober.reachable = hanging(scene.clock)
-    heard = monitor.last_heard
-    await run_for(scene, monitor, FLOOR + 0.2)
-    assert len(scene.votes) == 1
-    assert scene.votes[0] - heard == pytest.approx(FLOOR, abs=OPTIONS.probe_interval)
+    await expect_a_vote_after_a_silence_of_the_floor(scene, monitor)
     await monitor.stop()
 
 
@@ -165,11 +170,7 @@ async def test_a_live_targets_long_silence_lengthens_the_silence_needed_for_a_vo
     scene.prober.reachable = lambda target: True  # the stall ends: 2 s is now the longest silence
     await run_for(scene, monitor, SILENCE_MEMORY * FLOOR + 0.5)
     assert monitor.suspect_after() == pytest.approx(FLOOR)
-    heard = monitor.last_heard
-    scene.prober.reachable = hanging(scene.clock)
-    await run_for(scene, monitor, FLOOR + 0.2)
-    assert len(scene.votes) == 1
-    assert scene.votes[0] - heard == pytest.approx(FLOOR, abs=OPTIONS.probe_interval)
+    await expect_a_vote_after_a_silence_of_the_floor(scene, monitor)
     await monitor.stop()
 
 
