@@ -35,9 +35,15 @@ def test_counters_move_as_probes_fail_and_a_silo_is_declared_dead(cluster: Clust
     victim, survivors = silos[0], silos[1:]
     victim_label = str(victim.address)
     # A silo's monitors start once its own view shows it Active, which for the last joiner may be
-    # just after start_active returns (the table says Active before that silo's view does).
+    # just after start_active returns (the table says Active before that silo's view does); and a
+    # survivor may probe the first silo before its view takes in the last joiner.
     cluster.wait_for(
-        lambda _: all(Scrape.of(s).total("silo_probes_sent_total") > 0 for s in survivors), 10, "the first probes"
+        lambda _: all(
+            Scrape.of(s).total("silo_probes_sent_total") > 0 and Scrape.of(s).value("silo_silos", status="active") == 3
+            for s in survivors
+        ),
+        10,
+        "the first probes, in views of all three silos",
     )
     before = [Scrape.of(silo) for silo in survivors]
     for scrape in before:
