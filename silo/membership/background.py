@@ -27,9 +27,17 @@ class BackgroundTasks:
         while self._tasks:
             await asyncio.wait(list(self._tasks))
 
-    async def cancel_all(self) -> None:
-        """Cancel every running task and wait until they have all ended."""
+    def cancel(self) -> list[asyncio.Task[None]]:
+        """Cancel every running task now, without waiting: the tasks, for the caller to await.
+
+        A stop that awaits before it cancels can itself be cancelled in between (its caller
+        stopping too) and leave the tasks running for ever.
+        """
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        return tasks
+
+    async def cancel_all(self) -> None:
+        """Cancel every running task and wait until they have all ended."""
+        await asyncio.gather(*self.cancel(), return_exceptions=True)

@@ -538,14 +538,13 @@ class ClusterHealthMonitor:
         return [silo for silo in self._liveness.fresh(snapshot) if worth_asking(silo)]
 
     async def stop(self) -> None:
-        if self._majority_check is not None:
-            self._majority_check.cancel()
-            await asyncio.gather(self._majority_check, return_exceptions=True)
+        """Cancel every task and monitor before the first await (``SiloHealthMonitor.cancel``)."""
+        tasks = [task for task in (self._majority_check, self._task) if task is not None]
+        for task in tasks:
+            task.cancel()
+        for monitor in self.monitors.values():
+            tasks += monitor.cancel()
+        self.monitors.clear()
         if self._side_watch is not None:
             await self._side_watch.stop()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        for monitor in self.monitors.values():
-            await monitor.stop()
-        self.monitors.clear()
+        await asyncio.gather(*tasks, return_exceptions=True)

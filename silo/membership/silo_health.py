@@ -171,11 +171,19 @@ class SiloHealthMonitor:
         self.last_heard = self._last_awake = self._clock.monotonic()
         self._loop = asyncio.create_task(self._run(first_probe_after))
 
-    async def stop(self) -> None:
+    def cancel(self) -> list[asyncio.Task[None]]:
+        """Cancel every task of this monitor now: its tasks, for the caller to await.
+
+        Nothing is awaited first: a stop cancelled while it waits (the cluster monitor stopping
+        while a view change stops this monitor) once left probes running that timed out later
+        and voted for a monitor nobody held any more."""
         tasks = [task for task in (self._loop, self._round, self._voting) if task is not None]
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, self._probes.cancel_all(), return_exceptions=True)
+        return tasks + self._probes.cancel()
+
+    async def stop(self) -> None:
+        await asyncio.gather(*self.cancel(), return_exceptions=True)
 
     async def _run(self, first_probe_after: float) -> None:
         if first_probe_after > 0:

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from hypothesis import event, note, settings
+from hypothesis import event, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -1078,3 +1078,56 @@ TestTableManagerStateMachine = TableManagerMachine.TestCase
 TestTableManagerStateMachine.settings = settings(max_examples=20 * settings().max_examples)
 TestMonitorStateMachine = MonitorMachine.TestCase
 TestMonitorStateMachine.settings = settings(max_examples=3 * settings().max_examples)
+
+
+def check_every_invariant(machine: ClusterMachine) -> None:
+    for name in (
+        "no_role_failed",
+        "history_holds",
+        "every_write_follows_the_vote_rules",
+        "silos_terminate_exactly_when_declared_dead",
+        "every_write_was_announced",
+        "every_snapshot_is_the_table_at_its_version",
+        "snapshots_never_go_back",
+        "votes_follow_the_detector_rules",
+    ):
+        getattr(machine, name)()
+
+
+@settings(max_examples=1, database=None, deadline=None)
+@given(st.none())  # one run, inside Hypothesis (the machine records notes)
+def test_a_silo_that_reads_itself_dead_while_a_view_change_stops_a_monitor_casts_no_vote_later(nothing: None) -> None:
+    """A run the monitor machine found in CI, replayed step by step.
+
+    Silo 3 (127.0.0.1:11004) read itself Dead at 15.5 s while its cluster monitor was stopping
+    its monitor of silo 0 for a view change; the detector's stop cancelled that stop mid-wait,
+    and the monitor's probes, never cancelled, timed out and voted against silo 0 at 17.75 s.
+    """
+    machine = MonitorMachine()
+    steps: list[Callable[[], None]] = [
+        lambda: machine.start_cluster(size=5, skews=[SKEWS[0], SKEWS[0], SKEWS[3], SKEWS[3], SKEWS[2]]),
+        lambda: machine.time_passes(3.0),
+        lambda: machine.crash(silo=2, hang=False),
+        lambda: machine.time_passes(0.25),
+        lambda: machine.time_passes(5.0),
+        lambda: machine.partition(side={0}),
+        lambda: machine.partition(side={0, 4}),
+        lambda: machine.time_passes(1.0),
+        lambda: machine.crash(silo=1, hang=False),
+        lambda: machine.time_passes(2.0),
+        lambda: machine.time_passes(0.5),
+        lambda: machine.time_passes(5.0),
+        lambda: machine.partition(side={1, 2}),
+        lambda: machine.time_passes(0.25),
+        lambda: machine.time_passes(0.25),
+        lambda: machine.partition(side={3}),
+        lambda: machine.crash(silo=3, hang=True),
+        lambda: machine.time_passes(0.25),
+        lambda: machine.time_passes(0.5),
+    ]
+    try:
+        for step in steps:
+            step()
+            check_every_invariant(machine)
+    finally:
+        machine.teardown()

@@ -106,6 +106,27 @@ async def test_probes_leave_at_a_fixed_rate_even_while_earlier_ones_hang() -> No
 
 
 @async_test
+async def test_a_stop_cancelled_while_it_waits_leaves_no_probe_running_and_casts_no_vote() -> None:
+    """The cluster monitor stopping while a view change stops this monitor cancels that stop
+    mid-wait; a probe left running would time out later and vote for a monitor nobody holds."""
+    scene = Scene(FunctionProber())
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 1.0)  # answering
+    scene.prober.reachable = hanging(scene.clock)
+    await run_for(scene, monitor, FLOOR - 0.1)  # probes in flight that time out past the floor
+    stopping = asyncio.create_task(monitor.stop())
+    await asyncio.sleep(0)  # the stop runs up to its first wait
+    stopping.cancel()
+    await asyncio.gather(stopping, return_exceptions=True)
+    pings = len(scene.prober.pings)
+    await run_for(scene, monitor, 3 * FLOOR)
+    assert scene.votes == []
+    assert monitor.votes_cast == 0
+    assert len(scene.prober.pings) == pings
+
+
+@async_test
 async def test_a_hung_target_is_voted_against_after_the_silence_floor_not_before() -> None:
     scene = Scene(FunctionProber())
     monitor = scene.monitor()
