@@ -1024,10 +1024,13 @@ class MembershipTableManager:
         return self._access.failed_within(self._options.full_refresh_interval)
 
     async def stop(self) -> None:
-        if self._refresher is not None:
-            await self._refresher.stop()
-        await self._cast_tasks.cancel_all()
+        """Cancel the queued votes and the requested refresh before the first await: a stop
+        cancelled while it waits must not leave a batch of votes to be written later."""
+        tasks = self._cast_tasks.cancel()
         if self._requested is not None:
             self._requested.cancel()
-            await asyncio.gather(self._requested, return_exceptions=True)
+            tasks.append(self._requested)
+        if self._refresher is not None:
+            await self._refresher.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.publisher.close()

@@ -473,6 +473,30 @@ async def test_votes_of_one_moment_are_cast_in_one_write_and_several_deaths_take
 
 
 @async_test
+async def test_a_stop_cancelled_while_it_waits_leaves_no_queued_votes_to_be_written() -> None:
+    """The votes queued behind one in flight are cast by a background batch; a stop cancelled
+    while it waits for the refresher must still have cancelled that batch."""
+    store, clock = memory_table(), FakeClock(T0)
+    lost = (address(4), address(5))
+    seed(store, row(ME), row(PEER), row(OTHER), *(row(silo) for silo in lost))
+    voter = Node(store, ME, clock, {}, run_blocking=run_after_a_yield)
+    await voter.manager.refresh()
+    voter.manager.start()
+    first = asyncio.create_task(voter.manager.try_vote(OTHER))
+    await asyncio.sleep(0)
+    queued = [asyncio.create_task(voter.manager.try_vote(silo)) for silo in lost]
+    while not first.done():
+        await asyncio.sleep(0)
+    stopping = asyncio.create_task(voter.manager.stop())
+    await asyncio.sleep(0)  # the stop runs up to its first wait
+    stopping.cancel()
+    await asyncio.gather(stopping, *queued, return_exceptions=True)
+    await clock.advance(OPTIONS.probe_timeout)
+    assert first.result() is VoteOutcome.VOTED
+    assert [store.read_all().get(silo)[0].suspect_times for silo in lost] == [(), ()]  # type: ignore[index]
+
+
+@async_test
 async def test_a_batch_that_loses_the_race_is_retried_by_each_vote() -> None:
     store, clock = memory_table(), FakeClock(T0)
     seed(store, row(ME), row(PEER), row(OTHER), row(address(4)))
