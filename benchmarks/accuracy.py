@@ -51,7 +51,7 @@ scenario is skipped, with the reason printed and recorded, and the others still 
     python -m benchmarks.accuracy [--quick] [--scenarios stall,probe_loss,network]
         [--loss-levels 0.1,0.2,0.3] [--loss-seconds 600] [--loss-size 10] [--serf-profiles lan,local|none]
 
-``--quick``: N = 5, 10 s stall and probe-loss runs, 30 s per loss level. The loss flags
+``--quick``: N = 5, 10 s stall and probe-loss runs, 15 s per loss level. The loss flags
 override either preset; ``--scenarios`` picks what runs (default: all three), ``--serf-profiles``
 which Serf profiles join the real-network runs (``none``: no Serf).
 """
@@ -148,7 +148,7 @@ class Config:
 
     @classmethod
     def quick(cls) -> Config:
-        return cls(size=5, seconds=10.0, stall_fractions=(0.5,), loss_seconds=30.0, loss_size=5)
+        return cls(size=5, seconds=10.0, stall_fractions=(0.5,), loss_seconds=15.0, loss_size=5)
 
 
 def floor_seconds() -> float:

@@ -128,8 +128,17 @@ class Config:
 
     @classmethod
     def quick(cls) -> Config:
+        """CI-sized: 20 silos, one kill, and table timers of 5 s, so that the kill's baseline
+        window (``baseline_period``, 90 s with the production timers) comes round in 5 s."""
+        fast_timers = (("table_refresh_timeout", "5s"), ("i_am_alive_table_publish_timeout", "5s"))
         return cls(
-            sizes=(20,), per_process=10, join_timeout=120.0, steady_window=5.0, detection_trials=1, change_window=2.0
+            sizes=(20,),
+            per_process=10,
+            join_timeout=120.0,
+            steady_window=5.0,
+            detection_trials=1,
+            change_window=2.0,
+            options_set=(*fast_timers, ("full_refresh_every", "1")),
         )
 
 
