@@ -130,7 +130,6 @@ class Config:
     def quick(cls) -> Config:
         """CI-sized: 20 silos, one kill, and table timers of 5 s, so that the kill's baseline
         window (``baseline_period``, 90 s with the production timers) comes round in 5 s."""
-        fast_timers = (("table_refresh_timeout", "5s"), ("i_am_alive_table_publish_timeout", "5s"))
         return cls(
             sizes=(20,),
             per_process=10,
@@ -138,7 +137,11 @@ class Config:
             steady_window=5.0,
             detection_trials=1,
             change_window=2.0,
-            options_set=(*fast_timers, ("full_refresh_every", "1")),
+            options_set=(
+                ("table_refresh_timeout", "5s"),
+                ("i_am_alive_table_publish_timeout", "5s"),
+                ("full_refresh_every", "1"),
+            ),
         )
 
 

@@ -56,6 +56,14 @@ def async_test(test: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None
     return run
 
 
+async def stop_cancelled_at_its_first_wait(stop: Coroutine[Any, Any, None]) -> None:
+    """Run ``stop`` up to its first wait, then cancel it: what a caller being stopped itself does."""
+    stopping = asyncio.create_task(stop)
+    await asyncio.sleep(0)
+    stopping.cancel()
+    await asyncio.gather(stopping, return_exceptions=True)
+
+
 def memory_table(cluster_id: str = CLUSTER) -> MembershipTable:
     return open_table(f"memory://silo-test-{uuid.uuid4().hex}", cluster_id)
 

@@ -40,6 +40,7 @@ from tests.silo.harness import (
     memory_table,
     row,
     seed,
+    stop_cancelled_at_its_first_wait,
     view,
 )
 
@@ -487,10 +488,8 @@ async def test_a_stop_cancelled_while_it_waits_leaves_no_queued_votes_to_be_writ
     queued = [asyncio.create_task(voter.manager.try_vote(silo)) for silo in lost]
     while not first.done():
         await asyncio.sleep(0)
-    stopping = asyncio.create_task(voter.manager.stop())
-    await asyncio.sleep(0)  # the stop runs up to its first wait
-    stopping.cancel()
-    await asyncio.gather(stopping, *queued, return_exceptions=True)
+    await stop_cancelled_at_its_first_wait(voter.manager.stop())
+    await asyncio.gather(*queued, return_exceptions=True)
     await clock.advance(OPTIONS.probe_timeout)
     assert first.result() is VoteOutcome.VOTED
     assert [store.read_all().get(silo)[0].suspect_times for silo in lost] == [(), ()]  # type: ignore[index]

@@ -17,7 +17,7 @@ from silo.membership.probing import IndirectProbeResult, ProbeOutcome
 from silo.membership.silo_health import REFUSALS_TO_SUSPECT, SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_manager import VoteOutcome
-from tests.silo.harness import T0, FunctionProber, address, async_test, row, view
+from tests.silo.harness import T0, FunctionProber, address, async_test, row, stop_cancelled_at_its_first_wait, view
 
 ME, TARGET, HELPER, OTHER = address(1), address(2), address(3), address(4)
 OPTIONS = SiloOptions.local()  # probes every 0.25 s, 0.5 s timeout, 1.5 s of silence to suspect
@@ -115,10 +115,7 @@ async def test_a_stop_cancelled_while_it_waits_leaves_no_probe_running_and_casts
     await run_for(scene, monitor, 1.0)  # answering
     scene.prober.reachable = hanging(scene.clock)
     await run_for(scene, monitor, FLOOR - 0.1)  # probes in flight that time out past the floor
-    stopping = asyncio.create_task(monitor.stop())
-    await asyncio.sleep(0)  # the stop runs up to its first wait
-    stopping.cancel()
-    await asyncio.gather(stopping, return_exceptions=True)
+    await stop_cancelled_at_its_first_wait(monitor.stop())
     pings = len(scene.prober.pings)
     await run_for(scene, monitor, 3 * FLOOR)
     assert scene.votes == []
