@@ -11,6 +11,7 @@ import asyncio
 import heapq
 import itertools
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -98,6 +99,15 @@ class FakeClock:
     @property
     def pending_sleepers(self) -> int:
         return sum(1 for _, _, future in self._sleepers if not future.done())
+
+
+def next_tick(now: float, interval: float) -> float:
+    """The instant of the probe grid (the multiples of ``interval``) after the one nearest ``now``.
+
+    Nearest, not the last one passed: a timer that fires a hair early (or late) for its tick
+    must not count that tick again (or skip the next). The gap to it is 0.5 to 1.5 intervals.
+    """
+    return (math.floor(now / interval + 0.5) + 1) * interval
 
 
 async def with_timeout(clock: Clock, awaitable: Awaitable[_T], timeout: float) -> _T:

@@ -112,6 +112,14 @@ class SiloOptions:
     """Before voting, ask ``num_indirect_probes`` other silos to probe the target (SWIM);
     any answer vetoes the vote. Off: a silo votes on its own silence alone."""
 
+    align_probes: bool = True
+    """Probe on a grid: every monitor of every silo on this machine sends its probes at the same
+    instants (multiples of ``effective_probe_interval`` on the monotonic clock), not each at its
+    own phase. A ping wakes the event loops of both silos, and a wake-up costs more CPU than the
+    ping itself; probes sent together, and answered together, share their wake-ups. At 500
+    silos on two cores a silo used 2.5 x less CPU. Off: each monitor keeps the phase it started
+    with (probes spread evenly over the interval, no bursts)."""
+
     defunct_silo_expiration: float = 7 * _DAY
     """Dead rows older than this (seconds since their last activity) are removed. Long enough
     for people to inspect what died; short enough to keep the table small."""

@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from membership_tables import SiloAddress
 from silo.membership.background import BackgroundTasks
-from silo.membership.clock import Clock, with_timeout
+from silo.membership.clock import Clock, next_tick, with_timeout
 from silo.membership.local_health import LocalHealth, effective_timeout
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
@@ -192,7 +192,15 @@ class SiloHealthMonitor:
         while True:
             self._discount_pause()
             self._probes.spawn(self.probe_once())
-            await self._clock.sleep(self._options.effective_probe_interval)
+            await self._clock.sleep(self._until_next_probe())
+
+    def _until_next_probe(self) -> float:
+        """Seconds to our next probe: one interval, or to the next instant of the grid (``align_probes``)."""
+        interval = self._options.effective_probe_interval
+        if not self._options.align_probes:
+            return interval
+        now = self._clock.monotonic()
+        return next_tick(now, interval) - now
 
     # --- one probe and its consequences ----------------------------------------------
 

@@ -1,4 +1,4 @@
-"""``with_timeout`` on the real clock (the fake clock's behaviour is covered by every role's tests)."""
+"""``with_timeout`` on the real clock, and ``next_tick`` (the fake clock is covered by every role's tests)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from silo.membership.clock import SystemClock, with_timeout
+from silo.membership.clock import SystemClock, next_tick, with_timeout
 
 
 def test_with_timeout_on_the_real_clock_returns_the_result_or_raises_and_cancels() -> None:
@@ -32,3 +32,18 @@ def test_with_timeout_on_the_real_clock_returns_the_result_or_raises_and_cancels
 
 async def _fail() -> None:
     raise ValueError("own error")
+
+
+@pytest.mark.parametrize(
+    ("now", "tick"),
+    [
+        (1.0, 2.0),  # on the grid: the next instant
+        (0.999, 2.0),  # a timer that fired a hair early for tick 1 does not probe again at 1
+        (1.001, 2.0),
+        (1.49, 2.0),  # late, but nearer 1: the gap to 2 shrinks
+        (1.51, 3.0),  # nearer 2: 2 counts as this one, the next is 3
+        (0.37, 0.5),  # a monitor started off the grid joins it at once
+    ],
+)
+def test_next_tick_is_the_grid_instant_after_the_nearest_one(now: float, tick: float) -> None:
+    assert next_tick(now, 1.0 if now >= 0.5 else 0.25) == pytest.approx(tick)

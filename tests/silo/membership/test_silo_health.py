@@ -105,6 +105,36 @@ async def test_probes_leave_at_a_fixed_rate_even_while_earlier_ones_hang() -> No
     await monitor.stop()
 
 
+@pytest.mark.parametrize(
+    ("align", "expected"),
+    [
+        # the monitors started at 0.37 and 0.61 s send together from 0.75 s on
+        (True, [0.37, 0.5, 0.61, 0.75, 0.75, 1.0, 1.0, 1.25, 1.25]),
+        (False, [0.37, 0.61, 0.62, 0.86, 0.87, 1.11, 1.12]),
+    ],
+)
+@async_test
+async def test_aligned_monitors_started_apart_probe_at_the_same_instants(align: bool, expected: list[float]) -> None:
+    """``align_probes``: after its first probe every monitor keeps to the grid of the probe interval,
+    so the monitors of one machine send (and their targets answer) together; off, each keeps its phase."""
+    scene = Scene(FunctionProber(), options=OPTIONS.with_overrides({"align_probes": str(align).lower()}))
+    sent: list[float] = []
+    scene.prober.reachable = lambda target: sent.append(scene.clock.monotonic()) is None
+
+    async def advance_to(moment: float) -> None:
+        while scene.clock.monotonic() < moment - 1e-9:
+            await scene.clock.advance(0.01)
+
+    monitors = [scene.monitor(), scene.monitor()]
+    for monitor, start in zip(monitors, (0.37, 0.61), strict=True):
+        await advance_to(start)
+        monitor.start()
+    await advance_to(1.3)
+    for monitor in monitors:
+        await monitor.stop()
+    assert sent == pytest.approx(expected, abs=0.011)
+
+
 @async_test
 async def test_a_stop_cancelled_while_it_waits_leaves_no_probe_running_and_casts_no_vote() -> None:
     """The cluster monitor stopping while a view change stops this monitor cancels that stop
