@@ -35,15 +35,15 @@ async def _fail() -> None:
 
 
 @pytest.mark.parametrize(
-    ("now", "tick"),
+    ("now", "interval", "tick"),
     [
-        (1.0, 2.0),  # on the grid: the next instant
-        (0.999, 2.0),  # a timer that fired a hair early for tick 1 does not probe again at 1
-        (1.001, 2.0),
-        (1.49, 2.0),  # late, but nearer 1: the gap to 2 shrinks
-        (1.51, 3.0),  # nearer 2: 2 counts as this one, the next is 3
-        (0.37, 0.5),  # a monitor started off the grid joins it at once
+        (1.0, 1.0, 2.0),  # on the grid: the next instant
+        (0.999, 1.0, 2.0),  # a timer that fired a hair early for tick 1 does not probe again at 1
+        (1.001, 1.0, 2.0),
+        (1.49, 1.0, 2.0),  # late, but nearer 1: the gap to 2 shrinks
+        (1.51, 1.0, 3.0),  # nearer 2: 2 counts as this one, the next is 3
+        (0.37, 0.25, 0.5),  # a monitor started off the grid joins it at once
     ],
 )
-def test_next_tick_is_the_grid_instant_after_the_nearest_one(now: float, tick: float) -> None:
-    assert next_tick(now, 1.0 if now >= 0.5 else 0.25) == pytest.approx(tick)
+def test_next_tick_is_the_grid_instant_after_the_nearest_one(now: float, interval: float, tick: float) -> None:
+    assert next_tick(now, interval) == pytest.approx(tick)

@@ -120,16 +120,11 @@ async def test_aligned_monitors_started_apart_probe_at_the_same_instants(align: 
     scene = Scene(FunctionProber(), options=OPTIONS.with_overrides({"align_probes": str(align).lower()}))
     sent: list[float] = []
     scene.prober.reachable = lambda target: sent.append(scene.clock.monotonic()) is None
-
-    async def advance_to(moment: float) -> None:
-        while scene.clock.monotonic() < moment - 1e-9:
-            await scene.clock.advance(0.01)
-
     monitors = [scene.monitor(), scene.monitor()]
     for monitor, start in zip(monitors, (0.37, 0.61), strict=True):
-        await advance_to(start)
+        await run_for(scene, monitor, start - scene.clock.monotonic(), step=0.01)
         monitor.start()
-    await advance_to(1.3)
+    await run_for(scene, monitors[0], 1.3 - scene.clock.monotonic(), step=0.01)
     for monitor in monitors:
         await monitor.stop()
     assert sent == pytest.approx(expected, abs=0.011)
