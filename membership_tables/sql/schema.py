@@ -66,9 +66,10 @@ class UtcDateTime(sa.types.TypeDecorator[datetime]):
 
 def time_to_db(value: datetime, dialect: str) -> Any:
     """An aware datetime as ``dialect``'s driver stores it in a ``UtcDateTime`` column."""
-    value = value.astimezone(UTC)
-    if dialect == "sqlite":  # YYYY-MM-DD HH:MM:SS.ffffff
-        return value.replace(tzinfo=None).isoformat(" ", "microseconds")
+    if value.tzinfo is not UTC:  # entries hold UTC already (``ensure_utc``): skip the conversion
+        value = value.astimezone(UTC)
+    if dialect == "sqlite":  # YYYY-MM-DD HH:MM:SS.ffffff, without the "+00:00" (cheaper than replace(tzinfo=None))
+        return value.isoformat(" ", "microseconds")[:-6]
     return value if dialect == "postgresql" else value.replace(tzinfo=None)
 
 

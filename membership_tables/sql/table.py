@@ -122,11 +122,7 @@ class SqlMembershipTable(MembershipTable):
     def _fast_transaction(self, work: Callable[[Transaction], T], *, write: bool, if_no_schema: T) -> T:
         """``_transaction`` on the pooled DB-API connection, for the hot paths (see ``dbapi``)."""
 
-        def run() -> T:
-            with self._driver.transaction(write=write) as transaction:
-                return work(transaction)
-
-        return self._retrying(run, write=write, if_no_schema=if_no_schema)
+        return self._retrying(lambda: self._driver.run(work, write=write), write=write, if_no_schema=if_no_schema)
 
     def _retrying(self, run: Callable[[], T], *, write: bool, if_no_schema: T) -> T:
         """Retry deadlocks (and reads on a connection found dead); map driver errors."""
@@ -241,8 +237,7 @@ class SqlMembershipTable(MembershipTable):
     def _insert(self, entry: MembershipEntry, bump: Callable[[Transaction], TableVersion]) -> CommittedWrite | None:
         """Insert ``entry`` and then, last (see the module's docstring), ``bump`` the version."""
         etag = new_etag()
-        key = self._key_params(entry.silo_address)
-        params = {**key, **insert_row_params(entry_to_values(entry), etag)}
+        params = insert_row_params(self.cluster_id, entry.silo_address, entry_to_values(entry), etag)
         duplicate = self._driver.integrity_error
 
         def work(transaction: Transaction) -> CommittedWrite:
@@ -276,9 +271,11 @@ class SqlMembershipTable(MembershipTable):
     def _update(self, batch: Sequence[RowUpdate], bump: Callable[[Transaction], TableVersion]) -> CommittedWrite | None:
         """Update each row of a checked ``batch`` at its etag and then, last, ``bump`` the version."""
         new_etags = [new_etag() for _ in batch]
-        in_key_order = sorted(zip(batch, new_etags, strict=True), key=lambda update: update[0][0].silo_address)
+        in_key_order = list(zip(batch, new_etags, strict=True))
+        if len(in_key_order) > 1:
+            in_key_order.sort(key=lambda update: update[0][0].silo_address)
         rows = [
-            {**self._key_params(entry.silo_address), **update_row_params(entry_to_values(entry), etag, new)}
+            update_row_params(self.cluster_id, entry.silo_address, entry_to_values(entry), etag, new)
             for (entry, etag), new in in_key_order
         ]
 

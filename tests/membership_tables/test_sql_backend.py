@@ -11,7 +11,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from membership_tables import (
     open_table,
 )
 from membership_tables.sql.rows import RowParser
+from membership_tables.sql.schema import time_to_db
 from membership_tables.testing import make_entry
 from membership_tables.testing.checks import T0
 from tests.services.process import free_port, wait_until
@@ -92,6 +93,28 @@ def test_admins_read_plain_sql(table: MembershipTable, admin: sa.Engine) -> None
     columns = {column["name"]: column["type"] for column in sa.inspect(admin).get_columns("silo_membership")}
     assert isinstance(columns["i_am_alive_time"], sa.DateTime)
     assert isinstance(columns["start_time"], sa.DateTime)
+
+
+def test_properties_are_stored_sorted_and_each_change_is_written(table: MembershipTable, admin: sa.Engine) -> None:
+    insert(table, make_entry(1000, properties={"zone": "b", "endpoint": "e"}))
+    read = table.read_all()
+    [(entry, etag)] = read.rows
+    assert table.update_row(entry.replace(properties={"endpoint": "e", "zone": "c"}), etag, read.version.next())
+    [(text,)] = rows(admin, "SELECT properties FROM silo_membership")
+    assert str(text) == '{"endpoint": "e", "zone": "c"}'
+    assert dict(table.read_all().rows[0][0].properties) == {"endpoint": "e", "zone": "c"}
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        datetime(2026, 6, 1, 12, 0, 0, 5, tzinfo=UTC),
+        datetime(2026, 6, 1, 14, 0, 0, 5, tzinfo=timezone(timedelta(hours=2))),
+    ],
+    ids=["utc", "utc+2"],
+)
+def test_sqlite_stores_a_time_as_utc_text(when: datetime) -> None:
+    assert time_to_db(when, "sqlite") == "2026-06-01 12:00:00.000005"
 
 
 def test_a_check_constraint_refuses_an_unknown_status(table: MembershipTable, admin: sa.Engine) -> None:
