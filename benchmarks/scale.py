@@ -90,7 +90,9 @@ include one of a tenth of the cluster that the joiner cannot reach with probabil
 Why slower probes than the local preset: on this machine a probe costs about 1 ms of CPU on the
 two sides (a ping and its answer through gRPC's asyncio stack, measured with 50 silos in one
 process: 0.099 cores probing every 2 s, 0.028 every 20 s), so 1,000 silos probing 3 targets
-every 2 s would need 1.5 of the two cores for probes alone, every 5 s 0.6. Each silo of a real
+every 2 s would need 1.5 of the two cores for probes alone, every 5 s 0.6. Those figures are
+for monitors at their own phases (``align_probes=false``); aligned probes (the default since
+2026-11-28) share their wake-ups and cost 35-40% of that (docs/scale.md). Each silo of a real
 deployment has a machine of its own and can probe every second. Runs before 2026-11-26 (later)
 probed every 2 s (floor 6 s), heartbeated every 10 s and validated 30 (then 100) silos; runs
 before 2026-11-25 probed every 0.25 s. ``--set`` changes any of these."""
