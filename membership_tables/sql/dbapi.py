@@ -85,7 +85,7 @@ class Driver:
         self._isolation: dict[bool, IsolationLevel | None] = {}
         self._begin: dict[bool, str | None] = {}
         for write in (False, True):
-            options = dialects.write_options(self._dialect.name) if write else dialects.read_options(self._dialect.name)
+            options = dialects.transaction_options(self._dialect.name, write=write)
             self._isolation[write] = options.get("isolation_level")
             # SQLite: the driver leaves transactions to us (see ``engine``)
             self._begin[write] = (

@@ -58,6 +58,11 @@ def write_options(dialect: str) -> dict[str, Any]:
     return {SQLITE_BEGIN: "IMMEDIATE"} if dialect == "sqlite" else {}
 
 
+def transaction_options(dialect: str, *, write: bool) -> dict[str, Any]:
+    """``write_options`` or ``read_options``: the execution options of one kind of transaction."""
+    return write_options(dialect) if write else read_options(dialect)
+
+
 def skips_locked_rows(dialect: sa.Dialect) -> bool:
     """Whether a writer can lose at once instead of waiting for the version row another writer
     holds (``statements.BUMP_UNLOCKED_VERSION``): PostgreSQL. MySQL refuses a subquery on the

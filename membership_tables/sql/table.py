@@ -109,7 +109,7 @@ class SqlMembershipTable(MembershipTable):
 
     def _transaction(self, work: Callable[[sa.Connection], T], *, write: bool, if_no_schema: T) -> T:
         """Run ``work`` in one transaction, retrying deadlocks; map driver errors."""
-        options = dialects.write_options(self._dialect) if write else dialects.read_options(self._dialect)
+        options = dialects.transaction_options(self._dialect, write=write)
 
         def run() -> T:
             with self._engine.connect() as connection:
@@ -271,9 +271,7 @@ class SqlMembershipTable(MembershipTable):
     def _update(self, batch: Sequence[RowUpdate], bump: Callable[[Transaction], TableVersion]) -> CommittedWrite | None:
         """Update each row of a checked ``batch`` at its etag and then, last, ``bump`` the version."""
         new_etags = [new_etag() for _ in batch]
-        in_key_order = list(zip(batch, new_etags, strict=True))
-        if len(in_key_order) > 1:
-            in_key_order.sort(key=lambda update: update[0][0].silo_address)
+        in_key_order = sorted(zip(batch, new_etags, strict=True), key=lambda update: update[0][0].silo_address)
         rows = [
             update_row_params(self.cluster_id, entry.silo_address, entry_to_values(entry), etag, new)
             for (entry, etag), new in in_key_order
