@@ -96,6 +96,11 @@ class FakeClock:
                 future.set_result(None)
         await settle()
 
+    def jump(self, seconds: float) -> None:
+        """Move time forward and wake nobody: the instant a paused process resumes, before any of
+        its timers fires (a request may be the first thing it handles)."""
+        self._elapsed += seconds
+
     @property
     def pending_sleepers(self) -> int:
         return sum(1 for _, _, future in self._sleepers if not future.done())

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from silo.errors import OptionsError
+from silo.membership.lease import takeover_wait
 
 __all__ = ["PRESETS", "OptionsError", "SiloOptions", "parse_duration"]
 
@@ -120,6 +121,20 @@ class SiloOptions:
     silos on two cores a silo used 2.5 x less CPU. Off: each monitor keeps the phase it started
     with (probes spread evenly over the interval, no bursts)."""
 
+    lease_timeout: float = 10.0
+    """Seconds a silo may go without the table confirming it Active (a read of its own row, or a
+    write of it) before it *fences* itself: no work, not leader, no votes, health NOT_SERVING,
+    until the table confirms it again. It renews every quarter of this. The new owners of a
+    silo declared Dead wait ``takeover_wait`` (about this long) before they serve its keys,
+    unless it provably cannot serve (its port refuses connections). Shorter than the
+    detection time, a silo cut off from the table fences before the others declare it Dead;
+    shorter still costs a table read per silo more often."""
+
+    max_clock_drift: float = 0.01
+    """The most any silo's clock may run faster or slower than real time, as a fraction (0.01:
+    1%, twenty times what NTP tolerates). Only clock *rates* matter, never offsets: the takeover
+    wait is ``lease_timeout * (1 + d) / (1 - d) ** 2``."""
+
     defunct_silo_expiration: float = 7 * _DAY
     """Dead rows older than this (seconds since their last activity) are removed. Long enough
     for people to inspect what died; short enough to keep the table small."""
@@ -156,6 +171,7 @@ class SiloOptions:
             table_refresh_timeout=2.0,
             full_refresh_every=1,
             max_join_attempt_time=10.0,
+            lease_timeout=1.0,
             defunct_silo_expiration=60.0,
             defunct_silo_cleanup_period=10.0,
         )
@@ -174,6 +190,17 @@ class SiloOptions:
     def full_refresh_interval(self) -> float:
         """Seconds between periodic full reads: ``full_refresh_every * table_refresh_timeout``."""
         return self.full_refresh_every * self.table_refresh_timeout
+
+    @property
+    def lease_renew_interval(self) -> float:
+        """Seconds between renewals of the membership lease: a quarter of ``lease_timeout``."""
+        return self.lease_timeout / 4
+
+    @property
+    def takeover_wait(self) -> float:
+        """Seconds a new owner waits after learning of a death before it serves the dead silo's
+        keys (``silo.membership.lease``): by then the dead silo has fenced itself."""
+        return takeover_wait(self.lease_timeout, self.max_clock_drift)
 
     @property
     def stale_after(self) -> float:
@@ -213,6 +240,11 @@ class SiloOptions:
                 f"num_votes_for_death_declaration ({self.num_votes_for_death_declaration}) exceeds "
                 f"num_probed_silos ({self.num_probed_silos}): a silo could never collect enough votes; "
                 "lower the votes or raise num_probed_silos"
+            )
+        if not self.max_clock_drift < 0.5:
+            raise OptionsError(
+                f"option max_clock_drift is a fraction of real time below 0.5, got {self.max_clock_drift!r}; "
+                "0.01 (1%) is already far more than any NTP-synchronized clock drifts"
             )
         if self.death_vote_expiration <= self.detection_time:
             raise OptionsError(

@@ -67,6 +67,7 @@ from membership_tables import (
 from silo.membership.background import BackgroundTasks
 from silo.membership.clock import Clock, Periodic, with_timeout
 from silo.membership.gossiper import gossip_peers
+from silo.membership.lease import MembershipLease
 from silo.membership.liveness import LivenessTracker
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
@@ -199,6 +200,9 @@ class MembershipTableManager:
         self._empty = MembershipSnapshot(MembershipTableData((), UNINITIALIZED_VERSION))
         self.liveness = LivenessTracker(options, clock.monotonic)
         """Which peers are fresh, on our own monotonic clock (fed by every read)."""
+        self.lease = MembershipLease(options.lease_timeout, clock.monotonic)
+        """When the table last confirmed us Active (``silo.membership.lease``)."""
+        self._lease_renewer: Periodic | None = None
 
     @property
     def snapshot(self) -> MembershipSnapshot:
@@ -242,6 +246,7 @@ class MembershipTableManager:
         started = self._clock.monotonic()
         data = await self._access.call(self._table.read_all, deadline)
         self._observer.refresh_completed(self._clock.monotonic() - started)
+        self._confirm_lease(data, started)
         return await self._accept(data)
 
     async def reread_rows(
@@ -271,6 +276,37 @@ class MembershipTableManager:
         if self._own_verdict_in(own) is not None:
             await self.refresh(deadline)
         return rows
+
+    def _confirm_lease(self, data: MembershipTableData, started: float) -> None:
+        """Renew the lease if ``data``, read by a call started at ``started``, holds our row Active.
+
+        Only our own row matters: a read of other rows (a vote's read of its target) says
+        nothing of ours, however new its version."""
+        found = data.get(self._address)
+        if found is not None and found[0].status is SiloStatus.ACTIVE:
+            self.lease.confirm(started)
+
+    async def renew_lease(self) -> None:
+        """Read our own row unless a call confirmed us within ``lease_renew_interval``.
+
+        One row, not the table: every silo does this every quarter of ``lease_timeout``. If the
+        row says we must stop, the whole table is re-read, which terminates this silo. A failure
+        just leaves the lease to run out: the runtime fences on its own."""
+        interval = self._options.lease_renew_interval
+        if self.lease.age() < interval or self.terminated.is_set() or self._leaving:
+            return
+        if self.snapshot.status_of(self._address) is not SiloStatus.ACTIVE:
+            return  # not a member yet (joining) or not any more (leaving)
+        started = self._clock.monotonic()
+        try:
+            data = await self._access.call(
+                functools.partial(self._table.read_row, self._address), self.deadline_in(interval)
+            )
+        except TableUnavailableError:
+            return
+        self._confirm_lease(data, started)
+        if self._own_verdict_in(data) is not None:
+            await self.refresh(self.deadline_in(interval))
 
     async def _accept(self, data: MembershipTableData) -> MembershipSnapshot:
         """Take in a full read of the table."""
@@ -628,7 +664,10 @@ class MembershipTableManager:
 
         lost = 0
         while not (own and self.terminated.is_set()):
+            started = self._clock.monotonic()
             data, entry, committed = await self._read_then_write(silo, modify, deadline)
+            if own and entry is not None and committed is not None and entry.status is SiloStatus.ACTIVE:
+                self.lease.confirm(started)  # our row, written Active conditioned on its etag
             if entry is not None and committed is not None:  # written: announce it whatever else happened meanwhile
                 logger.info(
                     "silo %s wrote %s as %s at version %d",
@@ -941,6 +980,12 @@ class MembershipTableManager:
         )
         self._refresher.start()
 
+    def start_lease_renewal(self) -> None:
+        """Renew the membership lease every ``lease_renew_interval`` (once this silo is Active)."""
+        if self._lease_renewer is None:
+            self._lease_renewer = Periodic(self._clock, self._options.lease_renew_interval, self.renew_lease)
+            self._lease_renewer.start()
+
     async def _refresh_round(self) -> None:
         period = self._options.table_refresh_timeout
         deadline = self.deadline_in(period)
@@ -1030,7 +1075,8 @@ class MembershipTableManager:
         if self._requested is not None:
             self._requested.cancel()
             tasks.append(self._requested)
-        if self._refresher is not None:
-            await self._refresher.stop()
+        for periodic in (self._refresher, self._lease_renewer):
+            if periodic is not None:
+                await periodic.stop()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.publisher.close()

@@ -49,6 +49,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("silo_deaths_declared_total", COUNTER, ("target",), "Silos this silo's vote declared Dead."),
     MetricSpec("silo_local_health_score", GAUGE, (), "Local health score (0 = healthy; Lifeguard)."),
     MetricSpec(
+        "silo_fenced", GAUGE, (), "1 while the silo is fenced: the table has not confirmed it Active for lease_timeout."
+    ),
+    MetricSpec(
         "silo_table_operations_total", COUNTER, TABLE_LABELS, "Membership table calls, by backend and operation."
     ),
     MetricSpec("silo_table_operation_duration_seconds", HISTOGRAM, TABLE_LABELS, "Latency of membership table calls."),

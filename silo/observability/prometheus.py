@@ -68,13 +68,21 @@ class SiloMetrics:
         self._view = _ViewCollector()
         self.registry.register(self._view)
 
-    def watch(self, snapshot: Callable[[], MembershipSnapshot], health_score: Callable[[], int]) -> None:
-        """Read the view version, silos by status and the health score from these at each scrape.
+    def watch(
+        self,
+        snapshot: Callable[[], MembershipSnapshot],
+        health_score: Callable[[], int],
+        fenced: Callable[[], bool] | None = None,
+    ) -> None:
+        """Read the view version, silos by status, the health score and whether the silo is fenced
+        from these at each scrape.
 
         They are called from the HTTP server's thread: ``snapshot`` must only read an immutable
-        snapshot; ``health_score`` may raise ``TimeoutError`` (the sample is then left out)."""
+        snapshot, ``fenced`` only the clock and a number; ``health_score`` may raise
+        ``TimeoutError`` (the sample is then left out)."""
         self._view.snapshot = snapshot
         self._view.health_score = health_score
+        self._view.fenced = fenced
 
     # --- MembershipObserver -------------------------------------------------------------
 
@@ -148,15 +156,16 @@ class _ViewCollector(Collector):
     def __init__(self) -> None:
         self.snapshot: Callable[[], MembershipSnapshot] | None = None
         self.health_score: Callable[[], int] | None = None
+        self.fenced: Callable[[], bool] | None = None
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
-        for name in ("silo_view_version", "silo_silos", "silo_local_health_score"):
+        for name in _VIEW_GAUGES:
             yield _gauge(_SPECS[name])
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        version, silos, health = (
-            _gauge(_SPECS[name]) for name in ("silo_view_version", "silo_silos", "silo_local_health_score")
-        )
+        version, silos, health, fenced = (_gauge(_SPECS[name]) for name in _VIEW_GAUGES)
+        if self.fenced is not None:
+            fenced.add_metric([], int(self.fenced()))
         if self.snapshot is not None:
             snapshot = self.snapshot()
             version.add_metric([], snapshot.version)
@@ -171,7 +180,10 @@ class _ViewCollector(Collector):
                 health.add_metric([], self.health_score())
             except TimeoutError:
                 log.warning("the event loop did not answer within a scrape; no health score this time")
-        yield from (version, silos, health)
+        yield from (version, silos, health, fenced)
+
+
+_VIEW_GAUGES = ("silo_view_version", "silo_silos", "silo_local_health_score", "silo_fenced")
 
 
 def _gauge(spec: MetricSpec) -> GaugeMetricFamily:

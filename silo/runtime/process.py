@@ -176,8 +176,11 @@ def assemble(
         observer=metrics.metrics if metrics else NULL_OBSERVER,
         trusted_gossip=config.tls is not None,
     )
+    silo.on_fencing(lambda fenced: server.set_serving(not fenced))  # health NOT_SERVING while fenced
     if metrics is not None:
-        metrics.metrics.watch(lambda: silo.snapshot, on_loop(asyncio.get_running_loop(), silo.health_score))
+        metrics.metrics.watch(
+            lambda: silo.snapshot, on_loop(asyncio.get_running_loop(), silo.health_score), lambda: silo.fenced
+        )
         log.info("silo %s serves metrics at %s", address, metrics.server.url)
     return SiloStack(silo, server, prober, gateway_port, metrics, joined_table, config.tls is not None)
 

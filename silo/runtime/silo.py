@@ -21,7 +21,7 @@ import asyncio
 import functools
 import logging
 import random as random_module
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from membership_tables import (
     MembershipEntry,
@@ -35,7 +35,7 @@ from silo.errors import SiloError
 from silo.exit_codes import ExitCode
 from silo.membership.agent import MembershipAgent
 from silo.membership.background import BackgroundTasks
-from silo.membership.cleanup import CleanupAgent
+from silo.membership.cleanup import CleanupAgent, cleanup_leader
 from silo.membership.clock import Clock, SystemClock, with_timeout
 from silo.membership.cluster_health import ClusterHealthMonitor
 from silo.membership.gossiper import Gossiper
@@ -149,6 +149,9 @@ class Silo:
         self._watcher: asyncio.Task[None] | None = None
         self._event_log: asyncio.Task[None] | None = None
         self._gossip_tasks = BackgroundTasks()
+        self._lease_watch: asyncio.Task[None] | None = None
+        self._fenced_since: float | None = None
+        self._fencing_listeners: list[Callable[[bool], Awaitable[None]]] = []
 
     # --- MembershipRpcHandler ---------------------------------------------------------
 
@@ -228,6 +231,37 @@ class Silo:
         """The current snapshot, then every newer one in version order, until the silo stops."""
         return self._manager.publisher.subscribe()
 
+    @property
+    def fenced(self) -> bool:
+        """True while this Active silo's membership lease has run out (``silo.membership.lease``):
+        the table has not confirmed it Active for ``lease_timeout``, so the others may have
+        declared it Dead and moved its keys. Checked live, so a silo resuming from a pause is
+        fenced before it serves anything."""
+        return self._status is SiloStatus.ACTIVE and not self._manager.lease.valid()
+
+    def work_refusal(self) -> str | None:
+        """Why this silo must not serve work right now (None: it may)."""
+        if self._status is not SiloStatus.ACTIVE:
+            return f"silo {self._address} is {self._status.name}, not ACTIVE; send the batch to another silo"
+        if self.fenced:
+            return (
+                f"silo {self._address} is fenced: the membership table has not confirmed it Active for "
+                f"{self._manager.lease.age():.1f}s (lease_timeout {self._options.lease_timeout}s); "
+                "send the batch to another silo"
+            )
+        return None
+
+    def is_leader(self) -> bool:
+        """Whether this silo is the cluster's leader now: the oldest Active silo of its view, and
+        not fenced (a fenced silo may have been declared Dead and replaced already)."""
+        if self.work_refusal() is not None:
+            return False
+        return cleanup_leader(self._manager.snapshot) == self._address
+
+    def on_fencing(self, listener: Callable[[bool], Awaitable[None]]) -> None:
+        """Await ``listener(True)`` when this silo fences itself and ``listener(False)`` when it unfences."""
+        self._fencing_listeners.append(listener)
+
     async def start(self) -> None:
         """Join the cluster; returns once Active.
 
@@ -261,6 +295,8 @@ class Silo:
         self._status = SiloStatus.ACTIVE
         self._agent.start_heartbeat()
         self._cleanup.start()
+        self._manager.start_lease_renewal()
+        self._lease_watch = asyncio.create_task(self._watch_lease())
 
     def _on_joining(self) -> None:
         self._status = SiloStatus.JOINING
@@ -323,8 +359,9 @@ class Silo:
         )
 
     async def _vote_against(self, cluster: ClusterHealthMonitor, target: SiloAddress) -> VoteOutcome:
-        """Vote only while we reach a majority of every fresh Active silo, not just our sample."""
-        if not await cluster.reaches_majority():
+        """Vote only while not fenced and reaching a majority of every fresh Active silo, not just our
+        sample: a fenced silo is cut off from the table, so every peer looks silent to it."""
+        if self.fenced or not await cluster.reaches_majority():
             return VoteOutcome.NOT_ALLOWED
         return await self._manager.try_vote(target, others_unheard=cluster.others_unheard(target))
 
@@ -341,7 +378,43 @@ class Silo:
             self._finishing = asyncio.ensure_future(self._stop_roles(code))
         await asyncio.shield(self._finishing)
 
+    async def _watch_lease(self) -> None:
+        """Log and announce each change between fenced and not: sleeps until the lease would run
+        out, then, while fenced, checks every renewal interval whether a confirmation came."""
+        lease = self._manager.lease
+        while True:
+            remaining = lease.remaining()
+            if remaining >= 0:
+                await self._clock.sleep(remaining + self._options.lease_renew_interval / 10)
+                continue
+            if self._fenced_since is None:
+                self._fenced_since = self._clock.monotonic()
+                logger.warning(
+                    "silo %s is fenced: the membership table has not confirmed it Active for %.1fs "
+                    "(lease_timeout %ss); it serves no work, leads nothing and casts no votes until it does",
+                    self._address, lease.age(), self._options.lease_timeout,
+                )  # fmt: skip
+                await self._announce_fencing(True)
+            await self._clock.sleep(self._options.lease_renew_interval / 2)
+            if lease.valid() and self._fenced_since is not None:
+                logger.warning(
+                    "silo %s is no longer fenced: the table confirmed it Active again after %.1fs fenced",
+                    self._address, self._clock.monotonic() - self._fenced_since,
+                )  # fmt: skip
+                self._fenced_since = None
+                await self._announce_fencing(False)
+
+    async def _announce_fencing(self, fenced: bool) -> None:
+        for listener in self._fencing_listeners:
+            try:
+                await listener(fenced)
+            except Exception:
+                logger.exception("a fencing listener of silo %s failed", self._address)
+
     async def _stop_roles(self, code: ExitCode) -> None:
+        if self._lease_watch is not None:
+            self._lease_watch.cancel()
+            await asyncio.gather(self._lease_watch, return_exceptions=True)
         await self._gossip_tasks.cancel_all()
         await self._cluster.stop()
         await self._agent.stop_heartbeat()

@@ -84,6 +84,10 @@ class SiloRpcHandler(MembershipRpcHandler, Protocol):
         """The current snapshot, then every newer one in version order, until the silo stops."""
         ...
 
+    def work_refusal(self) -> str | None:
+        """Why this silo must not serve work now (not Active, or fenced); None if it may."""
+        ...
+
 
 class BindError(OSError):
     """The server could not listen on the requested address."""
@@ -281,12 +285,9 @@ class MembershipServer:
     async def _process(self, request: pb.ProcessRequest, context: Any) -> pb.ProcessResponse:
         sender = clip(request.sender) or "an unnamed client"
         silo = await self._admit_cluster(clip(request.cluster_id), lambda: sender, context, "Process")
-        if silo.status is not SiloStatus.ACTIVE:
-            await _abort(
-                context,
-                grpc.StatusCode.UNAVAILABLE,
-                f"silo {silo.silo_address} is {silo.status.name}, not ACTIVE; send the batch to another silo",
-            )
+        refusal = silo.work_refusal()
+        if refusal is not None:
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, refusal)
         work = self.handlers.get(request.handler)
         if work is None:
             await _abort(

@@ -51,6 +51,11 @@ class FakeHandler:
     def health_score(self) -> int:
         return self.score
 
+    def work_refusal(self) -> str | None:
+        if self.status is not SiloStatus.ACTIVE:
+            return f"silo {self.silo_address} is {self.status.name}, not ACTIVE; send the batch to another silo"
+        return None
+
     async def on_gossip(self, message: GossipMessage, sender: SiloAddress | None) -> None:
         self.gossiped.append(message.version)
         self.messages.append(message)

@@ -14,7 +14,7 @@ from silo.observability.prometheus import SiloMetrics
 
 ROOT = Path(__file__).resolve().parents[3]
 DOC_ROW = re.compile(r"^\| `(silo_[a-z_]+)` \|")
-UNITS = ("_seconds", "_total", "_score", "_version", "silo_silos")
+UNITS = ("_seconds", "_total", "_score", "_version", "silo_silos", "silo_fenced")  # silo_fenced: a 0/1 state
 
 
 def documented_names() -> list[str]:

@@ -1,0 +1,214 @@
+"""The membership lease and self-fencing, in-process on a fake clock (``silo.membership.lease``).
+
+Each silo reaches the shared memory table through a ``FlakyTable`` of its own, so one silo can
+lose the table while the others keep it, and the network (``FakeNetwork``) cuts it off from
+its peers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from membership_tables import MembershipTable, SiloStatus
+from silo.exit_codes import ExitCode
+from silo.membership.clock import FakeClock
+from silo.membership.lease import MembershipLease, takeover_wait
+from silo.membership.options import OptionsError, SiloOptions
+from silo.membership.table_manager import VoteOutcome
+from tests.silo.harness import LOCAL, T0, FakeNetwork, FlakyTable, async_test, memory_table, network_silo
+
+STEP = LOCAL.lease_renew_interval / 5
+
+
+class Cluster:
+    """Started silos, each with its own switchable view of one table."""
+
+    def __init__(self, size: int) -> None:
+        self.clock, self.network, self.store = FakeClock(T0), FakeNetwork(), memory_table()
+        self.tables = [FlakyTable(self.store) for _ in range(size)]
+        self.silos = [network_silo(table, port, self.clock, self.network) for port, table in enumerate(self.tables, 1)]
+        self.fencing: dict[int, list[bool]] = {index: [] for index in range(size)}
+        for index, silo in enumerate(self.silos):
+            silo.on_fencing(self._recorder(index))
+
+    def _recorder(self, index: int) -> Callable[[bool], Awaitable[None]]:
+        async def record(fenced: bool) -> None:
+            self.fencing[index].append(fenced)
+
+        return record
+
+    async def start(self) -> None:
+        starting = [asyncio.create_task(silo.start()) for silo in self.silos]
+        while not all(start.done() for start in starting):
+            await self.clock.advance(STEP)
+        await asyncio.gather(*starting)
+        await self.clock.advance(LOCAL.probe_timeout)
+
+    def cut_off(self, index: int, *, table: bool = True, peers: bool = True) -> None:
+        if table:
+            self.tables[index].down = True
+        if peers:
+            self.network.partitioned.add(self.silos[index].silo_address)
+
+    async def advance_until(self, condition: Callable[[], bool], limit: float) -> float:
+        """Advance in small steps until ``condition()``; the seconds it took (fails past ``limit``)."""
+        elapsed = 0.0
+        while not condition():
+            assert elapsed <= limit, f"not within {limit}s"
+            await self.clock.advance(STEP)
+            elapsed += STEP
+        return elapsed
+
+    def status_in_table(self, index: int) -> SiloStatus:
+        entry = self.store.read_row(self.silos[index].silo_address).get(self.silos[index].silo_address)
+        assert entry is not None
+        return entry[0].status
+
+    async def stop(self) -> None:
+        for table in self.tables:
+            table.down = False
+        self.network.partitioned.clear()
+        for silo in self.silos:
+            await silo.stop()
+
+
+async def started(size: int) -> Cluster:
+    cluster = Cluster(size)
+    await cluster.start()
+    return cluster
+
+
+# --- the lease itself -------------------------------------------------------------------
+
+
+def test_a_lease_runs_out_lease_timeout_after_the_start_of_its_last_confirmation() -> None:
+    now = [100.0]
+    lease = MembershipLease(1.0, lambda: now[0])
+    assert not lease.valid()
+    assert lease.anchor is None
+    assert lease.confirm(99.5)
+    now[0] = 100.5
+    assert lease.valid()
+    assert lease.remaining() == pytest.approx(0.0)
+    assert not lease.confirm(99.0), "an older call's confirmation must not move the anchor back"
+    now[0] = 100.6
+    assert not lease.valid()
+    assert lease.confirm(100.2)
+    assert lease.valid()
+
+
+def test_the_takeover_wait_outlasts_the_lease_on_any_two_clocks_within_the_drift() -> None:
+    lease, drift = 10.0, 0.01
+    wait = takeover_wait(lease, drift)
+    # the dead silo's clock runs slow by `drift`: its lease lasts lease / (1 - drift) of real time;
+    # the new owner's clock runs fast by `drift`: its wait lasts wait * (1 - drift) of real time
+    assert wait * (1 - drift) >= lease / (1 - drift)
+    assert SiloOptions.production().takeover_wait == pytest.approx(wait)
+    assert SiloOptions.local().takeover_wait == pytest.approx(takeover_wait(1.0, drift))
+
+
+def test_clock_drift_must_be_a_small_fraction() -> None:
+    with pytest.raises(OptionsError, match="max_clock_drift"):
+        SiloOptions(max_clock_drift=0.6)
+    assert SiloOptions.local().with_overrides({"lease_timeout": "2s"}).lease_renew_interval == 0.5
+
+
+# --- fencing in a cluster ----------------------------------------------------------------
+
+
+@async_test
+async def test_a_silo_cut_off_from_peers_and_table_fences_before_the_others_declare_it_dead() -> None:
+    cluster = await started(5)
+    victim = cluster.silos[2]
+    assert not victim.fenced
+    assert victim.work_refusal() is None
+    cluster.cut_off(2)
+    fenced_after = await cluster.advance_until(lambda: victim.fenced, LOCAL.lease_timeout + STEP)
+    assert cluster.status_in_table(2) is SiloStatus.ACTIVE, "fenced only after the others declared it Dead"
+    assert "fenced" in (victim.work_refusal() or "")
+    assert not victim.is_leader()
+    await cluster.advance_until(lambda: cluster.fencing[2] == [True], LOCAL.lease_renew_interval)
+    assert fenced_after <= LOCAL.lease_timeout + STEP
+
+    # the others declare it Dead; it cannot know, and stays fenced (and votes against nobody)
+    await cluster.advance_until(lambda: cluster.status_in_table(2) is SiloStatus.DEAD, 4 * LOCAL.detection_time)
+    for _ in range(10):
+        await cluster.clock.advance(LOCAL.probe_timeout)
+        assert victim.fenced
+    assert all(cluster.status_in_table(index) is SiloStatus.ACTIVE for index in (0, 1, 3, 4)), "it voted"
+
+    # the cut heals: it reads itself Dead and exits with DECLARED_DEAD, never having unfenced
+    ending = asyncio.create_task(victim.wait_terminated())
+    cluster.tables[2].down = False
+    cluster.network.partitioned.clear()
+    await cluster.advance_until(ending.done, 2 * LOCAL.table_refresh_timeout)
+    assert ending.result() is ExitCode.DECLARED_DEAD
+    assert cluster.fencing[2] == [True]
+    await cluster.stop()
+
+
+@async_test
+async def test_a_fenced_silo_casts_no_vote_even_when_its_peers_look_silent() -> None:
+    cluster = await started(3)
+    victim = cluster.silos[0]
+    cluster.cut_off(0, table=True, peers=True)
+    await cluster.advance_until(lambda: victim.fenced, LOCAL.lease_timeout + STEP)
+    cluster.tables[0].down = False  # the table is back, the lease not yet: a vote must still be refused
+    assert victim.fenced
+    outcome = await victim._vote_against(victim._cluster, cluster.silos[1].silo_address)
+    assert outcome is VoteOutcome.NOT_ALLOWED
+    await cluster.stop()
+
+
+@async_test
+async def test_a_silo_that_loses_only_the_table_fences_is_not_declared_dead_and_unfences_when_it_returns() -> None:
+    cluster = await started(5)
+    lonely = cluster.silos[1]
+    cluster.cut_off(1, table=True, peers=False)
+    await cluster.advance_until(lambda: lonely.fenced, LOCAL.lease_timeout + STEP)
+    for _ in range(int(3 * LOCAL.detection_time / LOCAL.probe_timeout)):
+        await cluster.clock.advance(LOCAL.probe_timeout)
+    assert cluster.status_in_table(1) is SiloStatus.ACTIVE, "its peers still reach it: no death"
+    cluster.tables[1].down = False
+    await cluster.advance_until(lambda: not lonely.fenced, 2 * LOCAL.lease_renew_interval)
+    await cluster.advance_until(lambda: cluster.fencing[1] == [True, False], LOCAL.lease_renew_interval)
+    assert lonely.work_refusal() is None
+    await cluster.stop()
+
+
+@async_test
+async def test_a_silo_resuming_from_a_pause_longer_than_its_lease_is_fenced_before_anything_runs() -> None:
+    cluster = await started(3)
+    sleeper = cluster.silos[0]
+    assert sleeper.work_refusal() is None
+    cluster.clock.jump(LOCAL.lease_timeout + STEP)  # resumed: no timer of it has fired yet
+    assert sleeper.fenced
+    assert "fenced" in (sleeper.work_refusal() or "")
+    assert not sleeper.is_leader()
+    await cluster.advance_until(lambda: not sleeper.fenced, 2 * LOCAL.lease_renew_interval)  # the table confirms it
+    assert sleeper.is_leader(), "the oldest Active silo leads again once confirmed"
+    await cluster.stop()
+
+
+@async_test
+async def test_a_healthy_cluster_never_fences() -> None:
+    cluster = await started(4)
+    for _ in range(200):
+        await cluster.clock.advance(STEP * 3)
+        assert not any(silo.fenced for silo in cluster.silos)
+    assert all(records == [] for records in cluster.fencing.values())
+    assert sum(silo.is_leader() for silo in cluster.silos) == 1
+    await cluster.stop()
+
+
+@async_test
+async def test_a_silo_that_is_not_active_yet_is_not_fenced_and_refuses_work_for_its_status() -> None:
+    table: MembershipTable = memory_table()
+    clock, network = FakeClock(T0), FakeNetwork()
+    silo = network_silo(table, 1, clock, network)
+    assert not silo.fenced
+    assert "CREATED" in (silo.work_refusal() or "")
+    assert not silo.is_leader()
