@@ -20,13 +20,29 @@ A silo whose lease ran out is *fenced*: it serves no work, is not leader and cas
 until a confirmation comes. The lease is checked before each request rather than by a timer
 alone, so a silo resuming from a pause (GC, SIGSTOP, a stalled VM) is fenced before it serves
 anything.
+
+**Through peers.** A silo whose own table calls fail asks every other non-Dead member of its
+view to read its row for it (``ConfirmMembership``). A peer that reads it Active confirms the
+lease, anchored when the asker *sent* the request (the peer's read starts after that). If no
+peer can read the table either, the outage may be everyone's: the asker goes on serving only
+if **every** other non-Dead member of its view answered that it cannot reach the table, holds
+the same view version, has heard of no newer one and has no write whose outcome it does not
+know. Then no write has been made since that version by any of them, so none declared anyone
+Dead, and a silo that joined meanwhile would have announced its insert to them (its gossip).
+One member that does not answer (crashed, cut off, or with a newer view) and the asker
+fences: it cannot tell an outage for all from a cut between it and the part that has the
+table. docs/protocol.md, "The membership lease", has the argument.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import enum
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 
-__all__ = ["MembershipLease", "takeover_wait"]
+from membership_tables import SiloAddress, SiloStatus
+
+__all__ = ["MembershipConfirmation", "MembershipLease", "PeerVerdict", "judge_confirmations", "takeover_wait"]
 
 
 def takeover_wait(lease_timeout: float, max_clock_drift: float) -> float:
@@ -72,3 +88,57 @@ class MembershipLease:
     def remaining(self) -> float:
         """Seconds until the lease runs out (negative once it has)."""
         return self._timeout - self.age()
+
+
+@dataclass(frozen=True)
+class MembershipConfirmation:
+    """A peer's answer to "confirm me in the table" (``ConfirmMembership``; ``silo.membership.lease``).
+
+    ``table_read``: the peer read the asker's row after the request arrived; ``asker_status``
+    is then what the row says (``NONE``: no row) and ``version`` the read's table version.
+    Otherwise the peer could not reach the table either, and says what it knows: its view's
+    ``version``, the ``newest_version_heard`` of (gossip, lost races), and whether it has
+    ``unconfirmed_writes`` (a write whose outcome it does not know, not read back yet).
+    """
+
+    responder: SiloAddress
+    table_read: bool
+    asker_status: SiloStatus
+    version: int
+    newest_version_heard: int
+    unconfirmed_writes: bool
+
+
+class PeerVerdict(enum.Enum):
+    """What the peers' answers to ``ConfirmMembership`` mean for the asker's lease."""
+
+    CONFIRMED = "confirmed"
+    """A peer read our row Active: renew the lease."""
+    NOT_ACTIVE = "not_active"
+    """A peer read our row and it is not Active (Dead, gone): stay fenced; the table decides."""
+    OUTAGE = "outage"
+    """Nobody reaches the table, everyone holds our view and wrote nothing since: renew the lease."""
+    UNKNOWN = "unknown"
+    """Anything else (a member silent, a newer view somewhere, a write in doubt): stay fenced."""
+
+
+def judge_confirmations(
+    version: int,
+    newest_heard: int,
+    members: Collection[SiloAddress],
+    answers: Mapping[SiloAddress, MembershipConfirmation],
+) -> PeerVerdict:
+    """The verdict of ``answers`` (by responder) for a silo whose view is at ``version`` and who has
+    heard of ``newest_heard``; ``members``: every other non-Dead silo of that view."""
+    reads = [answer for answer in answers.values() if answer.table_read]
+    if any(answer.asker_status is SiloStatus.ACTIVE for answer in reads):
+        return PeerVerdict.CONFIRMED
+    if reads:
+        return PeerVerdict.NOT_ACTIVE
+    if newest_heard > version or any(member not in answers for member in members):
+        return PeerVerdict.UNKNOWN
+    for member in members:
+        answer = answers[member]
+        if answer.version != version or answer.newest_version_heard > version or answer.unconfirmed_writes:
+            return PeerVerdict.UNKNOWN
+    return PeerVerdict.OUTAGE

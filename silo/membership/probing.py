@@ -14,6 +14,7 @@ from typing import Protocol
 
 from membership_tables import MembershipTableData, SiloAddress
 from silo.membership.clock import Clock, with_timeout
+from silo.membership.lease import MembershipConfirmation
 from silo.membership.local_health import MAX_SCORE, effective_timeout
 from silo.membership.snapshot import MembershipDelta
 
@@ -121,6 +122,10 @@ class GossipSender(Protocol):
         """``target``'s current view of the table (GetMembership); raises if it cannot be had."""
         ...
 
+    async def confirm_membership(self, target: SiloAddress, timeout: float) -> MembershipConfirmation:
+        """Ask ``target`` to read our row from the table (ConfirmMembership); raises if it cannot be asked."""
+        ...
+
 
 class MembershipRpcHandler(Protocol):
     """What the gRPC server asks of the local silo when a peer calls it."""
@@ -145,4 +150,8 @@ class MembershipRpcHandler(Protocol):
 
     def membership_snapshot(self) -> MembershipTableData:
         """The latest table snapshot this silo holds."""
+        ...
+
+    async def confirm_membership(self, asker: SiloAddress) -> MembershipConfirmation:
+        """Read ``asker``'s row from the table for it, or say what we know if we cannot (``MembershipConfirmation``)."""
         ...

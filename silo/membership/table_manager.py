@@ -52,6 +52,7 @@ import logging
 import random as random_module
 from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from membership_tables import (
     UNINITIALIZED_VERSION,
@@ -67,7 +68,7 @@ from membership_tables import (
 from silo.membership.background import BackgroundTasks
 from silo.membership.clock import Clock, Periodic, with_timeout
 from silo.membership.gossiper import gossip_peers
-from silo.membership.lease import MembershipLease
+from silo.membership.lease import MembershipConfirmation, MembershipLease, PeerVerdict, judge_confirmations
 from silo.membership.liveness import LivenessTracker
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
@@ -84,6 +85,8 @@ from silo.membership.votes import (
 )
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 class VoteOutcome(enum.Enum):
@@ -109,6 +112,9 @@ as a delta), the snapshot after it and the silos it declared Dead (gossip must r
 
 FetchView = Callable[[SiloAddress, float], Awaitable[MembershipTableData]]
 """Ask a peer for its view of the table (GetMembership) within a timeout; raises if it cannot."""
+
+AskConfirmation = Callable[[SiloAddress, float], Awaitable[MembershipConfirmation]]
+"""Ask a peer to read our row from the table (ConfirmMembership) within a timeout; raises if it cannot."""
 
 
 @dataclasses.dataclass
@@ -153,6 +159,7 @@ class MembershipTableManager:
         run_blocking: BlockingRunner = run_in_thread,
         on_write: OnWrite | None = None,
         fetch_view: FetchView | None = None,
+        ask_confirmation: AskConfirmation | None = None,
         observer: MembershipObserver = NULL_OBSERVER,
         trusted_gossip: bool = False,
     ) -> None:
@@ -168,6 +175,7 @@ class MembershipTableManager:
         self._random = random
         self._on_write = on_write
         self._fetch_view = fetch_view
+        self._ask_confirmation = ask_confirmation
         self._observer = observer
         self.publisher = SnapshotPublisher(clock.now)
         self.terminated = asyncio.Event()
@@ -203,6 +211,9 @@ class MembershipTableManager:
         self.lease = MembershipLease(options.lease_timeout, clock.monotonic)
         """When the table last confirmed us Active (``silo.membership.lease``)."""
         self._lease_renewer: Periodic | None = None
+        self._unconfirmed_writes = False
+        """A write of ours failed with an unknown outcome and no full read came since."""
+        self._outage_logged = False
 
     @property
     def snapshot(self) -> MembershipSnapshot:
@@ -303,14 +314,79 @@ class MembershipTableManager:
                 functools.partial(self._table.read_row, self._address), self.deadline_in(interval)
             )
         except TableUnavailableError:
+            await self._confirm_through_peers()
             return
+        self._outage_logged = False
         self._confirm_lease(data, started)
         if self._own_verdict_in(data) is not None:
             await self.refresh(self.deadline_in(interval))
 
+    async def _confirm_through_peers(self) -> None:
+        """Our table calls fail: ask every other non-Dead member of our view to read our row
+        (``silo.membership.lease``, "Through peers"), and renew the lease as their answers allow."""
+        ask_peer = self._ask_confirmation
+        if ask_peer is None:
+            return
+        snapshot, timeout = self.snapshot, self._options.lease_renew_interval
+        members = [entry.silo_address for entry in snapshot.entries if entry.status is not SiloStatus.DEAD]
+        members = [member for member in members if member != self._address]
+        started = self._clock.monotonic()
+
+        async def ask(member: SiloAddress) -> MembershipConfirmation | None:
+            try:
+                return await with_timeout(self._clock, ask_peer(member, timeout), timeout)
+            except Exception as exc:
+                logger.debug("silo %s: %s did not confirm it: %r", self._address, member, exc)
+                return None
+
+        answers: dict[SiloAddress, MembershipConfirmation] = {}
+        for member, answer in zip(members, await asyncio.gather(*(ask(member) for member in members)), strict=True):
+            if answer is not None:
+                answers[member] = answer
+        verdict = judge_confirmations(snapshot.version, self.newest_version_heard, members, answers)
+        if verdict is PeerVerdict.CONFIRMED:
+            self.lease.confirm(started)
+        elif verdict is PeerVerdict.OUTAGE:
+            self.lease.confirm(started)
+            if not self._outage_logged:
+                self._outage_logged = True
+                logger.warning(
+                    "silo %s: no member of the cluster reaches the table (all %d others say so at version %d); "
+                    "nobody can be declared Dead, so this silo goes on serving",
+                    self._address, len(members), snapshot.version,
+                )  # fmt: skip
+        elif verdict is PeerVerdict.NOT_ACTIVE:
+            logger.warning("silo %s: a peer read this silo's row as not Active; it stays fenced", self._address)
+
+    @property
+    def newest_version_heard(self) -> int:
+        """The newest table version we know exists: our view's, or one gossip or a lost race announced."""
+        return max(self._announced_version, self.snapshot.version)
+
+    async def confirm_member(self, asker: SiloAddress) -> MembershipConfirmation:
+        """A peer's ``ConfirmMembership``: read its row now (one try), or say what we know.
+
+        Only for silos of our view: a stranger must not make us read the table for it."""
+        snapshot = self.snapshot
+        if snapshot.entry(asker) is not None and not self.terminated.is_set():
+            try:
+                data = await self._access.call(functools.partial(self._table.read_row, asker), None)
+            except TableUnavailableError:
+                pass
+            else:
+                found = data.get(asker)
+                status = found[0].status if found is not None else SiloStatus.NONE
+                return MembershipConfirmation(
+                    self._address, True, status, data.version.version, data.version.version, False
+                )
+        return MembershipConfirmation(
+            self._address, False, SiloStatus.NONE, snapshot.version, self.newest_version_heard, self._unconfirmed_writes
+        )
+
     async def _accept(self, data: MembershipTableData) -> MembershipSnapshot:
         """Take in a full read of the table."""
         self._periods_since_full_read = 0
+        self._unconfirmed_writes = False  # whatever committed is in this read
         # gossip cannot announce a version the table does not have yet; one that did was bogus
         self._announced_version = min(self._announced_version, data.version.version)
         self._report_malformed(data.malformed)
@@ -593,7 +669,7 @@ class MembershipTableManager:
         1,000-silo join storm kept losing to each other: 15,365 attempts for 1,000 rows.
         """
         insert = functools.partial(self._table.insert_row_at_next_version, entry)
-        committed = await self._access.call(insert, deadline)
+        committed = await self._unconfirmed_if_failed(self._access.call(insert, deadline))
         if committed is None:  # an earlier attempt whose outcome was unknown committed our row
             snapshot = await self.refresh(deadline)
             if snapshot.entry(self._address) is None:
@@ -640,7 +716,15 @@ class MembershipTableManager:
                 return data, entry, self._table.update_row_at_next_version(entry, found[1])
             return data, entry, self._table.update_rows_with_etags(((entry, found[1]),), data.version.next())
 
-        return await self._access.call(attempt, deadline)
+        return await self._unconfirmed_if_failed(self._access.call(attempt, deadline))
+
+    async def _unconfirmed_if_failed(self, write: Awaitable[_T]) -> _T:
+        """``write``'s result; if it fails, it may still have committed: remember that until a full read."""
+        try:
+            return await write
+        except TableUnavailableError:
+            self._unconfirmed_writes = True
+            raise
 
     async def update_row(
         self, silo: SiloAddress, change: Callable[[MembershipEntry], MembershipEntry | None], deadline: float

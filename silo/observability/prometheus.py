@@ -28,6 +28,7 @@ from membership_tables import (
     SiloStatus,
     TableVersion,
 )
+from silo.membership.lease import MembershipConfirmation
 from silo.membership.probing import GossipMessage, GossipSender, ProbeOutcome
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_manager import VoteOutcome
@@ -283,6 +284,9 @@ class CountingGossipSender:
 
     async def fetch_membership(self, target: SiloAddress, timeout: float) -> MembershipTableData:
         return await self._inner.fetch_membership(target, timeout)
+
+    async def confirm_membership(self, target: SiloAddress, timeout: float) -> MembershipConfirmation:
+        return await self._inner.confirm_membership(target, timeout)
 
 
 class MetricsServer:

@@ -39,6 +39,7 @@ from silo.membership.cleanup import CleanupAgent, cleanup_leader
 from silo.membership.clock import Clock, SystemClock, with_timeout
 from silo.membership.cluster_health import ClusterHealthMonitor
 from silo.membership.gossiper import Gossiper
+from silo.membership.lease import MembershipConfirmation
 from silo.membership.local_health import LocalHealth
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
@@ -118,6 +119,7 @@ class Silo:
             run_blocking=run_blocking or run_in_thread,
             on_write=self._gossiper.publish,
             fetch_view=gossip.fetch_membership,
+            ask_confirmation=gossip.confirm_membership,
             observer=observer,
             trusted_gossip=trusted_gossip,
         )
@@ -205,6 +207,9 @@ class Silo:
 
     def membership_snapshot(self) -> MembershipTableData:
         return self._manager.snapshot.data
+
+    async def confirm_membership(self, asker: SiloAddress) -> MembershipConfirmation:
+        return await self._manager.confirm_member(asker)
 
     # --- public API -------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ RPC_ROLES: Mapping[str, frozenset[Role]] = {
     "ProbeIndirectly": frozenset({Role.SILO}),
     "Gossip": frozenset({Role.SILO}),
     "GossipStream": frozenset({Role.SILO}),
+    "ConfirmMembership": frozenset({Role.SILO}),
     "GetMembership": frozenset({Role.SILO, Role.CLIENT}),
     "WatchMembership": frozenset({Role.SILO, Role.CLIENT}),
     "Process": frozenset({Role.SILO, Role.CLIENT}),

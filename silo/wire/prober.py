@@ -18,9 +18,10 @@ from typing import Any
 
 import grpc
 
-from membership_tables import InvalidEntryError, MembershipTableData, SiloAddress
+from membership_tables import InvalidEntryError, MembershipTableData, SiloAddress, SiloStatus
 from silo.errors import SiloError
 from silo.membership.background import BackgroundTasks
+from silo.membership.lease import MembershipConfirmation
 from silo.membership.probing import GossipMessage, IndirectProbeResult, NotDeliveredError, ProbeOutcome
 from silo.membership.snapshot import MembershipDelta
 from silo.wire import codec, gossip_codec
@@ -195,6 +196,20 @@ class GrpcProber:
     async def get_membership(self, target: SiloAddress, timeout: float) -> pb.GetMembershipResponse:
         """``target``'s current view (raises ``grpc.aio.AioRpcError`` on failure)."""
         return await self._call(target, codec.GET_MEMBERSHIP, pb.GetMembershipRequest(header=self._header()), timeout)
+
+    async def confirm_membership(self, target: SiloAddress, timeout: float) -> MembershipConfirmation:
+        """Ask ``target`` to read our row from the table (raises ``grpc.aio.AioRpcError``, or
+        ``InvalidEntryError`` for an answer naming a bad address)."""
+        request = pb.ConfirmMembershipRequest(header=self._header())
+        response = await self._call(target, codec.CONFIRM_MEMBERSHIP, request, timeout)
+        return MembershipConfirmation(
+            responder=codec.address_from_proto(response.responder),
+            table_read=response.table_read,
+            asker_status=SiloStatus(response.asker_status),
+            version=response.version,
+            newest_version_heard=response.newest_version_heard,
+            unconfirmed_writes=response.unconfirmed_writes,
+        )
 
     @property
     def open_channels(self) -> int:

@@ -165,6 +165,7 @@ class MembershipServer:
             codec.PROBE_INDIRECTLY.name: _unary(codec.PROBE_INDIRECTLY, self._probe_indirectly),
             codec.GOSSIP.name: _unary(codec.GOSSIP, self._gossip),
             codec.GET_MEMBERSHIP.name: _unary(codec.GET_MEMBERSHIP, self._get_membership),
+            codec.CONFIRM_MEMBERSHIP.name: _unary(codec.CONFIRM_MEMBERSHIP, self._confirm_membership),
             codec.WATCH_MEMBERSHIP.name: grpc.unary_stream_rpc_method_handler(
                 _decoded_stream(self._watch_membership),
                 request_deserializer=_decoder(codec.WATCH_MEMBERSHIP),
@@ -266,6 +267,23 @@ class MembershipServer:
         if answer is None or answer[0] is not view:
             answer = self._view_answer = (view, codec.snapshot_to_proto(view, handler.silo_address))
         return answer[1]
+
+    async def _confirm_membership(
+        self, request: pb.ConfirmMembershipRequest, context: Any
+    ) -> pb.ConfirmMembershipResponse:
+        handler = await self._admit(request.header, context, "ConfirmMembership")
+        asker = _sender(request.header)
+        if asker is None:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "ConfirmMembership needs header.sender: the asker")
+        answer = await handler.confirm_membership(asker)
+        return pb.ConfirmMembershipResponse(
+            responder=codec.address_to_proto(answer.responder),
+            table_read=answer.table_read,
+            asker_status=pb.SiloStatus.Name(int(answer.asker_status)),
+            version=answer.version,
+            newest_version_heard=answer.newest_version_heard,
+            unconfirmed_writes=answer.unconfirmed_writes,
+        )
 
     async def _watch_membership(
         self, request: pb.WatchMembershipRequest, context: Any

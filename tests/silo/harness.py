@@ -28,6 +28,7 @@ from membership_tables import (
     open_table,
 )
 from silo.membership.clock import FakeClock
+from silo.membership.lease import MembershipConfirmation
 from silo.membership.options import SiloOptions
 from silo.membership.probing import (
     GossipMessage,
@@ -204,6 +205,7 @@ class RecordingGossip:
 
     deliver: Callable[[SiloAddress, GossipMessage], Awaitable[None]] | None = None
     fetch: Callable[[SiloAddress], MembershipTableData] | None = None
+    confirm: Callable[[SiloAddress], Awaitable[MembershipConfirmation]] | None = None
     sent: list[tuple[SiloAddress, int]] = field(default_factory=list)
     messages: list[tuple[SiloAddress, GossipMessage]] = field(default_factory=list)
     fetched: list[SiloAddress] = field(default_factory=list)
@@ -219,6 +221,11 @@ class RecordingGossip:
         if self.fetch is None:
             raise ConnectionError(f"no views to fetch in this test ({target})")
         return self.fetch(target)
+
+    async def confirm_membership(self, target: SiloAddress, timeout: float) -> MembershipConfirmation:
+        if self.confirm is None:
+            raise ConnectionError(f"no peer confirms anyone in this test ({target})")
+        return await self.confirm(target)
 
 
 @dataclass
@@ -250,7 +257,12 @@ class FakeNetwork:
                 raise ConnectionError(f"{target} is unreachable from {source}")
             return self.nodes[target].membership_snapshot()
 
-        return RecordingGossip(deliver=deliver, fetch=fetch)
+        async def confirm(target: SiloAddress) -> MembershipConfirmation:
+            if not self.connected(source, target):
+                raise ConnectionError(f"{target} is unreachable from {source}")
+            return await self.nodes[target].confirm_membership(source)
+
+        return RecordingGossip(deliver=deliver, fetch=fetch, confirm=confirm)
 
 
 LOCAL = SiloOptions.local()

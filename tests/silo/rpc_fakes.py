@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
+from silo.membership.lease import MembershipConfirmation
 from silo.membership.probing import GossipMessage, IndirectProbeResult
 from silo.membership.snapshot import MembershipSnapshot
 from silo.wire.server import MembershipServer
@@ -65,6 +66,10 @@ class FakeHandler:
 
     def membership_snapshot(self) -> MembershipTableData:
         return self.snapshot
+
+    async def confirm_membership(self, asker: SiloAddress) -> MembershipConfirmation:
+        version = self.snapshot.version.version
+        return MembershipConfirmation(self.silo_address, False, SiloStatus.NONE, version, version, False)
 
     async def snapshots(self) -> AsyncIterator[MembershipSnapshot]:
         for data in self.stream or (self.snapshot,):

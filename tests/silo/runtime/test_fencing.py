@@ -15,10 +15,25 @@ import pytest
 from membership_tables import MembershipTable, SiloStatus
 from silo.exit_codes import ExitCode
 from silo.membership.clock import FakeClock
-from silo.membership.lease import MembershipLease, takeover_wait
+from silo.membership.lease import (
+    MembershipConfirmation,
+    MembershipLease,
+    PeerVerdict,
+    judge_confirmations,
+    takeover_wait,
+)
 from silo.membership.options import OptionsError, SiloOptions
 from silo.membership.table_manager import VoteOutcome
-from tests.silo.harness import LOCAL, T0, FakeNetwork, FlakyTable, async_test, memory_table, network_silo
+from tests.silo.harness import (
+    LOCAL,
+    T0,
+    FakeNetwork,
+    FlakyTable,
+    address,
+    async_test,
+    memory_table,
+    network_silo,
+)
 
 STEP = LOCAL.lease_renew_interval / 5
 
@@ -116,6 +131,31 @@ def test_clock_drift_must_be_a_small_fraction() -> None:
     assert SiloOptions.local().with_overrides({"lease_timeout": "2s"}).lease_renew_interval == 0.5
 
 
+def answer(port: int, version: int = 7, *, heard: int = 7, unsure: bool = False) -> MembershipConfirmation:
+    return MembershipConfirmation(address(port), False, SiloStatus.NONE, version, heard, unsure)
+
+
+def read_answer(port: int, status: SiloStatus) -> MembershipConfirmation:
+    return MembershipConfirmation(address(port), True, status, 8, 8, False)
+
+
+def test_peers_confirm_a_lease_only_by_reading_the_row_or_by_all_being_in_the_same_outage() -> None:
+    members = [address(2), address(3)]
+    same = {member.port: answer(member.port) for member in members}
+
+    def judge(answers: dict[int, MembershipConfirmation], version: int = 7, heard: int = 7) -> PeerVerdict:
+        return judge_confirmations(version, heard, members, {address(port): a for port, a in answers.items()})
+
+    assert judge({2: read_answer(2, SiloStatus.ACTIVE)}) is PeerVerdict.CONFIRMED
+    assert judge({2: read_answer(2, SiloStatus.DEAD), 3: answer(3)}) is PeerVerdict.NOT_ACTIVE
+    assert judge(same) is PeerVerdict.OUTAGE
+    assert judge({2: answer(2)}) is PeerVerdict.UNKNOWN, "a silent member may be the side with the table"
+    assert judge({**same, 3: answer(3, 8, heard=8)}) is PeerVerdict.UNKNOWN, "a newer view: someone wrote"
+    assert judge({**same, 3: answer(3, heard=9)}) is PeerVerdict.UNKNOWN, "someone announced a newer version"
+    assert judge({**same, 3: answer(3, unsure=True)}) is PeerVerdict.UNKNOWN, "a write in doubt may have committed"
+    assert judge(same, heard=8) is PeerVerdict.UNKNOWN, "the asker itself heard of a newer version"
+
+
 # --- fencing in a cluster ----------------------------------------------------------------
 
 
@@ -164,18 +204,42 @@ async def test_a_fenced_silo_casts_no_vote_even_when_its_peers_look_silent() -> 
 
 
 @async_test
-async def test_a_silo_that_loses_only_the_table_fences_is_not_declared_dead_and_unfences_when_it_returns() -> None:
+async def test_a_silo_that_loses_only_the_table_is_confirmed_by_its_peers_and_never_fences_nor_dies() -> None:
     cluster = await started(5)
     lonely = cluster.silos[1]
     cluster.cut_off(1, table=True, peers=False)
-    await cluster.advance_until(lambda: lonely.fenced, LOCAL.lease_timeout + STEP)
-    for _ in range(int(3 * LOCAL.detection_time / LOCAL.probe_timeout)):
-        await cluster.clock.advance(LOCAL.probe_timeout)
+    for _ in range(int(4 * LOCAL.detection_time / STEP)):
+        await cluster.clock.advance(STEP)
+        assert not lonely.fenced, "its peers read its row for it"
     assert cluster.status_in_table(1) is SiloStatus.ACTIVE, "its peers still reach it: no death"
-    cluster.tables[1].down = False
-    await cluster.advance_until(lambda: not lonely.fenced, 2 * LOCAL.lease_renew_interval)
-    await cluster.advance_until(lambda: cluster.fencing[1] == [True, False], LOCAL.lease_renew_interval)
-    assert lonely.work_refusal() is None
+    assert cluster.fencing[1] == []
+    await cluster.stop()
+
+
+@async_test
+async def test_a_table_outage_for_everyone_fences_nobody_and_declares_nobody_dead() -> None:
+    cluster = await started(5)
+    for table in cluster.tables:
+        table.down = True
+    for _ in range(int(20.0 / STEP)):  # 20 s of the local preset: 20 lease timeouts
+        await cluster.clock.advance(STEP)
+        assert not any(silo.fenced for silo in cluster.silos)
+    for table in cluster.tables:
+        table.down = False
+    await cluster.clock.advance(2 * LOCAL.table_refresh_timeout)
+    assert all(cluster.status_in_table(index) is SiloStatus.ACTIVE for index in range(5))
+    assert all(records == [] for records in cluster.fencing.values())
+    await cluster.stop()
+
+
+@async_test
+async def test_in_a_table_outage_a_silent_member_makes_everyone_fence() -> None:
+    """One member does not answer: it may be the side that still has the table."""
+    cluster = await started(4)
+    for table in cluster.tables:
+        table.down = True
+    cluster.network.partitioned.add(cluster.silos[3].silo_address)
+    await cluster.advance_until(lambda: all(silo.fenced for silo in cluster.silos), LOCAL.lease_timeout + STEP)
     await cluster.stop()
 
 

@@ -263,6 +263,18 @@ def test_get_membership(channel: grpc.Channel, header: pb.RequestHeader) -> None
     expect_proper(code, {grpc.StatusCode.OK if header.cluster_id == CLUSTER else grpc.StatusCode.FAILED_PRECONDITION})
 
 
+@given(headers())
+def test_confirm_membership(cluster: Cluster, channel: grpc.Channel, header: pb.RequestHeader) -> None:
+    """Any asker is answered (a stranger without a table read) or refused; the table is never written."""
+    before = canonical(cluster.table)
+    code = call(channel, codec.CONFIRM_MEMBERSHIP.path, pb.ConfirmMembershipRequest(header=header).SerializeToString())
+    if header.cluster_id != CLUSTER:
+        expect_proper(code, {grpc.StatusCode.FAILED_PRECONDITION})
+    else:
+        expect_proper(code, {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT})
+    assert canonical(cluster.table) == before
+
+
 @given(headers(), st.one_of(st.none(), INT64))
 def test_watch_membership(cluster: Cluster, channel: grpc.Channel, header: pb.RequestHeader, after: int | None) -> None:
     request = pb.WatchMembershipRequest(header=header, after_version=after)

@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
+from silo.membership.lease import MembershipConfirmation
 from silo.membership.probing import (
     GossipMessage,
     GossipSender,
@@ -191,6 +192,26 @@ def test_fetch_membership_returns_a_peers_view_as_table_data() -> None:
             return await prober.fetch_membership(handler.silo_address, 2.0)
 
     assert run(scenario()) == view
+
+
+def test_confirm_membership_carries_the_peers_answer_both_ways() -> None:
+    async def scenario() -> tuple[MembershipConfirmation, SiloAddress]:
+        async with serving(FakeHandler) as (_, handler), GrpcProber(CLUSTER, ME) as prober:
+            handler.snapshot = MembershipTableData((), TableVersion(7, "v7"))
+            return await prober.confirm_membership(handler.silo_address, 2.0), handler.silo_address
+
+    answer, responder = run(scenario())
+    assert answer == MembershipConfirmation(responder, False, SiloStatus.NONE, 7, 7, False)
+
+
+def test_confirm_membership_needs_the_asker_in_the_header() -> None:
+    async def scenario() -> grpc.StatusCode:
+        async with serving(FakeHandler) as (_, handler), GrpcProber(CLUSTER, None) as prober:
+            with pytest.raises(grpc.aio.AioRpcError) as failure:
+                await prober.confirm_membership(handler.silo_address, 2.0)
+            return failure.value.code()
+
+    assert run(scenario()) is grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_get_membership_reads_a_peers_view() -> None:

@@ -50,6 +50,7 @@ TYPED_METHODS: list[codec.Method[Any, Any] | codec.StreamMethod[Any, Any] | code
     codec.PROBE_INDIRECTLY,
     codec.GOSSIP,
     codec.GET_MEMBERSHIP,
+    codec.CONFIRM_MEMBERSHIP,
     codec.WATCH_MEMBERSHIP,
     codec.PING_STREAM,
     codec.GOSSIP_STREAM,

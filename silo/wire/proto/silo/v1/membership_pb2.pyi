@@ -136,6 +136,28 @@ class GetMembershipRequest(_message.Message):
     header: RequestHeader
     def __init__(self, header: _Optional[_Union[RequestHeader, _Mapping]] = ...) -> None: ...
 
+class ConfirmMembershipRequest(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: RequestHeader
+    def __init__(self, header: _Optional[_Union[RequestHeader, _Mapping]] = ...) -> None: ...
+
+class ConfirmMembershipResponse(_message.Message):
+    __slots__ = ("responder", "table_read", "asker_status", "version", "newest_version_heard", "unconfirmed_writes")
+    RESPONDER_FIELD_NUMBER: _ClassVar[int]
+    TABLE_READ_FIELD_NUMBER: _ClassVar[int]
+    ASKER_STATUS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_VERSION_HEARD_FIELD_NUMBER: _ClassVar[int]
+    UNCONFIRMED_WRITES_FIELD_NUMBER: _ClassVar[int]
+    responder: SiloAddress
+    table_read: bool
+    asker_status: SiloStatus
+    version: int
+    newest_version_heard: int
+    unconfirmed_writes: bool
+    def __init__(self, responder: _Optional[_Union[SiloAddress, _Mapping]] = ..., table_read: _Optional[bool] = ..., asker_status: _Optional[_Union[SiloStatus, str]] = ..., version: _Optional[int] = ..., newest_version_heard: _Optional[int] = ..., unconfirmed_writes: _Optional[bool] = ...) -> None: ...
+
 class SuspicionVote(_message.Message):
     __slots__ = ("by", "at_unix_micros")
     BY_FIELD_NUMBER: _ClassVar[int]
