@@ -91,6 +91,11 @@ class ClusterView:
     silos: tuple[SiloInfo, ...]
     leader: SiloAddress | None = None
     events: tuple[MembershipEvent, ...] = field(default=(), compare=False, repr=False)
+    leader_epoch: int = field(default=0, compare=False)
+    """The view version from which this leader has led, as the observer saw it (its first view
+    of it): an epoch to fence a stale leader with. Every observer gives a leader an epoch below
+    the version that replaced it, and the next leader one at or above it, so a system that
+    refuses orders under a smaller epoch than it has seen never obeys a replaced leader."""
     """What the source saw change since the view it delivered before this one (``silo.events``):
     every silo, not only the Active ones. Empty in a source's first view and after a gateway
     failover (the new gateway's stream starts without history)."""
@@ -104,6 +109,8 @@ class ClusterView:
             object.__setattr__(self, "leader", silos[0].address)
         elif self.leader is not None and self.get(self.leader) is None:
             raise ValueError(f"leader {self.leader} is not an Active silo of view {self.version}")
+        if self.leader is not None and not self.leader_epoch:
+            object.__setattr__(self, "leader_epoch", self.version)
 
     @classmethod
     def from_table_data(
@@ -208,6 +215,6 @@ class ViewTracker:
             return None
         view = candidate
         if old is not None and old.leader is not None and old.leader in candidate:
-            view = dataclasses.replace(candidate, leader=old.leader)
+            view = dataclasses.replace(candidate, leader=old.leader, leader_epoch=old.leader_epoch)
         self._current = view
         return ViewUpdate(view=view, diff=diff(old, view))

@@ -19,10 +19,15 @@ from silo.membership.table_manager import MembershipTableManager
 logger = logging.getLogger(__name__)
 
 
+def leader_order(silo: SiloAddress) -> tuple[int, SiloAddress]:
+    """Sort key of seniority: older generation first, then address."""
+    return silo.generation, silo
+
+
 def cleanup_leader(snapshot: MembershipSnapshot) -> SiloAddress | None:
     """The oldest Active silo, by generation then address."""
     active = snapshot.active_silos
-    return min(active, key=lambda silo: (silo.generation, silo)) if active else None
+    return min(active, key=leader_order) if active else None
 
 
 class CleanupAgent:

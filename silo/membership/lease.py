@@ -21,9 +21,14 @@ until a confirmation comes. The lease is checked before each request rather than
 alone, so a silo resuming from a pause (GC, SIGSTOP, a stalled VM) is fenced before it serves
 anything.
 
+The lease also vouches for the silo's *view*: a confirmation counts only if the view is at least
+as new as the confirming read, so a silo that missed a change (a join that took some of its
+keys) stops serving them within ``lease_timeout`` however its gossip was lost.
+
 **Through peers.** A silo whose own table calls fail asks every other non-Dead member of its
-view to read its row for it (``ConfirmMembership``). A peer that reads it Active confirms the
-lease, anchored when the asker *sent* the request (the peer's read starts after that). If no
+view to read its row for it (``ConfirmMembership``). A peer that reads it Active (in a table
+no newer than the asker's view, which the asker first pulls from the peer otherwise) confirms
+the lease, anchored when the asker *sent* the request (the peer's read starts after that). If no
 peer can read the table either, the outage may be everyone's: the asker goes on serving only
 if **every** other non-Dead member of its view answered that it cannot reach the table, holds
 the same view version, has heard of no newer one and has no write whose outcome it does not
@@ -113,7 +118,7 @@ class PeerVerdict(enum.Enum):
     """What the peers' answers to ``ConfirmMembership`` mean for the asker's lease."""
 
     CONFIRMED = "confirmed"
-    """A peer read our row Active: renew the lease."""
+    """A peer read our row Active at our view's version or older: renew the lease."""
     NOT_ACTIVE = "not_active"
     """A peer read our row and it is not Active (Dead, gone): stay fenced; the table decides."""
     OUTAGE = "outage"
@@ -131,10 +136,12 @@ def judge_confirmations(
     """The verdict of ``answers`` (by responder) for a silo whose view is at ``version`` and who has
     heard of ``newest_heard``; ``members``: every other non-Dead silo of that view."""
     reads = [answer for answer in answers.values() if answer.table_read]
-    if any(answer.asker_status is SiloStatus.ACTIVE for answer in reads):
-        return PeerVerdict.CONFIRMED
-    if reads:
+    if any(answer.asker_status is not SiloStatus.ACTIVE for answer in reads):
         return PeerVerdict.NOT_ACTIVE
+    if any(answer.version <= version for answer in reads):
+        return PeerVerdict.CONFIRMED  # read Active, and our view is at least as new as that read
+    if reads:
+        return PeerVerdict.UNKNOWN  # read Active in a newer table than our view: we may have missed a join
     if newest_heard > version or any(member not in answers for member in members):
         return PeerVerdict.UNKNOWN
     for member in members:

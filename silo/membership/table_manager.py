@@ -214,6 +214,8 @@ class MembershipTableManager:
         self._unconfirmed_writes = False
         """A write of ours failed with an unknown outcome and no full read came since."""
         self._outage_logged = False
+        self._caller_read_at: float | None = None
+        """When a Work caller's newer view last made us read the table (``catch_up_to``)."""
 
     @property
     def snapshot(self) -> MembershipSnapshot:
@@ -289,12 +291,15 @@ class MembershipTableManager:
         return rows
 
     def _confirm_lease(self, data: MembershipTableData, started: float) -> None:
-        """Renew the lease if ``data``, read by a call started at ``started``, holds our row Active.
+        """Renew the lease if ``data``, read by a call started at ``started``, holds our row Active
+        and our view is at least as new as that read: the lease also vouches that our view (who
+        owns which key) was current at ``started``, so a silo that missed a join stops serving the
+        keys the newcomer took before the newcomer starts (``silo.runtime.ownership``).
 
         Only our own row matters: a read of other rows (a vote's read of its target) says
         nothing of ours, however new its version."""
         found = data.get(self._address)
-        if found is not None and found[0].status is SiloStatus.ACTIVE:
+        if found is not None and found[0].status is SiloStatus.ACTIVE and self.snapshot.version >= data.version.version:
             self.lease.confirm(started)
 
     async def renew_lease(self) -> None:
@@ -317,9 +322,15 @@ class MembershipTableManager:
             await self._confirm_through_peers()
             return
         self._outage_logged = False
-        self._confirm_lease(data, started)
         if self._own_verdict_in(data) is not None:
-            await self.refresh(self.deadline_in(interval))
+            await self.refresh(self.deadline_in(interval))  # terminates this silo
+            return
+        if data.version.version > self.snapshot.version and not await self._brought_by_gossip(
+            data.version.version, interval / 2
+        ):
+            await self.refresh(self.deadline_in(interval))  # a full read confirms by itself
+            return
+        self._confirm_lease(data, started)
 
     async def _confirm_through_peers(self) -> None:
         """Our table calls fail: ask every other non-Dead member of our view to read our row
@@ -343,6 +354,9 @@ class MembershipTableManager:
         for member, answer in zip(members, await asyncio.gather(*(ask(member) for member in members)), strict=True):
             if answer is not None:
                 answers[member] = answer
+        newer = [answer for answer in answers.values() if answer.table_read and answer.version > snapshot.version]
+        if newer and await self._pull_view(newer[0].responder, newer[0].version):
+            snapshot = self.snapshot  # the read is newer than our view: take the reader's view first
         verdict = judge_confirmations(snapshot.version, self.newest_version_heard, members, answers)
         if verdict is PeerVerdict.CONFIRMED:
             self.lease.confirm(started)
@@ -585,6 +599,23 @@ class MembershipTableManager:
         await self._accept_learned(MembershipSnapshot(data), data.entries, None)
         return True
 
+    async def catch_up_to(self, version: int) -> bool:
+        """Bring our view to ``version`` (a caller's view is that new) within a probe timeout: wait
+        for its gossip, else re-read the table; True once our view is at least that new."""
+        if self.snapshot.version >= version:
+            return True
+        if await self._brought_by_gossip(version, self._options.probe_timeout / 2):
+            return True
+        now = self._clock.monotonic()
+        if self._caller_read_at is not None and now - self._caller_read_at < self._options.probe_timeout:
+            return False  # a caller's version is not trusted: at most one read per probe timeout for them
+        self._caller_read_at = now
+        try:
+            await self.refresh(self.deadline_in(self._options.probe_timeout / 2))
+        except TableUnavailableError:
+            return False
+        return self.snapshot.version >= version
+
     def request_refresh(self) -> None:
         """Look for this silo's own verdict soon, in the background: one such look at a time, one
         per ``probe_timeout``.
@@ -750,14 +781,17 @@ class MembershipTableManager:
         while not (own and self.terminated.is_set()):
             started = self._clock.monotonic()
             data, entry, committed = await self._read_then_write(silo, modify, deadline)
-            if own and entry is not None and committed is not None and entry.status is SiloStatus.ACTIVE:
-                self.lease.confirm(started)  # our row, written Active conditioned on its etag
             if entry is not None and committed is not None:  # written: announce it whatever else happened meanwhile
                 logger.info(
                     "silo %s wrote %s as %s at version %d",
                     self._address, silo, entry.status.name, committed.version.version,
                 )  # fmt: skip
                 await self._after_write(committed)
+                if own and entry.status is SiloStatus.ACTIVE:
+                    # our row written Active (conditioned on its etag). Our view may lag the table
+                    # (a join storm): the keys a joiner may serve wait out takeover_wait anyway
+                    # (silo.runtime.ownership), by which time a renewal has checked the view.
+                    self.lease.confirm(started)
                 return True
             if own and (reason := self._own_verdict_in(data)) is not None:
                 self.terminate(reason)

@@ -35,7 +35,7 @@ from silo.errors import SiloError
 from silo.exit_codes import ExitCode
 from silo.membership.agent import MembershipAgent
 from silo.membership.background import BackgroundTasks
-from silo.membership.cleanup import CleanupAgent, cleanup_leader
+from silo.membership.cleanup import CleanupAgent, cleanup_leader, leader_order
 from silo.membership.clock import Clock, SystemClock, with_timeout
 from silo.membership.cluster_health import ClusterHealthMonitor
 from silo.membership.gossiper import Gossiper
@@ -56,6 +56,8 @@ from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import BlockingRunner, run_in_thread
 from silo.membership.table_manager import MembershipTableManager, VoteOutcome
 from silo.observability.event_log import log_membership_events
+from silo.runtime.ownership import OwnershipGuard
+from silo.work.ownership import OwnershipCheck
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +154,10 @@ class Silo:
         self._event_log: asyncio.Task[None] | None = None
         self._gossip_tasks = BackgroundTasks()
         self._lease_watch: asyncio.Task[None] | None = None
+        self._ownership = OwnershipGuard(
+            address, takeover_wait=options.takeover_wait, monotonic=self._clock.monotonic, provably_gone=self._gone
+        )
+        self._ownership_follower: asyncio.Task[None] | None = None
         self._fenced_since: float | None = None
         self._fencing_listeners: list[Callable[[bool], Awaitable[None]]] = []
 
@@ -257,11 +263,22 @@ class Silo:
         return None
 
     def is_leader(self) -> bool:
-        """Whether this silo is the cluster's leader now: the oldest Active silo of its view, and
-        not fenced (a fenced silo may have been declared Dead and replaced already)."""
-        if self.work_refusal() is not None:
+        """Whether this silo is the cluster's leader now: the oldest Active silo of its view, not
+        fenced (a fenced silo may have been declared Dead and replaced already), and no older silo
+        declared Dead may still be leading (its takeover wait runs, as for its keys)."""
+        if self.work_refusal() is not None or cleanup_leader(self._manager.snapshot) != self._address:
             return False
-        return cleanup_leader(self._manager.snapshot) == self._address
+        self._ownership.observe(self._manager.snapshot)
+        return not any(leader_order(ghost) < leader_order(self._address) for ghost in self._ownership.pending_ghosts())
+
+    def ownership(self) -> OwnershipCheck:
+        """The keys this silo may serve now (its serving ring) and the fencing token, frozen for one request."""
+        self._ownership.observe(self._manager.snapshot)
+        return self._ownership.check()
+
+    async def catch_up(self, version: int) -> bool:
+        """Bring our view to ``version`` (a caller's view is newer) within a probe timeout; True if it is."""
+        return await self._manager.catch_up_to(version)
 
     def on_fencing(self, listener: Callable[[bool], Awaitable[None]]) -> None:
         """Await ``listener(True)`` when this silo fences itself and ``listener(False)`` when it unfences."""
@@ -302,6 +319,7 @@ class Silo:
         self._cleanup.start()
         self._manager.start_lease_renewal()
         self._lease_watch = asyncio.create_task(self._watch_lease())
+        self._ownership_follower = asyncio.create_task(self._follow_ownership())
 
     def _on_joining(self) -> None:
         self._status = SiloStatus.JOINING
@@ -409,6 +427,16 @@ class Silo:
                 self._fenced_since = None
                 await self._announce_fencing(False)
 
+    async def _follow_ownership(self) -> None:
+        """Feed every snapshot to the ownership guard as it comes: a death starts its takeover wait
+        (and the check whether the dead silo's endpoint refuses) when we learn of it."""
+        async for snapshot in self.snapshots():
+            self._ownership.observe(snapshot)
+
+    async def _gone(self, silo: SiloAddress) -> bool:
+        """Whether ``silo`` provably cannot serve: its endpoint refuses, or another incarnation answers."""
+        return await self._prober.ping(silo, self._options.probe_timeout) is ProbeOutcome.REFUSED
+
     async def _announce_fencing(self, fenced: bool) -> None:
         for listener in self._fencing_listeners:
             try:
@@ -417,9 +445,11 @@ class Silo:
                 logger.exception("a fencing listener of silo %s failed", self._address)
 
     async def _stop_roles(self, code: ExitCode) -> None:
-        if self._lease_watch is not None:
-            self._lease_watch.cancel()
-            await asyncio.gather(self._lease_watch, return_exceptions=True)
+        for task in (self._lease_watch, self._ownership_follower):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        await self._ownership.close()
         await self._gossip_tasks.cancel_all()
         await self._cluster.stop()
         await self._agent.stop_heartbeat()

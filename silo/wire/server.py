@@ -51,6 +51,7 @@ from silo.wire.peer_identity import PeerIdentity, authorize, identity_from_sans
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.wire.tls import TlsSettings, server_credentials
 from silo.work import execution
+from silo.work.ownership import NotOwnedError, OwnershipCheck
 from silo.work.registry import HandlerRegistry
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,14 @@ class SiloRpcHandler(MembershipRpcHandler, Protocol):
 
     def work_refusal(self) -> str | None:
         """Why this silo must not serve work now (not Active, or fenced); None if it may."""
+        ...
+
+    def ownership(self) -> OwnershipCheck:
+        """The keys this silo may serve now and its fencing token (``silo.runtime.ownership``)."""
+        ...
+
+    async def catch_up(self, version: int) -> bool:
+        """Bring this silo's view to ``version`` if it can (briefly); True if it is that new."""
         ...
 
 
@@ -314,11 +323,29 @@ class MembershipServer:
                 f"no handler {clip(request.handler)!r} on silo {silo.silo_address} "
                 f"(it has: {', '.join(self.handlers.names)}); start the silo with --handler NAME=module:function",
             )
+        if request.view_version > silo.membership_snapshot().version.version and not await silo.catch_up(
+            request.view_version
+        ):
+            await _abort(
+                context,
+                grpc.StatusCode.ABORTED,
+                f"silo {silo.silo_address} has not caught up with view version {request.view_version} yet; retry",
+            )
         items = [(item.key, item.payload) for item in request.items]
         count = len(items) or "a columnar batch of"
-        run = partial(execution.execute, work, items=items, arrow_batch=request.arrow_batch)
+        ownership = silo.ownership()
+        run = partial(
+            execution.execute,
+            work,
+            items=items,
+            arrow_batch=request.arrow_batch,
+            admit=ownership.admit,
+            token=ownership.token,
+        )
         try:
             outcome = await asyncio.get_running_loop().run_in_executor(self._work_pool, run)
+        except NotOwnedError as exc:
+            await _abort(context, grpc.StatusCode.ABORTED, str(exc))
         except execution.BadRequestError as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"handler {request.handler!r}: {exc}")
         except execution.HandlerFailedError as exc:
@@ -333,6 +360,7 @@ class MembershipServer:
             arrow_results=outcome.arrow_results,
             handler_seconds=outcome.handler_seconds,
             serialization_seconds=outcome.serialization_seconds,
+            fencing_token=ownership.token,
         )
 
 

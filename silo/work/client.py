@@ -44,7 +44,7 @@ from silo.work import columns
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["SyncWorkClient", "WorkClient", "WorkError", "WorkUnavailableError"]
+__all__ = ["SyncWorkClient", "WorkClient", "WorkError", "WorkNotOwnedError", "WorkUnavailableError"]
 
 FAIL_OVER_CODES = frozenset(
     {
@@ -70,6 +70,17 @@ class WorkError(SiloError):
 
 class WorkUnavailableError(SiloError, ConnectionError):
     """The silo could not take the batch now; send it to the key's next owner."""
+
+    def __init__(self, message: str, *, silo: SiloAddress, handler: str) -> None:
+        super().__init__(message)
+        self.silo = silo
+        self.handler = handler
+
+
+class WorkNotOwnedError(SiloError):
+    """The silo does not serve some of the batch's keys now (ABORTED): another silo owns them in its
+    view, or their owner was declared Dead and may still serve them until its lease runs out.
+    Refresh the view and send them to their owners; retry after a short pause."""
 
     def __init__(self, message: str, *, silo: SiloAddress, handler: str) -> None:
         super().__init__(message)
@@ -140,13 +151,15 @@ class _Batch:
         self._check(response, len(array))
         return array
 
-    def error(self, exc: grpc.RpcError) -> WorkError | WorkUnavailableError:
+    def error(self, exc: grpc.RpcError) -> WorkError | WorkUnavailableError | WorkNotOwnedError:
         call = isinstance(exc, (grpc.Call, grpc.aio.AioRpcError))
         code = exc.code() if call else grpc.StatusCode.UNKNOWN
         details = exc.details() if call else str(exc)
         message = f"handler {self.handler!r} on silo {self.silo}: {code.name}: {details}"
         if code in FAIL_OVER_CODES:
             return WorkUnavailableError(message, silo=self.silo, handler=self.handler)
+        if code is grpc.StatusCode.ABORTED:
+            return WorkNotOwnedError(message, silo=self.silo, handler=self.handler)
         return WorkError(message, silo=self.silo, handler=self.handler, code=code.name)
 
 

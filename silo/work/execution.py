@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from silo.errors import SiloError
-from silo.work import columns
+from silo.work import columns, fencing
 from silo.work.handlers import is_columnar
 
 __all__ = ["BadRequestError", "BadResultsError", "HandlerFailedError", "Outcome", "execute"]
@@ -56,8 +56,13 @@ def execute(
     items: Sequence[tuple[str, bytes]] | None = None,
     arrow_batch: bytes = b"",
     clock: Callable[[], float] = time.perf_counter,
+    admit: Callable[[Sequence[str]], None] | None = None,
+    token: int = 0,
 ) -> Outcome:
-    """Run ``handler`` on ``items``, or on the columnar batch ``arrow_batch`` when it is not empty."""
+    """Run ``handler`` on ``items``, or on the columnar batch ``arrow_batch`` when it is not empty.
+
+    ``admit`` sees the batch's keys before the handler runs and raises to refuse it (the silo's
+    ownership check); the handler runs under the fencing ``token`` (``silo.work.fencing``)."""
     started = clock()
     try:
         if items and arrow_batch:
@@ -74,9 +79,12 @@ def execute(
             argument = batch if columnar else columns.batch_items(batch)
     except (ValueError, columns.ColumnarUnavailableError) as exc:
         raise BadRequestError(str(exc)) from exc
+    if admit is not None:
+        admit([key for key, _ in items or ()] if batch is None else batch.column(0).to_pylist())
     called = clock()
     try:
-        raw = handler(argument)
+        with fencing.running_under(token):
+            raw = handler(argument)
     except Exception as exc:  # a handler is user code: any failure is the handler's
         raise HandlerFailedError(f"{type(exc).__name__}: {exc}") from exc
     returned = clock()

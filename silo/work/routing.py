@@ -33,7 +33,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Generic, NamedTuple, Protocol, Self, TypeVar
 
@@ -44,7 +44,7 @@ from membership_tables import MembershipTableError, SiloAddress
 from silo.client.errors import MembershipClientError
 from silo.client.topology import ClusterView, ViewTracker
 from silo.errors import SiloError
-from silo.work.client import WorkError, WorkUnavailableError
+from silo.work.client import WorkError, WorkNotOwnedError, WorkUnavailableError
 from silo.work.hashring import DEFAULT_VIRTUAL_NODES, HashRing
 
 __all__ = [
@@ -73,8 +73,16 @@ Send = Callable[[SiloAddress, str, Sequence[tuple[str, bytes]]], Sequence[bytes]
 
 DEFAULT_BATCH_SIZE = 500
 DEFAULT_MAX_ATTEMPTS = 5
-"""Failed sends per batch before giving up; each failure removes one silo, so five covers a
-batch whose owner and next four owners all die during one task."""
+"""Failed sends in a row per batch before giving up; each failure removes one silo, so five
+covers a batch whose owner and next four owners all die during one task."""
+
+DEFAULT_FAILOVER_TIMEOUT = 120.0
+"""Seconds a batch may keep failing before giving up. A dead owner's keys are served again
+once the cluster declared it Dead and, unless its endpoint refuses connections, its lease ran
+out (production: 15 s of silence, a vote, ``takeover_wait`` 10.3 s); a few times that."""
+
+MAX_REFUSAL_BACKOFF = 1.0
+"""The longest pause before retrying keys a silo does not serve yet."""
 
 
 class NoLiveSiloError(SiloError):
@@ -165,12 +173,24 @@ class Delivery(NamedTuple, Generic[S, R]):
 
 
 @dataclass
+class _Tries:
+    """A batch's failed tries: every one (for the error), the failures in a row that ownership
+    refusals did not interrupt (``max_attempts`` counts those) and when the first one came."""
+
+    failures: list[str] = field(default_factory=list)
+    streak: int = 0
+    refusals: int = 0
+    """Ownership refusals in a row (``WorkNotOwnedError``): the backoff grows with them."""
+    since: float | None = None
+
+
+@dataclass
 class _Part(Generic[S]):
     """A shard with each record's first owner (index into the first ring) and its batch's failed tries."""
 
     shard: S
     first: npt.NDArray[np.int64]
-    failures: list[str]
+    failures: _Tries
 
     def __len__(self) -> int:
         return len(self.shard)
@@ -252,9 +272,17 @@ class Router(Generic[K]):
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         backoff: Callable[[int], float] = exponential_backoff,
         sleep: Callable[[float], None] = time.sleep,
+        failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``send`` is needed by ``route`` only (``dispatch`` takes its own ``submit``)."""
+        """``send`` is needed by ``route`` only (``dispatch`` takes its own ``submit``).
+        ``failover_timeout``: how long a batch may keep failing (silos unavailable, keys not
+        served yet while the cluster moves them) before ``NoLiveSiloError``."""
         check_positive_int("max_attempts", max_attempts)
+        if not failover_timeout > 0:
+            raise ValueError(f"failover_timeout must be a positive number of seconds, got {failover_timeout!r}")
+        self._failover_timeout = failover_timeout
+        self._monotonic = monotonic
         self._handler = handler
         self._send = send
         self._refresh = refresh
@@ -331,7 +359,7 @@ class Router(Generic[K]):
             for shard in shards:
                 if not len(shard):
                     continue
-                part = _Part(shard, self._first_ring.owner_indices(shard.keys), [])
+                part = _Part(shard, self._first_ring.owner_indices(shard.keys), _Tries())
                 for silo, piece in self._group(part):
                     buffer = buffers.get(silo)
                     if buffer is None or buffer.ring is not self._ring:
@@ -388,12 +416,25 @@ class Router(Generic[K]):
         """Wait for ``call``: yield its delivery, or fail over and queue its records again."""
         try:
             results = call.pending.result()
+        except WorkNotOwnedError as exc:
+            # The silo does not own these keys yet: their owner is still Active in its view, or was
+            # declared Dead and may still serve them until its lease runs out. Wait, with the
+            # view's verdict: every silo of the view gets another chance (one we excluded may be
+            # fine), and the records go to their owners on the newest view.
+            tries = call.part.failures
+            log.info("silo %s does not serve %d records yet (%s)", call.silo, len(call.part.shard), exc)
+            self._record_failure(tries, f"{call.silo}: {exc}", refusal=True)
+            self._sleep(min(self._backoff(tries.refusals) / 4, MAX_REFUSAL_BACKOFF))
+            self._excluded.clear()
+            self._adopt_newer_view()
+            for silo, piece in self._group(call.part):
+                calls.append(_Call(silo, piece, submit(silo, piece.shard)))
+            return
         except WorkUnavailableError as exc:
             size = len(call.part.shard)
             log.info("silo %s unavailable (%s); moving %d records to their next owners", call.silo, exc, size)
-            call.part.failures.append(f"{call.silo}: {exc}")
+            self._record_failure(call.part.failures, f"{call.silo}: {exc}")
             self._excluded.add(call.silo)
-            self._check_attempts(call.part.failures)
             self._adopt_newer_view()
             for silo, piece in self._group(call.part):
                 calls.append(_Call(silo, piece, submit(silo, piece.shard)))
@@ -416,9 +457,8 @@ class Router(Generic[K]):
     def _group(self, part: _Part[S]) -> list[tuple[SiloAddress, _Part[S]]]:
         """``part`` split by current owner, waiting (bounded) until some silo is live."""
         while not len(self._ring):
-            part.failures.append(f"no live silo in view version {self._view.version}")
-            self._check_attempts(part.failures)
-            self._sleep(self._backoff(len(part.failures)))
+            self._record_failure(part.failures, f"no live silo in view version {self._view.version}")
+            self._sleep(self._backoff(part.failures.streak))
             # Every silo of the view failed us once: give them another chance, they may be back.
             self._excluded.clear()
             self._adopt_newer_view()
@@ -433,13 +473,25 @@ class Router(Generic[K]):
                 start += count
         return groups
 
-    def _check_attempts(self, failures: list[str]) -> None:
-        if len(failures) < self._max_attempts:
+    def _record_failure(self, tries: _Tries, failure: str, *, refusal: bool = False) -> None:
+        """Count one failed try; raise ``NoLiveSiloError`` after ``max_attempts`` failures in a row
+        (ownership refusals interrupt a row: the cluster is moving the keys) or, whatever they
+        were, once the batch has been failing for ``failover_timeout``."""
+        now = self._monotonic()
+        tries.since = now if tries.since is None else tries.since
+        tries.failures.append(failure)
+        if refusal:
+            tries.streak, tries.refusals = 0, tries.refusals + 1
+        else:
+            tries.streak += 1
+        if tries.streak < self._max_attempts and now - tries.since < self._failover_timeout:
             return
-        tried = "; ".join(failures)
+        shown = tries.failures if len(tries.failures) <= 10 else [*tries.failures[:5], "...", *tries.failures[-5:]]
+        tried = "; ".join(shown)
         active = ", ".join(str(address) for address in self._view.addresses) or "none"
         raise NoLiveSiloError(
-            f"no live silo could process a batch for handler {self._handler!r} after {len(failures)} attempts "
+            f"no live silo could process a batch for handler {self._handler!r} after {len(tries.failures)} attempts "
+            f"in {now - tries.since:.1f}s "
             f"(cluster {self._view.cluster_id!r}, view version {self._view.version}, Active silos: {active}); "
             f"tries: {tried}. Start silos or check that the membership table is reachable."
         )

@@ -15,6 +15,8 @@ from silo.membership.probing import GossipMessage, IndirectProbeResult
 from silo.membership.snapshot import MembershipSnapshot
 from silo.wire.server import MembershipServer
 from silo.wire.tls import TlsSettings
+from silo.work.hashring import HashRing
+from silo.work.ownership import OwnershipCheck
 
 CLUSTER = "test-cluster"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -51,6 +53,13 @@ class FakeHandler:
 
     def health_score(self) -> int:
         return self.score
+
+    def ownership(self) -> OwnershipCheck:
+        """Every key is ours: a ring of this silo alone."""
+        return OwnershipCheck(self.silo_address, HashRing([self.silo_address]), 0, 0, 0, 0.0, {})
+
+    async def catch_up(self, version: int) -> bool:
+        return False
 
     def work_refusal(self) -> str | None:
         if self.status is not SiloStatus.ACTIVE:

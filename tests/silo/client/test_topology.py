@@ -238,6 +238,24 @@ def test_the_leader_changes_only_when_it_leaves_the_active_set(story: list[tuple
         assert (update.view.leader.port if update.view.leader else None) == leader, f"at version {version}"
 
 
+@pytest.mark.parametrize("story", LEADER_STORIES.values(), ids=LEADER_STORIES.keys())
+def test_a_leaders_epoch_stays_while_it_leads_and_grows_when_another_takes_over(
+    story: list[tuple[list[Row], int | None]],
+) -> None:
+    tracker, previous = ViewTracker(CLUSTER), None
+    for version, (rows, _) in enumerate(story, start=1):
+        update = tracker.offer(view(version, *rows))
+        assert update is not None
+        current = update.view
+        if current.leader is None:
+            assert current.leader_epoch == 0
+        elif previous is not None and previous.leader == current.leader:
+            assert current.leader_epoch == previous.leader_epoch, f"at version {version}"
+        else:
+            assert current.leader_epoch == version, f"a new leader at version {version}"
+        previous = current
+
+
 def test_a_fresh_observer_names_the_oldest_active_silo() -> None:
     late_older = view(2, (1, 10, A), (2, 20, A))
     assert late_older.leader == addr(1, 10)

@@ -135,8 +135,8 @@ def answer(port: int, version: int = 7, *, heard: int = 7, unsure: bool = False)
     return MembershipConfirmation(address(port), False, SiloStatus.NONE, version, heard, unsure)
 
 
-def read_answer(port: int, status: SiloStatus) -> MembershipConfirmation:
-    return MembershipConfirmation(address(port), True, status, 8, 8, False)
+def read_answer(port: int, status: SiloStatus, version: int = 7) -> MembershipConfirmation:
+    return MembershipConfirmation(address(port), True, status, version, version, False)
 
 
 def test_peers_confirm_a_lease_only_by_reading_the_row_or_by_all_being_in_the_same_outage() -> None:
@@ -147,6 +147,7 @@ def test_peers_confirm_a_lease_only_by_reading_the_row_or_by_all_being_in_the_sa
         return judge_confirmations(version, heard, members, {address(port): a for port, a in answers.items()})
 
     assert judge({2: read_answer(2, SiloStatus.ACTIVE)}) is PeerVerdict.CONFIRMED
+    assert judge({2: read_answer(2, SiloStatus.ACTIVE, 8)}) is PeerVerdict.UNKNOWN, "our view missed a change"
     assert judge({2: read_answer(2, SiloStatus.DEAD), 3: answer(3)}) is PeerVerdict.NOT_ACTIVE
     assert judge(same) is PeerVerdict.OUTAGE
     assert judge({2: answer(2)}) is PeerVerdict.UNKNOWN, "a silent member may be the side with the table"
@@ -276,3 +277,21 @@ async def test_a_silo_that_is_not_active_yet_is_not_fenced_and_refuses_work_for_
     assert not silo.fenced
     assert "CREATED" in (silo.work_refusal() or "")
     assert not silo.is_leader()
+
+
+@async_test
+async def test_never_two_leaders_when_the_leader_is_cut_off_from_its_peers_or_from_everything() -> None:
+    for table in (False, True):
+        cluster = await started(5)
+        leader = cluster.silos[0]
+        assert [silo.is_leader() for silo in cluster.silos] == [True, False, False, False, False]
+        cluster.cut_off(0, table=table, peers=True)
+        successors = []
+        for _ in range(int(4 * (LOCAL.detection_time + LOCAL.takeover_wait) / STEP)):
+            await cluster.clock.advance(STEP)
+            leaders = [silo for silo in cluster.silos if silo.is_leader()]
+            assert len(leaders) <= 1, f"two leaders at once (table cut: {table})"
+            successors += [silo for silo in leaders if silo is not leader]
+        assert successors, "a new leader took over"
+        assert cluster.status_in_table(0) is SiloStatus.DEAD
+        await cluster.stop()

@@ -12,7 +12,7 @@ import pytest
 
 from membership_tables import SiloAddress, SiloStatus, TableUnavailableError
 from silo.client.topology import ClusterView, SiloInfo
-from silo.work.client import WorkError, WorkUnavailableError
+from silo.work.client import WorkError, WorkNotOwnedError, WorkUnavailableError
 from silo.work.handlers import checksum, checksum_handler
 from silo.work.hashring import HashRing
 from silo.work.routing import NoLiveSiloError, Record, Routed, Router, exponential_backoff
@@ -302,3 +302,59 @@ def test_a_handler_error_cancels_the_calls_in_flight() -> None:
     with pytest.raises(WorkError, match="handler raised"):
         list(routing.dispatch(iter(chunks), submit, 64, 4))
     assert any(call.cancelled for call in pending)
+
+
+class MovingCluster(FakeSilos):
+    """A dies; the survivors refuse its keys (ABORTED) until the cluster moved them (``moved``)."""
+
+    def __init__(self) -> None:
+        super().__init__(down=[A])
+        self.moved = False
+        self.refused = 0
+
+    def send(self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+        owners = HashRing([A, B, C])
+        if silo not in self.down and not self.moved and any(owners.owner(key) == A for key, _ in items):
+            self.refused += 1
+            raise WorkNotOwnedError(f"{silo}: A's keys are held until its lease ran out", silo=silo, handler=handler)
+        return super().send(silo, handler, items)
+
+
+def test_keys_a_silo_does_not_serve_yet_wait_for_the_cluster_instead_of_failing_over_again() -> None:
+    start, after = view(5, A, B, C), view(6, B, C)
+    silos = MovingCluster()
+    views = iter([start] * 6 + [after] * 1000)
+
+    def refresh() -> ClusterView:
+        current = next(views)
+        silos.moved = current is after
+        return current
+
+    routing, waits = router(start, silos, refresh)
+    output = list(routing.route(records(300), batch_size=50))
+    check_complete(output, 300)
+    assert silos.refused > 0, "the survivors refused A's keys while A was still Active in their view"
+    assert all(routed.silo != A for routed in output)
+    assert waits, "it paused between refusals"
+    assert max(waits) <= 1.0
+
+
+def test_a_batch_refused_for_longer_than_the_failover_timeout_fails_with_every_try() -> None:
+    silos = MovingCluster()
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    start = view(5, A, B, C)
+    routing: Router[int] = Router(
+        start, HANDLER, silos.send, lambda: start, sleep=sleep, failover_timeout=10.0, monotonic=lambda: now[0]
+    )
+    with pytest.raises(NoLiveSiloError, match="A's keys are held"):
+        list(routing.route(records(100), batch_size=100))
+    assert 10.0 <= now[0] <= 12.0
+
+
+def test_a_router_rejects_a_failover_timeout_that_is_not_positive() -> None:
+    with pytest.raises(ValueError, match="failover_timeout"):
+        Router(view(1, A), HANDLER, FakeSilos().send, lambda: view(1, A), failover_timeout=0)

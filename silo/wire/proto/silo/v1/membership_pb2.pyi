@@ -273,29 +273,33 @@ class WorkItem(_message.Message):
     def __init__(self, key: _Optional[str] = ..., payload: _Optional[bytes] = ...) -> None: ...
 
 class ProcessRequest(_message.Message):
-    __slots__ = ("cluster_id", "sender", "handler", "items", "arrow_batch")
+    __slots__ = ("cluster_id", "sender", "handler", "items", "arrow_batch", "view_version")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     SENDER_FIELD_NUMBER: _ClassVar[int]
     HANDLER_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     ARROW_BATCH_FIELD_NUMBER: _ClassVar[int]
+    VIEW_VERSION_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     sender: str
     handler: str
     items: _containers.RepeatedCompositeFieldContainer[WorkItem]
     arrow_batch: bytes
-    def __init__(self, cluster_id: _Optional[str] = ..., sender: _Optional[str] = ..., handler: _Optional[str] = ..., items: _Optional[_Iterable[_Union[WorkItem, _Mapping]]] = ..., arrow_batch: _Optional[bytes] = ...) -> None: ...
+    view_version: int
+    def __init__(self, cluster_id: _Optional[str] = ..., sender: _Optional[str] = ..., handler: _Optional[str] = ..., items: _Optional[_Iterable[_Union[WorkItem, _Mapping]]] = ..., arrow_batch: _Optional[bytes] = ..., view_version: _Optional[int] = ...) -> None: ...
 
 class ProcessResponse(_message.Message):
-    __slots__ = ("silo", "results", "arrow_results", "handler_seconds", "serialization_seconds")
+    __slots__ = ("silo", "results", "arrow_results", "handler_seconds", "serialization_seconds", "fencing_token")
     SILO_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     ARROW_RESULTS_FIELD_NUMBER: _ClassVar[int]
     HANDLER_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SERIALIZATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     silo: str
     results: _containers.RepeatedScalarFieldContainer[bytes]
     arrow_results: bytes
     handler_seconds: float
     serialization_seconds: float
-    def __init__(self, silo: _Optional[str] = ..., results: _Optional[_Iterable[bytes]] = ..., arrow_results: _Optional[bytes] = ..., handler_seconds: _Optional[float] = ..., serialization_seconds: _Optional[float] = ...) -> None: ...
+    fencing_token: int
+    def __init__(self, silo: _Optional[str] = ..., results: _Optional[_Iterable[bytes]] = ..., arrow_results: _Optional[bytes] = ..., handler_seconds: _Optional[float] = ..., serialization_seconds: _Optional[float] = ..., fencing_token: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,138 @@
+"""Which keys a silo may serve right now, and the fencing token it serves them under.
+
+Keys belong to the Active silos of the view on a consistent-hash ring (``silo.work.hashring``),
+the same ring the routers use. Ownership only ever moves to a silo after the previous owner has
+certainly stopped serving (docs/protocol.md, "Takeover after fencing"):
+
+* **A silo declared Dead** (its row Dead with suspicion votes: others decided it) may still be
+  serving, cut off or paused, until its membership lease runs out. Its keys stay *held* by it,
+  a ghost on our ring, for ``takeover_wait`` from when we learned of the death, unless it
+  provably cannot serve: its endpoint refuses connections (nothing listens) or another
+  incarnation answers there. Then they are released at once.
+* **A silo that left** (Dead without votes, or ShuttingDown) stopped serving before it wrote
+  that: no wait.
+* **Our own join** takes keys from live owners that learn of it by gossip or, at the latest, at
+  their next lease renewal (the lease needs a current view): we serve nothing for
+  ``takeover_wait`` after we turned Active, unless we were alone.
+
+A key is ours when we own it on the ring of the Active silos plus the ghosts. The **token** is
+the table version at the last change of that ring (a ghost released counts, at the version then
+current): a key's new owner serves it under a larger token than any its previous owner used, so
+a sink that keeps the largest token per key refuses a stale owner's writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from membership_tables import SiloAddress, SiloStatus
+from silo.membership.background import BackgroundTasks
+from silo.membership.snapshot import MembershipSnapshot
+from silo.work.hashring import DEFAULT_VIRTUAL_NODES, HashRing
+from silo.work.ownership import OwnershipCheck
+
+__all__ = ["OwnershipGuard"]
+
+logger = logging.getLogger(__name__)
+
+ProvablyGone = Callable[[SiloAddress], Awaitable[bool]]
+"""Whether a silo provably cannot serve (connection refused, another incarnation answers)."""
+
+
+class OwnershipGuard:
+    """Tracks the serving ring from the silo's snapshots; checks each request's keys against it."""
+
+    def __init__(
+        self,
+        address: SiloAddress,
+        *,
+        takeover_wait: float,
+        monotonic: Callable[[], float],
+        provably_gone: ProvablyGone | None = None,
+        virtual_nodes: int = DEFAULT_VIRTUAL_NODES,
+    ) -> None:
+        self._address = address
+        self._wait = takeover_wait
+        self._monotonic = monotonic
+        self._provably_gone = provably_gone
+        self._virtual_nodes = virtual_nodes
+        self._version = -1
+        self._active: frozenset[SiloAddress] = frozenset()
+        self._ghosts: dict[SiloAddress, float] = {}
+        """Silos declared Dead whose keys we may not serve yet, with the time they are released."""
+        self._own_hold_until: float | None = None
+        self._ring = HashRing((), virtual_nodes)
+        self._ring_silos: frozenset[SiloAddress] = frozenset()
+        self._index = -1
+        self.token = 0
+        """The table version at the last change of the serving ring: the fencing token."""
+        self._probes = BackgroundTasks()
+
+    @property
+    def ghosts(self) -> frozenset[SiloAddress]:
+        """Dead silos whose keys are still held (their takeover wait is running), as last checked."""
+        return frozenset(self._ghosts)
+
+    def pending_ghosts(self) -> frozenset[SiloAddress]:
+        """``ghosts`` now: those whose wait has run out are let go first."""
+        self._expire()
+        return frozenset(self._ghosts)
+
+    def observe(self, snapshot: MembershipSnapshot) -> None:
+        """Take in a newer snapshot (cheap if it is not newer)."""
+        if snapshot.version <= self._version:
+            return
+        now = self._monotonic()
+        active = frozenset(snapshot.active_silos)
+        for silo in self._active - active:
+            entry = snapshot.entry(silo)
+            if entry is not None and entry.status is SiloStatus.DEAD and entry.suspect_times:
+                self._ghosts.setdefault(silo, now + self._wait)
+                if self._provably_gone is not None:
+                    self._probes.spawn(self._release_if_gone(silo))
+        for silo in active & set(self._ghosts):
+            del self._ghosts[silo]  # cannot happen (Dead is terminal); a bogus view must not wedge keys
+        if self._address in active and self._address not in self._active and self._own_hold_until is None:
+            others = active - {self._address}
+            self._own_hold_until = now + self._wait if others else now
+        self._version, self._active = snapshot.version, active
+        self._rebuild()
+
+    async def _release_if_gone(self, silo: SiloAddress) -> None:
+        assert self._provably_gone is not None
+        try:
+            gone = await self._provably_gone(silo)
+        except Exception as exc:
+            logger.debug("could not tell whether %s is gone: %r", silo, exc)
+            return
+        if gone and self._ghosts.pop(silo, None) is not None:
+            logger.info("silo %s: %s refuses connections; its keys are taken over now", self._address, silo)
+            self._rebuild()
+
+    def _expire(self) -> None:
+        now = self._monotonic()
+        expired = [silo for silo, until in self._ghosts.items() if until <= now]
+        for silo in expired:
+            del self._ghosts[silo]
+        if expired:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        silos = self._active | set(self._ghosts)
+        if silos != self._ring_silos:
+            self._ring = HashRing(silos, self._virtual_nodes)
+            self._ring_silos = silos
+            self._index = self._ring.addresses.index(self._address) if self._address in silos else -1
+            self.token = self._version
+
+    def check(self) -> OwnershipCheck:
+        """The ring as of now, frozen, to check a request's keys with (in a worker thread)."""
+        self._expire()
+        now = self._monotonic()
+        hold = max(0.0, self._own_hold_until - now) if self._own_hold_until is not None else 0.0
+        held = {silo: until - now for silo, until in self._ghosts.items()}
+        return OwnershipCheck(self._address, self._ring, self._index, self._version, self.token, hold, held)
+
+    async def close(self) -> None:
+        await self._probes.cancel_all()

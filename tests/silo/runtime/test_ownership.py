@@ -1,0 +1,153 @@
+"""The ownership guard: a key is served by one silo at a time, and only after its previous owner stopped."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from membership_tables import MembershipEntry, SiloAddress, SiloStatus
+from silo.runtime.ownership import OwnershipGuard
+from silo.work.hashring import HashRing
+from silo.work.ownership import NotOwnedError
+from tests.silo.harness import LOCAL, T0, address, async_test, row, view
+
+A, B, C, D = (address(port) for port in (1, 2, 3, 4))
+WAIT = LOCAL.takeover_wait
+KEYS = [f"key-{number}" for number in range(2000)]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def keys_of(silo: SiloAddress, *silos: SiloAddress) -> list[str]:
+    """The keys ``silo`` owns on the ring of ``silos``."""
+    ring = HashRing(silos)
+    return [key for key in KEYS if ring.owner(key) == silo]
+
+
+def dead(silo: SiloAddress, *, voted: bool = True) -> MembershipEntry:
+    votes = ((A, T0), (C, T0)) if voted else ()
+    return row(silo, SiloStatus.DEAD).replace(suspect_times=votes)
+
+
+def guard_of(silo: SiloAddress, clock: Clock, gone: dict[SiloAddress, bool] | None = None) -> OwnershipGuard:
+    async def provably_gone(target: SiloAddress) -> bool:
+        return (gone or {}).get(target, False)
+
+    return OwnershipGuard(silo, takeover_wait=WAIT, monotonic=clock, provably_gone=provably_gone if gone else None)
+
+
+def started(guard: OwnershipGuard, clock: Clock, *silos: SiloAddress, version: int = 1) -> None:
+    """``guard``'s silo found Active with ``silos`` at ``version``, its own join wait over."""
+    guard.observe(view(*(row(silo) for silo in silos), version=version))
+    clock.now += WAIT
+
+
+def test_a_silo_serves_its_own_keys_and_refuses_the_others_with_the_reason() -> None:
+    clock = Clock()
+    guard = guard_of(B, clock)
+    started(guard, clock, A, B, C)
+    check = guard.check()
+    assert check.refusal(keys_of(B, A, B, C)) is None
+    refusal = check.refusal(keys_of(A, A, B, C)[:3] + keys_of(B, A, B, C)[:2])
+    assert refusal is not None
+    assert "3 of 5 keys are not owned" in refusal
+
+
+def test_a_dead_silos_keys_are_held_for_the_takeover_wait_then_served_under_a_larger_token() -> None:
+    clock = Clock()
+    guard = guard_of(B, clock)
+    started(guard, clock, A, B, C)
+    token_before = guard.check().token
+    moved = [key for key in keys_of(A, A, B, C) if HashRing([B, C]).owner(key) == B]
+    assert moved, "some of A's keys move to B"
+    guard.observe(view(dead(A), row(B), row(C), version=2))
+    held = guard.check()
+    refusal = held.refusal(moved)
+    assert refusal is not None
+    assert "declared Dead" in refusal
+    assert held.refusal(keys_of(B, A, B, C)) is None, "B's own keys are served meanwhile"
+    clock.now += WAIT - 0.01
+    assert guard.check().refusal(moved) is not None
+    clock.now += 0.02
+    released = guard.check()
+    assert released.refusal(moved) is None
+    assert released.token > token_before
+
+
+def test_a_silo_that_left_by_itself_hands_its_keys_over_at_once() -> None:
+    clock = Clock()
+    guard = guard_of(B, clock)
+    started(guard, clock, A, B)
+    guard.observe(view(dead(A, voted=False), row(B), version=2))
+    assert guard.check().refusal(keys_of(A, A, B)) is None
+
+
+@async_test
+async def test_a_dead_silo_whose_endpoint_refuses_connections_is_taken_over_at_once() -> None:
+    clock = Clock()
+    guard = guard_of(B, clock, gone={A: True})
+    started(guard, clock, A, B, C)
+    guard.observe(view(dead(A), row(B), row(C), version=2))
+    await asyncio.sleep(0)  # the probe of A's endpoint
+    await asyncio.sleep(0)
+    assert guard.check().refusal(keys_of(B, B, C)) is None
+    await guard.close()
+
+
+@async_test
+async def test_a_dead_silo_that_still_answers_keeps_its_keys_held() -> None:
+    clock = Clock()
+    guard = guard_of(B, clock, gone={A: False, D: True})
+    started(guard, clock, A, B)
+    guard.observe(view(dead(A), row(B), version=2))
+    await asyncio.sleep(0)
+    assert guard.ghosts == {A}
+    await guard.close()
+
+
+def test_a_joining_silo_serves_nothing_until_the_keys_it_takes_have_certainly_been_given_up() -> None:
+    clock = Clock()
+    guard = guard_of(C, clock)
+    guard.observe(view(row(A), row(B), row(C), version=5))
+    refusal = guard.check().refusal(keys_of(C, A, B, C))
+    assert refusal is not None
+    assert "takes over its keys" in refusal
+    clock.now += WAIT
+    assert guard.check().refusal(keys_of(C, A, B, C)) is None
+
+
+def test_the_first_silo_of_a_cluster_serves_at_once() -> None:
+    guard = guard_of(A, Clock())
+    guard.observe(view(row(A), version=1))
+    assert guard.check().refusal(KEYS) is None
+
+
+def test_a_silo_not_active_in_its_view_owns_nothing() -> None:
+    guard = guard_of(D, Clock())
+    guard.observe(view(row(A), row(D, SiloStatus.JOINING), version=3))
+    refusal = guard.check().refusal(KEYS[:1])
+    assert refusal is not None
+    assert "owns no keys" in refusal
+
+
+def test_admit_raises_with_the_refusal() -> None:
+    clock = Clock()
+    guard = guard_of(B, clock)
+    started(guard, clock, A, B)
+    with pytest.raises(NotOwnedError, match="not owned"):
+        guard.check().admit(keys_of(A, A, B)[:1])
+
+
+def test_an_old_view_changes_nothing() -> None:
+    clock = Clock()
+    guard = guard_of(B, clock)
+    started(guard, clock, A, B, version=4)
+    guard.observe(view(row(B), version=3))
+    assert guard.check().version == 4
