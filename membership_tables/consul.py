@@ -62,8 +62,9 @@ from membership_tables.redaction import remember_secret
 
 DEFAULT_PREFIX = "silo-membership"
 DEFAULT_PORT = 8500
-DEFAULT_TIMEOUT = 10.0
-"""Seconds to wait for the agent to connect or answer; then ``TableUnavailableError``."""
+DEFAULT_TIMEOUT = 5.0
+"""Seconds each request waits for the agent to connect, and then between any two bytes of its
+answer (the HTTP timeout of every call); then ``TableUnavailableError``."""
 
 MAX_TXN_OPS = 64
 """Consul's limit on the operations of one ``/v1/txn`` request."""

@@ -342,12 +342,14 @@ class DynamoDbMembershipTable(MembershipTable):
         return TableUnavailableError(f"{what} on DynamoDB table {self.settings.table_name!r} failed: {exc}{hint}")
 
     def _should_stop(self, state: RetryCallState) -> bool:
-        """Stop after ``retry_time``, or after ``max_attempts`` unless a read was merely fenced off.
+        """Stop when the next try would start after ``retry_time``, or after ``max_attempts`` unless
+        a read was merely fenced off.
 
         A fenced read found no fault, only a writer in its way: it keeps trying for the whole
-        time budget, so a busy cluster does not starve its readers.
+        time budget, so a busy cluster does not starve its readers. No try starts after the
+        budget, so a call ends within ``retry_time`` plus one request's timeouts.
         """
-        if (state.seconds_since_start or 0.0) >= self.settings.retry_time:
+        if (state.seconds_since_start or 0.0) + state.upcoming_sleep >= self.settings.retry_time:
             return True
         failure = state.outcome.exception() if state.outcome else None
         return state.attempt_number >= self.settings.max_attempts and not isinstance(failure, _VersionMovedError)

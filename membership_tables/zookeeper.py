@@ -65,6 +65,7 @@ from kazoo.exceptions import (
     RuntimeInconsistency,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KeeperState
 from kazoo.security import make_digest_acl
 
 from membership_tables import codec
@@ -125,7 +126,8 @@ class ZooKeeperSettings:
     ``timeout`` (seconds, default 10): the ZooKeeper session timeout and the longest one
     request may wait for its answer. ``connect_timeout`` (seconds, default 5): how long
     the first use of a handle waits for a connection before raising
-    ``TableUnavailableError``; a handle does not connect until it is first used.
+    ``TableUnavailableError`` (the client then keeps connecting in the background); a handle
+    does not connect until it is first used.
     """
 
     hosts: str
@@ -367,34 +369,37 @@ class ZooKeeperMembershipTable(MembershipTable):
     # -- connection and driver boundary -------------------------------------------------
 
     def _connected(self) -> Any:
-        """The started kazoo client; fails fast instead of queueing while disconnected."""
+        """The connected kazoo client; fails fast instead of queueing while disconnected.
+
+        The first use starts the client and waits ``connect_timeout`` for it to connect. The
+        client is never stopped here (kazoo's ``start`` stops a client that timed out, which
+        waits for its connection attempt, up to ``timeout`` more): it keeps connecting in the
+        background, and later calls fail at once until it is connected.
+        """
         with self._lock:
             if self._closed:
                 raise TableUnavailableError("this ZooKeeper table handle is closed; open a new one") from (
                     ConnectionClosedError("handle closed")
                 )
-            if self._client is None:
+            client = self._client
+            if client is None:
                 digest = self.settings.digest
-                client = KazooClient(
+                client = self._client = KazooClient(
                     hosts=self.settings.hosts,
                     timeout=self.settings.timeout,
                     connection_retry=dict(_RECONNECT),
                     auth_data=digest.auth_data if digest else None,
                     default_acl=digest.acl if digest else None,
                 )
-                try:
-                    client.start(timeout=self.settings.connect_timeout)  # stops the client itself on failure
-                except AuthFailedError as exc:
-                    raise AccessDeniedError(
-                        f"ZooKeeper at {self.settings.hosts} refused the credentials of this handle; check them"
-                    ) from exc
-                except KazooTimeoutError as exc:
+                if not client.start_async().wait(self.settings.connect_timeout):
                     raise TableUnavailableError(
                         f"cannot connect to ZooKeeper at {self.settings.hosts} within "
-                        f"{self.settings.connect_timeout}s; is it running and reachable?"
-                    ) from exc
-                self._client = client
-            client = self._client
+                        f"{self.settings.connect_timeout}s; is it running and reachable? The handle keeps trying"
+                    ) from KazooTimeoutError("Connection time-out")
+        if client.client_state == KeeperState.AUTH_FAILED:
+            raise AccessDeniedError(
+                f"ZooKeeper at {self.settings.hosts} refused the credentials of this handle; check them"
+            ) from AuthFailedError()
         if not client.connected:
             raise TableUnavailableError(
                 f"not connected to ZooKeeper at {self.settings.hosts}; the handle keeps reconnecting in the background"

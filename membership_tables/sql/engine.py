@@ -20,6 +20,7 @@ from sqlalchemy.engine import URL, make_url
 from membership_tables.errors import BackendNotInstalledError, InvalidTableUriError
 from membership_tables.redaction import remember_secret
 from membership_tables.registry import DISTRIBUTION
+from membership_tables.sql.watchdog import Watchdog, guarded_psycopg_connect
 
 # backend -> (the one supported driver, the pip extra that installs it)
 _DRIVERS: dict[str, tuple[str, str]] = {
@@ -41,6 +42,11 @@ class SqlOptions:
     """Seconds to wait for a connection, so an unreachable server fails fast."""
     statement_timeout: float = 30.0
     """Seconds a statement or lock wait may take (SQLite: the busy timeout) before failing."""
+    network_timeout: float = 5.0
+    """Seconds the network to a database server may stay silent: a request gets no more than
+    ``answer_timeout`` (``statement_timeout`` plus this) to be answered, and PostgreSQL's TCP
+    keepalives and ``tcp_user_timeout`` end a connection whose packets go unacknowledged for
+    about this long."""
     pool_size: int = 5
     """Connections kept open per handle."""
     max_overflow: int = 10
@@ -59,7 +65,15 @@ class SqlOptions:
         for name, value in options.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise InvalidTableUriError(f"SQL table option {name} must be a non-negative number, got {value!r}")
+            if name == "network_timeout" and not 0 < value < math.inf:
+                raise InvalidTableUriError(f"SQL table option {name} must be a positive number, got {value!r}")
         return cls(**options)
+
+    @property
+    def answer_timeout(self) -> float:
+        """Seconds a call waits for the server to answer one request before giving the connection
+        up: the server's own limit on the statement, plus ``network_timeout`` for the answer."""
+        return self.statement_timeout + self.network_timeout
 
 
 def parse_url(uri: str) -> URL:
@@ -93,7 +107,8 @@ def parse_url(uri: str) -> URL:
 
 
 def create_engine(url: URL, options: SqlOptions, clock: Callable[[], float] = time.monotonic) -> sa.Engine:
-    """An engine with short connect timeouts, bounded lock waits and liveness checks on checkout.
+    """An engine with short connect timeouts, bounded lock waits, a deadline on every answer of a
+    server (see ``SqlOptions.network_timeout``) and liveness checks on checkout.
 
     ``clock`` (seconds) times how long pooled connections sit idle (see ``_ping_idle_connections``).
     """
@@ -106,16 +121,17 @@ def create_engine(url: URL, options: SqlOptions, clock: Callable[[], float] = ti
     elif backend == "postgresql":
         # libpq counts whole seconds and treats less than 2 as 2
         connect_args = {"connect_timeout": max(2, math.ceil(options.connect_timeout))}
-        if "options" not in url.query:
-            connect_args["options"] = f"-c statement_timeout={timeout * 1000} -c lock_timeout={timeout * 1000}"
+        server_limits = f"-c statement_timeout={timeout * 1000} -c lock_timeout={timeout * 1000}"
+        given = {"options": server_limits, **_tcp_keepalives(options.network_timeout)}
+        connect_args.update((name, value) for name, value in given.items() if name not in url.query)
     else:
         isolation = {"isolation_level": "REPEATABLE READ"}  # whatever the server's default, for snapshot reads
         if "charset" not in url.query:
             url = url.update_query_dict({"charset": "utf8mb4"})
         connect_args = {
             "connect_timeout": options.connect_timeout,
-            "read_timeout": timeout + 5,
-            "write_timeout": timeout + 5,
+            "read_timeout": options.answer_timeout,
+            "write_timeout": options.answer_timeout,
             "init_command": f"SET SESSION innodb_lock_wait_timeout = {max(1, timeout)}",
         }
     try:
@@ -135,8 +151,37 @@ def create_engine(url: URL, options: SqlOptions, clock: Callable[[], float] = ti
         ) from exc
     if backend == "sqlite":
         _configure_sqlite(engine)
+    elif backend == "postgresql":
+        _guard_round_trips(engine, Watchdog(options.answer_timeout))
     _ping_idle_connections(engine, options.ping_after_idle, clock)
     return engine
+
+
+def _tcp_keepalives(network_timeout: float) -> dict[str, int]:
+    """libpq settings that end a connection silent for about ``network_timeout`` seconds.
+
+    Data the server has not acknowledged for that long ends it (``tcp_user_timeout``), and so
+    do keepalive probes left unanswered that long, sent after a third of it without traffic:
+    a server busy with a long statement still answers them, a lost network does not. (libpq
+    counts the keepalive settings in whole seconds, at least 1.)
+    """
+    probe = max(1, round(network_timeout / 3))
+    return {
+        "keepalives": 1,
+        "keepalives_idle": probe,
+        "keepalives_interval": probe,
+        "keepalives_count": 3,
+        "tcp_user_timeout": max(1, round(network_timeout * 1000)),
+    }
+
+
+def _guard_round_trips(engine: sa.Engine, watchdog: Watchdog) -> None:
+    """Make ``engine`` open psycopg connections whose every round trip ``watchdog`` bounds."""
+    connect = guarded_psycopg_connect(watchdog)
+
+    @sa.event.listens_for(engine, "do_connect")
+    def on_connect(_dialect: sa.Dialect, _record: Any, cargs: list[Any], cparams: dict[str, Any]) -> Any:
+        return connect(*cargs, **cparams)
 
 
 _LAST_USED = "silo_last_used"

@@ -4,7 +4,9 @@ Order matters: the gRPC server binds first (``--port 0`` lets the OS pick), beca
 silo's identity ``host:port@generation`` needs the port; then the silo joins, and the
 health service turns SERVING once it is Active. SIGTERM/SIGINT stop it gracefully
 (ShuttingDown, then Dead, exit 0). If the silo finds itself declared dead it stops
-serving at once and the process exits with ``ExitCode.DECLARED_DEAD``.
+serving at once and the process exits with ``ExitCode.DECLARED_DEAD``. Once the silo has
+stopped, the process exits within ``EXIT_GRACE`` even if a table call is still blocked in a
+worker thread (see ``_exit_past_blocked_threads``).
 
 ``assemble`` builds the same stack (server, prober, silo) for silos that run inside another
 program, e.g. tests: ``await stack.start()`` ... ``await stack.silo.stop(); await stack.close()``.
@@ -14,10 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
+import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,13 +79,57 @@ class SiloProcessConfig:
     ``None`` = plaintext. A TLS silo's row says so (property ``transport=tls``)."""
 
 
+EXIT_GRACE = 1.0
+"""Seconds a stopped silo waits for its worker threads before the process exits without them."""
+
+
 def run_process(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
     """Run the silo until it is signalled or declared dead; returns the exit code.
 
     It owns the process: it also tunes the garbage collector for a long-running silo
-    (``gc_tuning``: collect less often, and freeze what exists once the silo is Active)."""
+    (``gc_tuning``: collect less often, and freeze what exists once the silo is Active), and
+    exits the process itself if threads still block once the silo has stopped."""
     tune_for_silos()
-    return asyncio.run(_serve(table, config))
+    code = asyncio.run(_serve(table, config))
+    _exit_past_blocked_threads(code)
+    return code
+
+
+class _UnjoinedExecutor(ThreadPoolExecutor):
+    """The event loop's default executor (``asyncio.to_thread``: every table call), shut down
+    without waiting for its threads, which ``asyncio.run`` would otherwise do before returning."""
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        super().shutdown(wait=False, cancel_futures=cancel_futures)
+
+
+def _exit_past_blocked_threads(code: ExitCode) -> None:
+    """Exit with ``code`` now (logs flushed) if threads still run after ``EXIT_GRACE``.
+
+    A silo that stopped has given up on its table calls, but one may still be blocked in its
+    driver (a store that stopped answering, a lock held elsewhere) until the store's deadline,
+    and a work handler may still run; Python would wait for such threads at exit, however long
+    they take. Returns when there are none, so that a normal exit runs every ``atexit`` handler.
+    """
+    me = threading.current_thread()
+    deadline = time.monotonic() + EXIT_GRACE
+    for thread in threading.enumerate():
+        if thread is not me and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    blocked = [thread.name for thread in threading.enumerate() if thread is not me and not thread.daemon]
+    if not blocked:
+        return
+    log.warning(
+        "exiting with code %d without waiting for %d thread(s) still running (%s), e.g. a table call blocked "
+        "in its store's driver",
+        code,
+        len(blocked),
+        ", ".join(blocked),
+    )
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(code))
 
 
 @dataclass(frozen=True)
@@ -196,6 +246,7 @@ def read_known_silos(table: MembershipTable) -> list[SiloAddress]:
 
 
 async def _serve(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
+    asyncio.get_running_loop().set_default_executor(_UnjoinedExecutor(thread_name_prefix="silo-blocking"))
     try:
         stack = assemble(table, config)
     except (BindError, MetricsUnavailableError, OptionsError) as exc:

@@ -347,7 +347,12 @@ def test_a_uri_without_a_driver_gets_the_supported_one(uri: str, shown: str) -> 
 
 @pytest.mark.parametrize(
     ("options", "message"),
-    [({"pool": 3}, r"unknown SQL table options \['pool'\]"), ({"connect_timeout": "5"}, "must be a non-negative")],
+    [
+        ({"pool": 3}, r"unknown SQL table options \['pool'\]"),
+        ({"connect_timeout": "5"}, "must be a non-negative"),
+        ({"network_timeout": 0}, "network_timeout must be a positive number"),
+        ({"network_timeout": float("inf")}, "network_timeout must be a positive number"),
+    ],
 )
 def test_bad_options_are_refused(tmp_path: Path, options: dict[str, object], message: str) -> None:
     with pytest.raises(InvalidTableUriError, match=message):

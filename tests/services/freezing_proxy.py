@@ -1,0 +1,117 @@
+"""A TCP forwarder that can stop passing bytes: a network that silently drops packets, without root.
+
+Why: a store that vanishes without a word (a cable pulled, a firewall dropping packets, a
+half-dead load balancer) is the case client-side deadlines exist for, and no throwaway server
+can play it: stopping one closes its sockets, SIGSTOP freezes only the process. A
+``FreezingProxy`` sits between a client and a real server; ``freeze()`` keeps every
+connection open but forwards nothing in either direction (new connections are accepted and
+get nothing either), and ``thaw()`` lets the held bytes through again, as a network whose
+outage ends does. The client's kernel still acknowledges what it sends, so TCP itself never
+notices: only a deadline kept by the client ends its wait.
+
+Usage::
+
+    with FreezingProxy("127.0.0.1", server.port) as proxy:
+        table = open_table(f"postgresql://...@127.0.0.1:{proxy.port}/db", ...)
+        proxy.freeze()
+        ...
+        proxy.thaw()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from types import TracebackType
+
+_CHUNK = 65536
+
+
+class FreezingProxy:
+    """Forwards connections to ``127.0.0.1:port`` (``port``) to ``target_host:target_port``."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self._target = (target_host, target_port)
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._closed = False
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._acceptor = threading.Thread(target=self._accept, name=f"freezing-proxy-{self.port}", daemon=True)
+        self._acceptor.start()
+
+    @property
+    def frozen(self) -> bool:
+        return not self._flowing.is_set()
+
+    def freeze(self) -> None:
+        """Stop forwarding: every byte from now on is held, connections stay open."""
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        """Forward again, the held bytes first."""
+        self._flowing.set()
+
+    def close(self) -> None:
+        """Stop listening and close every connection (both ends)."""
+        with self._lock:
+            self._closed = True
+            sockets, self._sockets = self._sockets, []
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the acceptor (closing alone would not)
+        self._listener.close()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        self._flowing.set()  # pumps waiting for a thaw find their sockets closed and end
+        self._acceptor.join(5)
+
+    def __enter__(self) -> FreezingProxy:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:  # closed
+                return
+            try:
+                server = socket.create_connection(self._target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            with self._lock:
+                if self._closed:
+                    client.close()
+                    server.close()
+                    return
+                self._sockets += [client, server]
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        """Copy ``source`` to ``sink`` while flowing; at its end, end ``sink``'s side too."""
+        try:
+            while True:
+                self._flowing.wait()
+                data = source.recv(_CHUNK)
+                if not data:
+                    break
+                self._flowing.wait()  # a freeze while reading holds what was read
+                if self._closed:
+                    return
+                sink.sendall(data)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
