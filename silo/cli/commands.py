@@ -121,6 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="append every membership change this silo writes to PATH as JSON lines (an audit trail)",
     )
     run.add_argument(
+        "--claims-file",
+        default=None,
+        metavar="PATH",
+        help="append what this silo may serve, at every change of it, to PATH as JSON lines "
+        "(silo.runtime.claims.check_claims proves no key had two owners)",
+    )
+    run.add_argument(
         "--metrics-port",
         type=port_number,
         default=None,
@@ -195,6 +202,7 @@ def _run(args: argparse.Namespace) -> int:
         properties=properties,
         handlers=handlers,
         history_file=args.history_file,
+        claims_file=args.claims_file,
         metrics_port=args.metrics_port,
         table_uri=args.table,
         tls=tls,

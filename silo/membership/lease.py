@@ -63,6 +63,8 @@ class MembershipLease:
         self._timeout = timeout
         self._monotonic = monotonic
         self._anchor: float | None = None
+        self.on_confirm: Callable[[], None] | None = None
+        """Called after each confirmation that moved the anchor (a claims recorder)."""
 
     @property
     def timeout(self) -> float:
@@ -78,6 +80,8 @@ class MembershipLease:
         if self._anchor is not None and started_at <= self._anchor:
             return False
         self._anchor = started_at
+        if self.on_confirm is not None:
+            self.on_confirm()
         return True
 
     def age(self) -> float:

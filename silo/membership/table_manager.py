@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -85,6 +86,13 @@ from silo.membership.votes import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+def _retrieve(future: asyncio.Future[MembershipTableData]) -> None:
+    """Mark a lease read's failure as seen: nobody may await it any more."""
+    if not future.cancelled():
+        future.exception()
+
 
 _T = TypeVar("_T")
 
@@ -215,6 +223,8 @@ class MembershipTableManager:
         """A write of ours failed with an unknown outcome and no full read came since."""
         self._outage_logged = False
         self._caller_read_at: float | None = None
+        self._pending_reads: dict[SiloAddress, tuple[float, asyncio.Future[MembershipTableData]]] = {}
+        """Row reads for the lease still running, by silo, with their start (``_read_within``)."""
         """When a Work caller's newer view last made us read the table (``catch_up_to``)."""
 
     @property
@@ -313,24 +323,43 @@ class MembershipTableManager:
             return
         if self.snapshot.status_of(self._address) is not SiloStatus.ACTIVE:
             return  # not a member yet (joining) or not any more (leaving)
-        started = self._clock.monotonic()
-        try:
-            data = await self._access.call(
-                functools.partial(self._table.read_row, self._address), self.deadline_in(interval)
-            )
-        except TableUnavailableError:
+        read = await self._read_within(self._address, interval)
+        if read is None:
             await self._confirm_through_peers()
             return
+        started, data = read
         self._outage_logged = False
-        if self._own_verdict_in(data) is not None:
-            await self.refresh(self.deadline_in(interval))  # terminates this silo
-            return
-        if data.version.version > self.snapshot.version and not await self._brought_by_gossip(
-            data.version.version, interval / 2
+        behind = data.version.version > self.snapshot.version
+        if self._own_verdict_in(data) is not None or (
+            behind and not await self._brought_by_gossip(data.version.version, interval / 2)
         ):
-            await self.refresh(self.deadline_in(interval))  # a full read confirms by itself
+            # we must stop (the read terminates us), or our view is behind and no gossip brought
+            # the change: a full read, which confirms the lease by itself
+            with contextlib.suppress(TimeoutError, TableUnavailableError):
+                await with_timeout(self._clock, self.refresh(), interval)
             return
         self._confirm_lease(data, started)
+
+    async def _read_within(self, silo: SiloAddress, timeout: float) -> tuple[float, MembershipTableData] | None:
+        """``silo``'s row read in one attempt, awaited at most ``timeout``, with the time the read
+        started; None if it failed or is still running. A read still running from an earlier
+        call is awaited again, never started twice: on a store whose packets are dropped, reads
+        hang until the driver's deadline, and starting one per lease renewal would fill the
+        worker threads every other table call needs."""
+        pending = self._pending_reads.get(silo)
+        if pending is None or pending[1].done():
+            read: asyncio.Future[MembershipTableData] = asyncio.ensure_future(
+                self._access.call(functools.partial(self._table.read_row, silo), None)
+            )
+            read.add_done_callback(_retrieve)
+            pending = self._pending_reads[silo] = (self._clock.monotonic(), read)
+        started, future = pending
+        try:
+            data = await with_timeout(self._clock, asyncio.shield(future), timeout)
+        except (TimeoutError, TableUnavailableError):
+            return None
+        self._pending_reads.pop(silo, None)
+        return started, data
 
     async def _confirm_through_peers(self) -> None:
         """Our table calls fail: ask every other non-Dead member of our view to read our row
@@ -383,11 +412,10 @@ class MembershipTableManager:
         Only for silos of our view: a stranger must not make us read the table for it."""
         snapshot = self.snapshot
         if snapshot.entry(asker) is not None and not self.terminated.is_set():
-            try:
-                data = await self._access.call(functools.partial(self._table.read_row, asker), None)
-            except TableUnavailableError:
-                pass
-            else:
+            # within half the asker's wait, so it gets our answer either way
+            read = await self._read_within(asker, self._options.lease_renew_interval / 2)
+            if read is not None:
+                data = read[1]
                 found = data.get(asker)
                 status = found[0].status if found is not None else SiloStatus.NONE
                 return MembershipConfirmation(

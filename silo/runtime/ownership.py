@@ -68,6 +68,8 @@ class OwnershipGuard:
         self.token = 0
         """The table version at the last change of the serving ring: the fencing token."""
         self._probes = BackgroundTasks()
+        self.on_change: Callable[[], None] | None = None
+        """Called after each change of the serving ring or of our own takeover wait (a claims recorder)."""
 
     @property
     def ghosts(self) -> frozenset[SiloAddress]:
@@ -93,11 +95,12 @@ class OwnershipGuard:
                     self._probes.spawn(self._release_if_gone(silo))
         for silo in active & set(self._ghosts):
             del self._ghosts[silo]  # cannot happen (Dead is terminal); a bogus view must not wedge keys
-        if self._address in active and self._address not in self._active and self._own_hold_until is None:
-            others = active - {self._address}
-            self._own_hold_until = now + self._wait if others else now
+        joined = self._address in active and self._address not in self._active and self._own_hold_until is None
+        if joined:
+            self._own_hold_until = now + self._wait if active - {self._address} else now
         self._version, self._active = snapshot.version, active
-        self._rebuild()
+        if not self._rebuild() and joined and self.on_change is not None:
+            self.on_change()
 
     async def _release_if_gone(self, silo: SiloAddress) -> None:
         assert self._provably_gone is not None
@@ -118,13 +121,22 @@ class OwnershipGuard:
         if expired:
             self._rebuild()
 
-    def _rebuild(self) -> None:
+    def _rebuild(self) -> bool:
+        """Rebuild the ring if its silos changed; True if they did."""
         silos = self._active | set(self._ghosts)
-        if silos != self._ring_silos:
-            self._ring = HashRing(silos, self._virtual_nodes)
-            self._ring_silos = silos
-            self._index = self._ring.addresses.index(self._address) if self._address in silos else -1
-            self.token = self._version
+        if silos == self._ring_silos:
+            return False
+        self._ring = HashRing(silos, self._virtual_nodes)
+        self._ring_silos = silos
+        self._index = self._ring.addresses.index(self._address) if self._address in silos else -1
+        self.token = self._version
+        if self.on_change is not None:
+            self.on_change()
+        return True
+
+    def claim(self) -> tuple[frozenset[SiloAddress], dict[SiloAddress, float], float, int]:
+        """The serving ring's silos, the ghosts with their release times, when our own wait ends, the token."""
+        return self._ring_silos, dict(self._ghosts), self._own_hold_until or 0.0, self.token
 
     def check(self) -> OwnershipCheck:
         """The ring as of now, frozen, to check a request's keys with (in a worker thread)."""

@@ -35,6 +35,7 @@ from silo.membership.generation import next_generation
 from silo.membership.observer import NULL_OBSERVER
 from silo.membership.options import SiloOptions
 from silo.membership.probing import Prober
+from silo.runtime.claims import ClaimsFile
 from silo.runtime.gc_tuning import freeze_startup_objects, tune_for_silos
 from silo.runtime.metrics import MetricsExport, MetricsUnavailableError, on_loop
 from silo.runtime.silo import Silo
@@ -69,6 +70,9 @@ class SiloProcessConfig:
     history_file: str | None = None
     """Append every versioned write this silo makes to this JSON-lines file (``--history-file``):
     an audit trail that ``membership_tables.history.check_history`` can verify."""
+    claims_file: str | None = None
+    """Append what this silo may serve, at every change of it, to this JSON-lines file
+    (``--claims-file``): ``silo.runtime.claims.check_claims`` proves one owner per key over a run."""
     metrics_port: int | None = None
     """Serve Prometheus metrics on this port of ``host`` (``0`` = a free one, logged); ``None`` = no
     metrics at all (nothing is measured, ``prometheus_client`` is not even imported)."""
@@ -225,6 +229,7 @@ def assemble(
         properties=advertised_properties(config.properties, tls=config.tls is not None),
         observer=metrics.metrics if metrics else NULL_OBSERVER,
         trusted_gossip=config.tls is not None,
+        claims=ClaimsFile(config.claims_file) if config.claims_file else None,
     )
     silo.on_fencing(lambda fenced: server.set_serving(not fenced))  # health NOT_SERVING while fenced
     if metrics is not None:

@@ -56,6 +56,7 @@ from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import BlockingRunner, run_in_thread
 from silo.membership.table_manager import MembershipTableManager, VoteOutcome
 from silo.observability.event_log import log_membership_events
+from silo.runtime.claims import ClaimsFile, ServingClaim
 from silo.runtime.ownership import OwnershipGuard
 from silo.work.ownership import OwnershipCheck
 
@@ -83,9 +84,11 @@ class Silo:
         run_blocking: BlockingRunner | None = None,
         observer: MembershipObserver = NULL_OBSERVER,
         trusted_gossip: bool = False,
+        claims: ClaimsFile | None = None,
     ) -> None:
         """``trusted_gossip``: only members of the cluster can reach our RPCs (mutual TLS with
-        silo certificates); see ``MembershipTableManager``."""
+        silo certificates); see ``MembershipTableManager``. ``claims``: record every change of
+        what this silo may serve (``silo.runtime.claims``, for tests that check one owner per key)."""
         self._table = table
         self._address = address
         self._options = options
@@ -158,6 +161,10 @@ class Silo:
             address, takeover_wait=options.takeover_wait, monotonic=self._clock.monotonic, provably_gone=self._gone
         )
         self._ownership_follower: asyncio.Task[None] | None = None
+        self._claims = claims
+        if claims is not None:
+            self._manager.lease.on_confirm = self._record_claim
+            self._ownership.on_change = self._record_claim
         self._fenced_since: float | None = None
         self._fencing_listeners: list[Callable[[bool], Awaitable[None]]] = []
 
@@ -315,6 +322,7 @@ class Silo:
         if self._stopping or self._finishing is not None:
             return  # stop() or a termination raced with the last step of the join
         self._status = SiloStatus.ACTIVE
+        self._record_claim()
         self._agent.start_heartbeat()
         self._cleanup.start()
         self._manager.start_lease_renewal()
@@ -335,6 +343,7 @@ class Silo:
             await asyncio.gather(self._join_task, return_exceptions=True)
         if self._status in (SiloStatus.JOINING, SiloStatus.ACTIVE) and not self._manager.terminated.is_set():
             self._status = SiloStatus.SHUTTING_DOWN
+            self._record_claim()
             await self._cluster.stop()  # no votes while leaving
             try:
                 await self._agent.leave()
@@ -427,6 +436,27 @@ class Silo:
                 self._fenced_since = None
                 await self._announce_fencing(False)
 
+    def _record_claim(self) -> None:
+        """Append what we may serve from now on (``silo.runtime.claims``): called at every change of it."""
+        if self._claims is None:
+            return
+        now = self._clock.monotonic()
+        ring, ghosts, serving_from, token = self._ownership.claim()
+        anchor = self._manager.lease.anchor
+        serving = self._status is SiloStatus.ACTIVE and anchor is not None
+        valid_until = anchor + self._options.lease_timeout if serving and anchor is not None else now
+        self._claims.append(
+            ServingClaim(
+                silo=str(self._address),
+                at=now,
+                ring=tuple(sorted(str(silo) for silo in ring)),
+                ghosts={str(silo): until for silo, until in ghosts.items()},
+                serving_from=serving_from,
+                valid_until=valid_until,
+                token=token,
+            )
+        )
+
     async def _follow_ownership(self) -> None:
         """Feed every snapshot to the ownership guard as it comes: a death starts its takeover wait
         (and the check whether the dead silo's endpoint refuses) when we learn of it."""
@@ -462,6 +492,7 @@ class Silo:
         if self._watcher is not None and self._watcher is not asyncio.current_task():
             self._watcher.cancel()
         self._status = SiloStatus.DEAD
+        self._record_claim()
         self._exit_code = code
         logger.info("silo %s stopped (exit code %d %s)", self._address, code, code.name)
         self._done.set()
