@@ -6,11 +6,21 @@ namespace, ``tests/netfaults/lab.py``), listens on ``<host address>:PORT`` and r
 only through the lab's bridge, where ``NetworkLab.partition``/``block``/``isolate``/``set_loss``
 cut or thin the links. All silos use the same fixed port: each host has its own stack.
 
-The membership table is one SQLite file in the test's directory. The filesystem is shared by
-every namespace, so **the table stays reachable from every side of any partition**: a network
-fault cuts silos from each other, never from the table. That is deliberately the scenario of
-the bug report: in a partition, both sides keep voting into the same table and race to declare
-the other side Dead, and only the failure detector's rules decide who wins.
+By default the membership table is one SQLite file in the test's directory. The filesystem is
+shared by every namespace, so **the table stays reachable from every side of any partition**: a
+network fault cuts silos from each other, never from the table. That is deliberately the
+scenario of the bug report: in a partition, both sides keep voting into the same table and race
+to declare the other side Dead, and only the failure detector's rules decide who wins.
+
+``NetCluster(workdir, table="postgres")`` puts the table on the network instead: a throwaway
+PostgreSQL server (``tests/services/postgres.py``) runs inside a lab host of its own
+(``table_host``, named ``pg``, added before the silos: 10.213.0.1) and the silos connect to it
+over the bridge (``postgresql+psycopg://postgres@10.213.0.1:PORT/...``). Then a fault cuts silos
+from the table as well: ``lab.isolate(silo_host)`` cuts it from its peers and the table,
+``lab.partition([silo_host], [cluster.table_host])`` from the table only,
+``lab.partition(cluster.hosts, [cluster.table_host])`` takes the table away from everyone. The
+test itself reads the table through the server's unix socket (``observer_uri``), which no lab
+fault cuts.
 
 Every silo records its versioned writes (``--history-file <workdir>/history/<name>.jsonl``), so
 a test can check the whole run against the protocol's invariants (``check_history``), not just
@@ -37,6 +47,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Literal
 
 import pytest
 
@@ -51,12 +62,16 @@ from membership_tables import (
 from membership_tables.history import assert_history_ok, load_history
 from silo.membership.options import SiloOptions
 from tests.netfaults import Host, NetworkLab, lab_unavailable_reason
+from tests.services.postgres import PostgresServer
 from tests.silo.cluster_harness import START_TIMEOUT, SiloProcess
 
 PORT = 11111
 """Every silo listens on this port of its own host's address (each host has its own stack)."""
 
 CLUSTER_ID = "net"
+TABLE_HOST = "pg"
+"""Name of the lab host that runs the PostgreSQL table (``table="postgres"``)."""
+TableKind = Literal["sqlite", "postgres"]
 POLL = 0.2
 """Seconds between table reads while waiting; a table read is a few milliseconds of SQLite."""
 
@@ -83,6 +98,15 @@ for _ in range(attempts):
         unanswered += 1  # timed out: the SYN or the RST was dropped
 print(unanswered)
 """
+
+HEALTH_CHECK = """
+import sys, grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+with grpc.insecure_channel(sys.argv[1]) as channel:
+    response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10.0)
+print(health_pb2.HealthCheckResponse.ServingStatus.Name(response.status))
+"""
+"""Prints the gRPC health status of the server at ``argv[1]`` (``host:port``); run it on a lab host."""
 
 
 def skip_unless_lab_available() -> None:
@@ -137,10 +161,14 @@ Condition = Callable[[ClusterView], bool]
 
 
 class NetCluster:
-    """A ``NetworkLab`` plus one silo per lab host, all on one SQLite table (see the module docstring).
+    """A ``NetworkLab`` plus one silo per lab host, all on one table (see the module docstring).
+
+    ``table``: ``"sqlite"`` (a file every namespace shares, never cut) or ``"postgres"`` (a
+    PostgreSQL server on the lab host ``table_host``, reached over the lab's network).
 
     Skips the test (``pytest.skip``) if the lab cannot run here. Use as a context manager, or
-    call ``close()``: it kills every silo and deletes the lab even after a failed test.
+    call ``close()``: it kills every silo, stops the table's server and deletes the lab even
+    after a failed test.
     """
 
     def __init__(
@@ -151,6 +179,7 @@ class NetCluster:
         port: int = PORT,
         log_level: str = "INFO",
         extra_args: Sequence[str] = (),
+        table: TableKind = "sqlite",
     ) -> None:
         skip_unless_lab_available()
         self.workdir = workdir
@@ -161,13 +190,31 @@ class NetCluster:
         """Passed to every ``silo run`` (e.g. ``["--set", "probe_timeout=1s"]``)."""
         self.options = SiloOptions.local()
         """The options every silo runs with (the ``local`` preset), for tests that derive bounds."""
-        self.table_uri = f"sqlite:///{workdir / 'membership.db'}"
         self.history_dir = workdir / "history"
         self.log_dir = workdir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.silos: list[NetSilo] = []
         self._table: MembershipTable | None = None
+        self.table_host: Host | None = None
+        """The lab host the table's server runs on (``table="postgres"``); None for SQLite."""
+        self.postgres: PostgresServer | None = None
         self.lab = NetworkLab(f"net-{cluster_id}")
+        try:
+            self.table_uri, self.observer_uri = self._start_table(table)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_table(self, table: TableKind) -> tuple[str, str]:
+        """Start the table; return (the URI the silos use, the URI the test reads it through)."""
+        if table == "sqlite":
+            uri = f"sqlite:///{self.workdir / 'membership.db'}"
+            return uri, uri
+        host = self.table_host = self.lab.add_host(TABLE_HOST)
+        server = self.postgres = PostgresServer(namespace=host.namespace, listen_address=host.address)
+        server.start()
+        server.create_database(self.cluster_id)
+        return server.database_url(self.cluster_id), server.socket_url(self.cluster_id)
 
     def __enter__(self) -> NetCluster:
         return self
@@ -235,6 +282,9 @@ class NetCluster:
         raise KeyError(f"no silo named {name!r}; have {self.names}")
 
     def host(self, name: str) -> Host:
+        """The lab host of the silo ``name``, or the table's host (``TABLE_HOST``)."""
+        if self.table_host is not None and name == self.table_host.name:
+            return self.table_host
         return self.silo(name).host
 
     def hosts_of(self, names: Iterable[str]) -> list[Host]:
@@ -252,7 +302,7 @@ class NetCluster:
     @property
     def table(self) -> MembershipTable:
         if self._table is None:
-            self._table = open_table(self.table_uri, self.cluster_id)
+            self._table = open_table(self.observer_uri, self.cluster_id)
         return self._table
 
     def read(self) -> MembershipTableData:
@@ -395,7 +445,8 @@ class NetCluster:
         assert_history_ok(records, min_voters=min_voters, protected=addresses)
 
     def close(self) -> None:
-        """SIGKILL every silo (its process group), close the table, delete the lab; safe to call twice."""
+        """SIGKILL every silo (its process group), close the table, stop its server, delete the lab;
+        safe to call twice."""
         try:
             for silo in self.silos:
                 with contextlib.suppress(subprocess.TimeoutExpired, OSError):
@@ -404,4 +455,9 @@ class NetCluster:
                 self._table.close()
                 self._table = None
         finally:
-            self.lab.close()
+            try:
+                if self.postgres is not None:
+                    self.postgres.close()  # stops it and removes its data dir
+                    self.postgres = None
+            finally:
+                self.lab.close()

@@ -26,7 +26,7 @@ import pytest
 from membership_tables import SiloStatus
 from silo.exit_codes import ExitCode
 from silo.membership.options import SiloOptions
-from tests.faults.net_cluster import PORT, ClusterView, Condition, NetCluster
+from tests.faults.net_cluster import HEALTH_CHECK, PORT, ClusterView, Condition, NetCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -58,14 +58,6 @@ LOSS_CHECK_ATTEMPTS = 30
 """Connects that prove the loss is in effect: all 30 answered at 36% loss per connect has odds 0.64^30 < 2e-6."""
 MIN_VOTERS = OPTIONS.num_votes_for_death_declaration
 """2: the local preset needs 2 votes, and min(2, (active + 1) // 2) is still 2 for 3 to 5 Active silos."""
-
-HEALTH_CHECK = """
-import sys, grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-with grpc.insecure_channel(sys.argv[1]) as channel:
-    response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10.0)
-print(health_pb2.HealthCheckResponse.ServingStatus.Name(response.status))
-"""
 
 
 @pytest.fixture

@@ -3,6 +3,13 @@
 PostgreSQL refuses to run as root, so when the tests run as root the server runs as the
 ``postgres`` user (through ``runuser``) with a data dir that user owns. It listens on
 127.0.0.1 only, keeps its unix socket in the temp dir and runs with ``fsync=off``.
+
+``PostgresServer(namespace=NS, listen_address=A)`` runs it inside a network namespace instead
+(``ip netns exec NS``, e.g. a ``tests.netfaults`` lab host), listening on that host's address
+``A``, where clients in the other namespaces of its network reach it (``url``) and network
+faults can cut them off from it. The harness itself (readiness, ``create_database``) and
+``socket_url`` go through the unix socket in the temp dir: a filesystem socket is reachable
+from every network namespace, so the test keeps an eye on the table that no lab fault cuts.
 """
 
 from __future__ import annotations
@@ -28,8 +35,14 @@ class PostgresServer(ThrowawayServer):
     name = "postgres"
     stop_signal = signal.SIGINT  # "fast" shutdown: SIGTERM would wait for every client to leave
 
-    def __init__(self) -> None:
+    def __init__(self, *, namespace: str | None = None, listen_address: str = "127.0.0.1") -> None:
+        """``namespace``: the network namespace to run in (the root one if None); ``listen_address``:
+        the address there that clients connect to (a non-loopback one is trusted for its subnet)."""
         super().__init__()
+        self.namespace = namespace
+        self.listen_address = listen_address
+        if namespace is not None:
+            self.command_prefix = ("ip", "netns", "exec", namespace)
         self.bin = find_binary("postgres", _BIN_PATTERN + "postgres").parent
         self.data = self.root / "data"
         self.socket_dir = self.root / "socket"
@@ -48,14 +61,23 @@ class PostgresServer(ThrowawayServer):
             self.root / "initdb.log",
             user=self.user,
         )
+        if listen_address != "127.0.0.1":
+            # initdb trusts loopback only; "samenet": any address of a subnet the server is on
+            with (self.data / "pg_hba.conf").open("a") as hba:
+                hba.write("host all all samenet trust\n")
         self.url = self.database_url(_SUPERUSER)
 
     def database_url(self, database: str) -> str:
-        return f"postgresql+psycopg://{_SUPERUSER}@127.0.0.1:{self.port}/{database}"
+        """The URL clients use: TCP to ``listen_address`` (from ``namespace``'s network if it has one)."""
+        return f"postgresql+psycopg://{_SUPERUSER}@{self.listen_address}:{self.port}/{database}"
+
+    def socket_url(self, database: str) -> str:
+        """A URL of ``database`` through the unix socket: works from any network namespace of this machine."""
+        return f"postgresql+psycopg://{_SUPERUSER}@:{self.port}/{database}?host={self.socket_dir}"
 
     def _argv(self) -> list[str]:
         settings = {
-            "listen_addresses": "127.0.0.1",
+            "listen_addresses": self.listen_address,
             "unix_socket_directories": str(self.socket_dir),
             "fsync": "off",
             "synchronous_commit": "off",
@@ -68,7 +90,12 @@ class PostgresServer(ThrowawayServer):
 
     def _connect(self, database: str = _SUPERUSER) -> psycopg.Connection[tuple[object, ...]]:
         return psycopg.connect(
-            host="127.0.0.1", port=self.port, user=_SUPERUSER, dbname=database, connect_timeout=2, autocommit=True
+            host=str(self.socket_dir),
+            port=self.port,
+            user=_SUPERUSER,
+            dbname=database,
+            connect_timeout=2,
+            autocommit=True,
         )
 
     def _ready(self) -> bool:
@@ -98,7 +125,7 @@ class PostgresServer(ThrowawayServer):
         show that it never leaks.
         """
         self.run_as_admin(database, [f"CREATE ROLE {role} LOGIN PASSWORD '{password}'"])
-        return f"postgresql+psycopg://{role}:{password}@127.0.0.1:{self.port}/{database}"
+        return f"postgresql+psycopg://{role}:{password}@{self.listen_address}:{self.port}/{database}"
 
 
 @pytest.fixture(scope="session")

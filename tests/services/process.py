@@ -42,15 +42,23 @@ class ServerProcess:
     """A child server process with its output in a log file; stopped by ``stop()``.
 
     The child gets its own process group so that ``stop()`` also ends anything it forked.
+    ``prefix`` wraps the whole command, outside the switch to ``user``: ``ip netns exec NS``
+    runs the server in a network namespace (that needs root, which ``runuser`` then drops).
     """
 
     def __init__(
-        self, argv: Sequence[str], log: Path, env: dict[str, str] | None = None, user: str | None = None
+        self,
+        argv: Sequence[str],
+        log: Path,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        prefix: Sequence[str] = (),
     ) -> None:
         self.log = log
         command = list(argv)
         if user is not None and os.geteuid() == 0:
             command = ["runuser", "-u", user, "--", *command]
+        command = [*prefix, *command]
         self._log_file = log.open("ab")
         self.process = subprocess.Popen(
             command,

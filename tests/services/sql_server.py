@@ -60,6 +60,8 @@ class ThrowawayServer(abc.ABC):
     user: str | None = None
     """Unix user the server runs as (when the tests run as root)."""
     stop_signal = signal.SIGTERM
+    command_prefix: Sequence[str] = ()
+    """Wraps the server's command line (``ip netns exec NS`` to run it in a network namespace)."""
     url: str
     """SQLAlchemy URL of the database the tests use."""
 
@@ -86,7 +88,7 @@ class ThrowawayServer(abc.ABC):
         """Start (or restart) the server on the same port and data."""
         if self.running:
             return
-        process = self._process = ServerProcess(self._argv(), self.log, user=self.user)
+        process = self._process = ServerProcess(self._argv(), self.log, user=self.user, prefix=self.command_prefix)
 
         def up() -> bool:
             if not process.running:
