@@ -323,7 +323,13 @@ class MembershipTableManager:
             return
         if self.snapshot.status_of(self._address) is not SiloStatus.ACTIVE:
             return  # not a member yet (joining) or not any more (leaving)
-        read = await self._read_within(self._address, interval)
+        pending = self._pending_reads.get(self._address)
+        if pending is not None and not pending[1].done():
+            # our last read still hangs (a store whose packets are dropped): go to the peers at
+            # once, every renewal, rather than spend half of each round waiting on it again
+            await self._confirm_through_peers()
+            return
+        read = await self._read_within(self._address, interval / 2)
         if read is None:
             await self._confirm_through_peers()
             return

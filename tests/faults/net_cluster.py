@@ -22,10 +22,12 @@ from the table as well: ``lab.isolate(silo_host)`` cuts it from its peers and th
 test itself reads the table through the server's unix socket (``observer_uri``), which no lab
 fault cuts.
 
-Every silo records its versioned writes (``--history-file <workdir>/history/<name>.jsonl``), so
-a test can check the whole run against the protocol's invariants (``check_history``), not just
-the final table. Processes run in their own process groups; ``close()`` SIGKILLs them all and
-deletes the lab, which also kills anything left in its namespaces.
+Every silo records its versioned writes (``--history-file <workdir>/history/<name>.jsonl``) and
+what it may serve (``--claims-file <workdir>/claims/<name>.jsonl``), so a test can check the
+whole run against the protocol's invariants and that no key ever had two owners at once
+(``check_history``, which also runs ``check_claims``), not just the final table. Processes run
+in their own process groups; ``close()`` SIGKILLs them all and deletes the lab, which also kills
+anything left in its namespaces.
 
 Usage::
 
@@ -61,6 +63,7 @@ from membership_tables import (
 )
 from membership_tables.history import assert_history_ok, load_history
 from silo.membership.options import SiloOptions
+from silo.runtime.claims import check_claims, load_claims
 from tests.netfaults import Host, NetworkLab, lab_unavailable_reason
 from tests.services.postgres import PostgresServer
 from tests.silo.cluster_harness import START_TIMEOUT, SiloProcess
@@ -191,6 +194,8 @@ class NetCluster:
         self.options = SiloOptions.local()
         """The options every silo runs with (the ``local`` preset), for tests that derive bounds."""
         self.history_dir = workdir / "history"
+        self.claims_dir = workdir / "claims"
+        self.claims_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir = workdir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.silos: list[NetSilo] = []
@@ -257,6 +262,7 @@ class NetCluster:
             *("--preset", "local"),
             *("--name", host.name),
             *("--history-file", str(self.history_dir / f"{host.name}.jsonl")),
+            *("--claims-file", str(self.claims_dir / f"{host.name}.jsonl")),
             *("--log-level", self.log_level),
             *self.extra_args,
         ]
@@ -443,6 +449,15 @@ class NetCluster:
         records = load_history(self.history_dir) if self.history_dir.exists() else []
         assert records, f"no history recorded in {self.history_dir}"
         assert_history_ok(records, min_voters=min_voters, protected=addresses)
+        self.check_claims()
+
+    def check_claims(self) -> None:
+        """Fail if two silos could ever have served the same key at the same moment: the silos'
+        serving claims (``--claims-file``, on this machine's monotonic clock) never overlap."""
+        claims = load_claims(sorted(self.claims_dir.glob("*.jsonl")))
+        assert claims, f"no serving claims recorded in {self.claims_dir}"
+        overlaps = check_claims(claims)
+        assert not overlaps, f"{len(overlaps)} overlaps of ownership, first: " + "; ".join(overlaps[:3])
 
     def close(self) -> None:
         """SIGKILL every silo (its process group), close the table, stop its server, delete the lab;
