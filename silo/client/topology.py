@@ -27,7 +27,7 @@ from datetime import datetime
 from types import MappingProxyType
 
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus
-from silo.events import MembershipEvent
+from silo.events import EventKind, MembershipEvent
 
 __all__ = ["ClusterView", "SiloInfo", "ViewDiff", "ViewTracker", "ViewUpdate", "diff"]
 
@@ -184,6 +184,14 @@ class ViewUpdate:
         """Every change the source saw since its previous view (``ClusterView.events``): joins,
         suspicions with their voter, deaths with their voters, leaves, property changes."""
         return self.view.events
+
+    @property
+    def changing(self) -> tuple[SiloAddress, ...]:
+        """Active silos of this view that were just suspected (a vote against them appeared): the
+        view is about to change (Sling's TOPOLOGY_CHANGING). A listener that pauses work for their
+        keys here resumes it on the update that declares them Dead, or that clears the votes."""
+        suspected = (event.silo for event in self.view.events if event.kind is EventKind.SUSPECTED)
+        return tuple(dict.fromkeys(silo for silo in suspected if silo in self.view))
 
 
 class ViewTracker:

@@ -59,6 +59,9 @@ log = logging.getLogger(__name__)
 StreamRequest = TypeVar("StreamRequest", pb.PingRequest, pb.GossipRequest)
 """What a bidirectional stream of the Membership service carries: each request names its cluster."""
 
+FENCING_POLL_SECONDS = 0.2
+"""How often a quiet watch stream checks whether its silo fenced itself."""
+
 HEALTH_SERVICES = ("", codec.SERVICE_NAME, codec.WORK_SERVICE_NAME)
 """Health is reported for the whole server ("") and for each service."""
 
@@ -87,6 +90,11 @@ class SiloRpcHandler(MembershipRpcHandler, Protocol):
 
     def work_refusal(self) -> str | None:
         """Why this silo must not serve work now (not Active, or fenced); None if it may."""
+        ...
+
+    @property
+    def fenced(self) -> bool:
+        """Whether this silo's membership lease ran out (its view is unconfirmed)."""
         ...
 
     def ownership(self) -> OwnershipCheck:
@@ -297,14 +305,43 @@ class MembershipServer:
     async def _watch_membership(
         self, request: pb.WatchMembershipRequest, context: Any
     ) -> AsyncIterator[pb.MembershipView]:
+        """Every newer view until the silo stops, or fences itself: its view is then unconfirmed
+        (the others may have moved on without it), and the stream ends with UNAVAILABLE so the
+        client watches another gateway."""
         handler = await self._admit(request.header, context, "WatchMembership")
         after = request.after_version if request.HasField("after_version") else None
         previous: MembershipTableData | None = None
-        async for snapshot in handler.snapshots():
-            if after is None or snapshot.version > after:
-                events = membership_events(previous, snapshot.data, snapshot.observed_at or self._now())
-                previous = snapshot.data
-                yield codec.view_to_proto(snapshot.data, handler.silo_address, events)
+        views: asyncio.Queue[MembershipSnapshot | None] = asyncio.Queue()
+
+        async def pump() -> None:
+            async for snapshot in handler.snapshots():
+                views.put_nowait(snapshot)
+            views.put_nowait(None)
+
+        pumping = asyncio.ensure_future(pump())
+        try:
+            while True:
+                try:
+                    snapshot = await asyncio.wait_for(views.get(), FENCING_POLL_SECONDS)
+                except TimeoutError:
+                    if handler.fenced:
+                        break
+                    continue
+                if snapshot is None or handler.fenced:
+                    break
+                if after is None or snapshot.version > after:
+                    events = membership_events(previous, snapshot.data, snapshot.observed_at or self._now())
+                    previous = snapshot.data
+                    yield codec.view_to_proto(snapshot.data, handler.silo_address, events)
+        finally:
+            pumping.cancel()
+        if handler.fenced:
+            await _abort(
+                context,
+                grpc.StatusCode.UNAVAILABLE,
+                f"silo {handler.silo_address} is fenced: the membership table has not confirmed it lately, so its "
+                "view is unconfirmed; watch another gateway",
+            )
         await _abort(
             context, grpc.StatusCode.UNAVAILABLE, f"silo {handler.silo_address} stopped; watch another gateway"
         )

@@ -48,6 +48,8 @@ class FakeHandler:
     """What ``snapshots()`` yields before it ends (default: ``snapshot`` alone)."""
     hold_open: bool = False
     """``snapshots()`` never ends, like a silo whose membership does not change."""
+    fenced: bool = False
+    """What the silo says of its lease (a fenced silo ends its watch streams)."""
     observed_at: datetime | None = None
     """The ``observed_at`` of every snapshot ``snapshots()`` yields (as ``SnapshotPublisher`` stamps it)."""
 

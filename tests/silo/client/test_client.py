@@ -343,6 +343,12 @@ def test_the_public_names_are_exactly_the_intended_ones() -> None:
         "ViewUpdate",
         "WrongClusterError",
     }
-    assert set(work_client_module.__all__) == {"SyncWorkClient", "WorkClient", "WorkError", "WorkUnavailableError"}
+    assert set(work_client_module.__all__) == {
+        "SyncWorkClient",
+        "WorkClient",
+        "WorkError",
+        "WorkNotOwnedError",
+        "WorkUnavailableError",
+    }
     for module in (client_module, work_client_module):
         assert all(hasattr(module, name) for name in module.__all__)

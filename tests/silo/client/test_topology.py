@@ -2,12 +2,14 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 import pytest
 
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion
 from membership_tables.testing import make_entry
 from silo.client.topology import ClusterView, SiloInfo, ViewDiff, ViewTracker, diff
+from silo.events import EventKind, MembershipEvent
 
 CLUSTER = "topology-test"
 A, S, J, D = SiloStatus.ACTIVE, SiloStatus.SHUTTING_DOWN, SiloStatus.JOINING, SiloStatus.DEAD
@@ -273,3 +275,20 @@ def test_views_pickle_for_spark_broadcasts_and_hash() -> None:
     assert dict(copy.silos[0].properties) == {"zone": "a"}
     assert hash(copy) == hash(cluster)
     assert len({*cluster.silos, *copy.silos}) == 2
+
+
+def test_an_update_says_which_active_silos_are_about_to_change() -> None:
+    """A suspicion of an Active silo is Sling's TOPOLOGY_CHANGING: the view is about to change."""
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    start = view(1, (1, 1, A), (2, 2, A), (3, 3, D))
+    suspected, voter, gone = (entry(row).silo_address for row in ((1, 1, A), (2, 2, A), (3, 3, D)))
+
+    def event(kind: EventKind, silo: SiloAddress) -> MembershipEvent:
+        return MembershipEvent(kind, silo, "", 2, when, when, by=(voter,))
+
+    events = (event(EventKind.SUSPECTED, suspected), event(EventKind.SUSPECTED, gone), event(EventKind.JOINED, voter))
+    tracker = ViewTracker(CLUSTER)
+    tracker.offer(start)
+    update = tracker.offer(ClusterView(CLUSTER, 2, start.silos, events=events))
+    assert update is not None
+    assert update.changing == (suspected,), "only Active silos of the view; suspicions only"

@@ -332,6 +332,28 @@ def test_watch_streams_every_snapshot_then_ends_with_unavailable_when_the_silo_s
     assert "watch another gateway" in ended.details()
 
 
+def test_a_watch_ends_with_unavailable_when_its_silo_fences_itself() -> None:
+    """A fenced gateway's view is unconfirmed: its clients must watch another gateway."""
+
+    async def scenario() -> tuple[grpc.StatusCode, str]:
+        async with (
+            serving(lambda me: FakeHandler(me, hold_open=True)) as (server, handler),
+            grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel,
+        ):
+            stream = codec.WATCH_MEMBERSHIP.bind(channel)(pb.WatchMembershipRequest(header=header()), timeout=10.0)
+            views = aiter(stream)
+            await anext(views)
+            handler.fenced = True
+            with pytest.raises(grpc.aio.AioRpcError) as ended:
+                await anext(views)
+            return ended.value.code(), ended.value.details() or ""
+
+    code, details = run(scenario())
+    assert code is grpc.StatusCode.UNAVAILABLE
+    assert "is fenced" in details
+    assert "watch another gateway" in details
+
+
 def test_a_quiet_watch_survives_the_clients_keepalive_pings() -> None:
     # The server must accept a ping every 5 s or more; by default it answers the third ping of a
     # quiet connection with GOAWAY "too_many_pings". The first value of a channel option wins.
