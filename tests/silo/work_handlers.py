@@ -61,3 +61,21 @@ def checksum_or_kill(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(int(pid), signal.SIGKILL)
     return checksum_handler(items)
+
+
+_SINKS: dict[str, object] = {}
+
+
+def token_sink(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    """Store each payload in a ``TokenSink`` (SQLite file ``$SILO_TEST_SINK``) under the call's
+    fencing token: ``stored``, or ``refused`` when a newer owner of the key wrote first."""
+    from silo.work.fencing import current_token
+    from silo.work.token_sink import TokenSink
+
+    path = os.environ["SILO_TEST_SINK"]
+    sink = _SINKS.get(path)
+    if sink is None:
+        sink = _SINKS[path] = TokenSink(f"sqlite:///{path}")
+    assert isinstance(sink, TokenSink)
+    token = current_token()
+    return [b"stored" if sink.write(key, token, payload) else b"refused" for key, payload in items]
