@@ -8,8 +8,14 @@ Everything is measured against the **floor**, ``num_missed_probes_limit x probe_
 * **Crash and hang**, at N = 5, 10, 20 ``silo run`` processes (local preset, SQLite): each
   trial SIGKILLs (crash: the port refuses at once) or SIGSTOPs (hang: the port accepts,
   nothing answers) a random silo, alternately, and times signal -> Dead row (the killer's
-  vote time, stored in the row) and signal -> the last survivor's view without it. A frozen
-  silo is SIGKILLed once its watch ends. A replacement joins before the next trial.
+  vote time, stored in the row) and signal -> the last survivor's view without it. It also
+  times signal -> **takeover**: 8 keys the victim owned, all with the same owner on the ring
+  without it, are sent in one batch (``example.echo``) to that new owner every 15 ms from the
+  signal on until it serves them (ABORTED or UNAVAILABLE until then); "Dead row -> takeover"
+  is the gap after the Dead row (a crash: one refused ping; a hang: ``takeover_wait``,
+  docs/protocol.md "Takeover after fencing"). A trial starts once every silo serves (no
+  replacement still in its join's takeover wait). A frozen silo is SIGKILLed once its watch
+  ends. A replacement joins before the next trial.
 * **ZooKeeper**, same run and sizes: N ``benchmarks.zk_member`` processes holding ephemeral
   znodes with session timeout = floor; SIGKILL or SIGSTOP one, time until an observer's
   children watch sees its node deleted.
@@ -194,7 +200,7 @@ async def silo_trials(
 ) -> dict[str, Any]:
     root.mkdir(parents=True, exist_ok=True)
     cluster_id = f"det{size}" + ("tls" if tls else "")
-    bench = BenchCluster(root, uri, cluster_id, watch_views=config.watch_views, tls=tls)
+    bench = BenchCluster(root, uri, cluster_id, watch_views=config.watch_views, tls=tls, watch_takeover=True)
     trials: dict[str, list[KillTrial]] = {mode: [] for mode in MODES}
     idle: dict[str, Any] = {}
     extra_deaths = 0
@@ -210,7 +216,8 @@ async def silo_trials(
             print(
                 f"  N={size}{' TLS' if tls else ''} {mode} {index + 1}/{len(modes)}: "
                 f"Dead after {fmt_s(trial.table_dead)} "
-                f"({fmt_ratio(trial.table_dead)} x floor), last view after {fmt_s(trial.last_view)}",
+                f"({fmt_ratio(trial.table_dead)} x floor), takeover after {fmt_s(trial.takeover)} "
+                f"({fmt_ratio(trial.takeover)} x floor), last view after {fmt_s(trial.last_view)}",
                 flush=True,
             )
     except (RuntimeError, AssertionError) as exc:  # a cluster that would not converge: keep the trials so far, say why
@@ -237,16 +244,26 @@ def silo_idle(measured: dict[str, Any], size: int) -> dict[str, Any]:
     }
 
 
+SILO_MEASURES = {
+    "table_dead": "Dead row",
+    "takeover": "takeover",
+    "dead_to_takeover": "Dead row -> takeover",
+    "last_view": "last view",
+}
+"""The silos' per-trial times (``KillTrial`` attributes: seconds after the signal, the gap after the
+Dead row), with their labels in the table."""
+
+
 def summarize_trials(mode: str, trials: list[KillTrial]) -> dict[str, Any]:
-    dead = summarize(present([t.table_dead for t in trials]))
-    view = summarize(present([t.last_view for t in trials]))
+    stats = {measure: summarize(present([getattr(t, measure) for t in trials])) for measure in SILO_MEASURES}
     return {
         "signal": MODES[mode],
-        "table_dead": dead,
-        "last_view": view,
-        "ratio_to_floor": {"table_dead": ratios(dead), "last_view": ratios(view)},
-        "meets_target": meets_targets(mode, dead),
+        **stats,
+        "ratio_to_floor": {measure: ratios(values) for measure, values in stats.items()},
+        "meets_target": meets_targets(mode, stats["table_dead"]),
         "undetected_within_bound": sum(t.table_dead is None for t in trials),
+        "takeover_missing": sum(t.takeover is None for t in trials),
+        "takeover_before_dead": sum(t.dead_to_takeover is not None and t.dead_to_takeover < 0 for t in trials),
         "trials": [t.to_json() for t in trials],
     }
 
@@ -592,7 +609,7 @@ def detection_rows(results: dict[str, Any]) -> list[list[object]]:
         (system, size, entry) for system, runs in silo_runs.items() for size, entry in runs.items()
     ):
         for mode in MODES:
-            for measure, label in (("table_dead", "Dead row"), ("last_view", "last view")):
+            for measure, label in SILO_MEASURES.items():
                 stats = entry[mode][measure]
                 relative = entry[mode]["ratio_to_floor"][measure]
                 dead_row = measure == "table_dead"
@@ -763,7 +780,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
     for axis, mode in zip(axes[0], MODES, strict=True):
         series = {
-            f"silos Dead row {stat}": [stat_of(results["silos"], s, mode, "table_dead", stat) for s in sizes]
+            f"silos {label} {stat}": [stat_of(results["silos"], s, mode, measure, stat) for s in sizes]
+            for measure, label in (("table_dead", "Dead row"), ("takeover", "takeover"))
             for stat in ("median", "p99")
         }
         for stat in ("median", "p99"):

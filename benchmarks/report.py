@@ -79,6 +79,15 @@ def _arguments(config: dict[str, Any]) -> list[str]:
     return [f"Arguments: `{' '.join(shown)}`.", ""] if [arg for arg in shown if arg != "--quick"] else []
 
 
+SILO_MEASURES = (
+    ("table_dead", "Dead row"),
+    ("takeover", "takeover"),
+    ("dead_to_takeover", "Dead row -> takeover"),
+    ("last_view", "last view"),
+)
+"""The silos' measures of ``benchmarks.detection`` (``SILO_MEASURES`` there), as rows."""
+
+
 def detection(document: dict[str, Any]) -> list[str]:
     results = document["results"]
     floor = results["floor_s"]
@@ -98,7 +107,9 @@ def detection(document: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
     for size, entry in results["silos"].items():
         for mode, signal in modes.items():
-            for measure, label in (("table_dead", "Dead row"), ("last_view", "last view")):
+            for measure, label in SILO_MEASURES:
+                if measure not in entry[mode]:
+                    continue  # results from before the takeover was measured
                 stats, rel = entry[mode][measure], entry[mode]["ratio_to_floor"][measure]
                 met = {None: "-", True: "yes", False: "**no**"}[entry[mode]["meets_target"]]
                 first = measure == "table_dead"

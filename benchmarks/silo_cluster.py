@@ -6,7 +6,9 @@ SIGSTOP (``freeze_one``) and measures, in wall-clock time, (a) when the table sa
 (b) when each survivor's own view (its ``GetMembership`` RPC, polled) no longer counts the
 victim. The Dead write's time is the killer's vote time in the row (the voter stamps it just
 before its conditional write), so it does not depend on how often the benchmark polls the
-table. ``idle_cost`` reads each silo's CPU time from ``/proc`` while nobody touches the cluster.
+table. With ``watch_takeover`` it also times (c) the **takeover**: when some of the victim's
+keys are served by their new owner (``TakeoverPlan``; docs/protocol.md, "Takeover after fencing").
+``idle_cost`` reads each silo's CPU time from ``/proc`` while nobody touches the cluster.
 
 ``partition_trial`` does the same for network partitions: silos in network namespaces
 (tests/faults/net_cluster.py), one side cut off with iptables, and the time until every
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -43,7 +46,10 @@ from silo.wire import codec
 from silo.wire.peer_identity import Role
 from silo.wire.prober import GrpcProber
 from silo.wire.tls import TlsSettings
-from tests.silo.cluster_harness import Cluster, SiloProcess, death_bound
+from silo.work.client import WorkClient, WorkNotOwnedError, WorkUnavailableError
+from silo.work.handlers import ECHO_HANDLER
+from silo.work.hashring import DEFAULT_VIRTUAL_NODES, HashRing
+from tests.silo.cluster_harness import SLACK, Cluster, SiloProcess, death_bound
 
 POLL = 0.1
 """Seconds between polls of the views and the table (the resolution of the view times)."""
@@ -52,6 +58,11 @@ JOIN_TIMEOUT = 120.0
 LOG_POLL = 0.5
 """Seconds between reads of the survivors' logs (``views_from_logs``): their times are the silos' own."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+TAKEOVER_KEYS = 8
+"""Keys of the victim whose takeover a trial watches."""
+TAKEOVER_POLL = 0.015
+"""Seconds between the new owner's refusal of those keys and the next try (the takeover time's resolution)."""
+WORK_TIMEOUT = 0.5
 
 
 def silo_certificates(root: Path, clusters: Sequence[str]) -> list[TlsSettings]:
@@ -141,6 +152,19 @@ class KillTrial:
     view_versions: dict[str, int] = field(default_factory=dict)
     killed_after: float | None = None
     """For a SIGSTOP: seconds until the frozen process was SIGKILLed (once the watch ended)."""
+    takeover: float | None = None
+    """Signal to the first answer of the victim's new owner serving the watched keys (``TakeoverPlan``)."""
+    takeover_owner: str | None = None
+    """The new owner whose takeover was watched (None: not watched)."""
+    takeover_refusal: str | None = None
+    """The new owner's last refusal of those keys (before it served them, or before the bound)."""
+
+    @property
+    def dead_to_takeover(self) -> float | None:
+        """Dead write to the takeover (negative: a key served before its owner was declared Dead, a bug)."""
+        if self.takeover is None or self.table_dead is None:
+            return None
+        return self.takeover - self.table_dead
 
     @property
     def last_view(self) -> float | None:
@@ -167,7 +191,40 @@ class KillTrial:
             "dead_version": self.dead_version,
             "views_s": sorted(self.views.values()),
             "killed_after_s": self.killed_after,
+            "takeover_s": self.takeover,
+            "dead_to_takeover_s": self.dead_to_takeover,
+            "takeover_owner": self.takeover_owner,
+            "takeover_refusal": self.takeover_refusal,
         }
+
+
+@dataclass(frozen=True)
+class TakeoverPlan:
+    """Keys the victim owns on the ring of the running silos (the silos' own ring) that all go to
+    one silo, ``owner``, on the ring without it: the batch it is asked to serve after the signal.
+
+    One new owner, one batch: a trial's polling costs one small call per ``TAKEOVER_POLL``, so it
+    does not load the silos whose detection the same trial times. (The victim's other new owners
+    learn of the death by the same gossip, a few milliseconds apart.)"""
+
+    victim: SiloAddress
+    owner: SiloAddress
+    items: list[tuple[str, bytes]]
+
+    @classmethod
+    def of(cls, silos: Iterable[SiloAddress], victim: SiloAddress, count: int = TAKEOVER_KEYS) -> TakeoverPlan:
+        """The first ``count`` of ``key-0``, ``key-1``, ... that ``victim`` owns and that go to the
+        new owner of the first of them."""
+        addresses = set(silos) | {victim}
+        ring = HashRing(addresses, DEFAULT_VIRTUAL_NODES)
+        after = HashRing(addresses - {victim}, DEFAULT_VIRTUAL_NODES)
+        if len(after) == 0:
+            raise ValueError(f"{victim} is the only silo: nobody takes its keys over")
+        owned = (key for key in (f"key-{index}" for index in itertools.count()) if ring.owner(key) == victim)
+        first = next(owned)
+        owner = after.owner(first)
+        keys = [first, *itertools.islice((key for key in owned if after.owner(key) == owner), count - 1)]
+        return cls(victim, owner, [(key, key.encode()) for key in keys])
 
 
 LEAVING_EVENTS = (EventKind.DECLARED_DEAD.value, EventKind.LEFT.value)
@@ -215,10 +272,12 @@ class BenchCluster:
         tls: TlsSettings | None = None,
         watch_uri: str | None = None,
         views_from_logs: bool = False,
+        watch_takeover: bool = False,
     ) -> None:
         """``tls``: every silo runs over mutual TLS with these (silo) files, and the views are read with them.
         ``watch_uri``: the benchmark polls the table through it (a role of its own, so that statement
-        counts per role tell its reads from the silos')."""
+        counts per role tell its reads from the silos'). ``watch_takeover``: a trial also times the
+        takeover of the victim's keys (``TakeoverPlan``), and starts once every silo serves."""
         self.cluster = Cluster(workdir, table_uri, cluster_id, watch_uri=watch_uri)
         self.poll_table = poll_table
         """False: take the Dead write from the survivors' views and never read the table during a trial
@@ -228,6 +287,7 @@ class BenchCluster:
         (``victim_death_logged``), instead of polling its view every ``POLL`` s."""
         self.watch_views = watch_views
         """False: only the table is watched (no GetMembership polling of the survivors during a trial)."""
+        self.watch_takeover = watch_takeover
         if not (poll_table or watch_views):
             raise ValueError("a trial must watch the table, the views, or both")
         tls_args = ("--tls-cert", str(tls.cert), "--tls-key", str(tls.key), "--tls-ca", str(tls.ca)) if tls else ()
@@ -235,6 +295,7 @@ class BenchCluster:
         self.extra_args = (*extra_args, *tls_args, *log_args)
         self.tls = tls
         self.prober = GrpcProber(cluster_id, None, tls=tls)
+        self.work = WorkClient(cluster_id, sender="benchmark", tls=tls)
         self.bound = death_bound(self.cluster.options)
 
     @property
@@ -286,9 +347,10 @@ class BenchCluster:
         victim, survivors = self._pick(rng)
         assert victim.address is not None
         trial = KillTrial(str(victim.address), len(survivors))
+        takeover = await self._takeover_plan(victim.address)
         killed_at = wall()
         victim.send(signal.SIGKILL)
-        await self._watch(trial, victim.address, survivors, killed_at)
+        await self._watch(trial, victim.address, survivors, killed_at, takeover)
         return trial
 
     async def freeze_one(self, rng: random.Random) -> KillTrial:
@@ -301,10 +363,11 @@ class BenchCluster:
         victim, survivors = self._pick(rng)
         assert victim.address is not None
         trial = KillTrial(str(victim.address), len(survivors), signal="SIGSTOP")
+        takeover = await self._takeover_plan(victim.address)
         stopped_at = wall()
         victim.send(signal.SIGSTOP)
         try:
-            await self._watch(trial, victim.address, survivors, stopped_at)
+            await self._watch(trial, victim.address, survivors, stopped_at, takeover)
         finally:
             trial.killed_after = wall() - stopped_at
             await asyncio.to_thread(victim.close)  # SIGKILL works on a stopped process too
@@ -315,7 +378,12 @@ class BenchCluster:
         return victim, [silo for silo in self.running if silo is not victim]
 
     async def _watch(
-        self, trial: KillTrial, victim: SiloAddress, survivors: Sequence[SiloProcess], signalled_at: float
+        self,
+        trial: KillTrial,
+        victim: SiloAddress,
+        survivors: Sequence[SiloProcess],
+        signalled_at: float,
+        takeover: TakeoverPlan | None = None,
     ) -> None:
         table = [self._watch_table(trial, victim, signalled_at)] if self.poll_table else []
         if not self.watch_views:
@@ -324,7 +392,42 @@ class BenchCluster:
             views = [self._watch_logs(trial, survivors, victim, signalled_at)]
         else:
             views = [self._watch_view(trial, silo, victim, signalled_at) for silo in survivors]
-        await asyncio.gather(*table, *views)
+        owner = [] if takeover is None else [self._watch_takeover(trial, takeover, signalled_at)]
+        await asyncio.gather(*table, *views, *owner)
+
+    async def _takeover_plan(self, victim: SiloAddress) -> TakeoverPlan | None:
+        """With ``watch_takeover``: the victim's keys to watch, once every running silo serves (no
+        silo still in its join's takeover wait, the victim serving those keys); else None."""
+        if not self.watch_takeover:
+            return None
+        silos = [silo.address for silo in self.running if silo.address is not None]
+        plan = TakeoverPlan.of(silos, victim)
+        calls = [(victim, plan.items), *((address, []) for address in silos if address != victim)]
+        deadline = wall() + self.cluster.options.takeover_wait + SLACK
+        while True:
+            try:
+                for address, items in calls:
+                    await self.work.process(address, ECHO_HANDLER, items, WORK_TIMEOUT)
+                return plan
+            except (WorkNotOwnedError, WorkUnavailableError) as exc:
+                if wall() > deadline:
+                    raise RuntimeError(f"the silos did not all serve before the trial: {exc}") from exc
+            await asyncio.sleep(POLL)
+
+    async def _watch_takeover(self, trial: KillTrial, plan: TakeoverPlan, signalled_at: float) -> None:
+        """Send the plan's batch to its new owner every ``TAKEOVER_POLL`` s until it is served
+        (ABORTED: not its keys yet; UNAVAILABLE: not serving) or the bound passes."""
+        trial.takeover_owner = str(plan.owner)
+        deadline = signalled_at + self.bound + self.cluster.options.takeover_wait
+        while wall() < deadline:
+            try:
+                await self.work.process(plan.owner, ECHO_HANDLER, plan.items, WORK_TIMEOUT)
+            except (WorkNotOwnedError, WorkUnavailableError) as exc:
+                trial.takeover_refusal = str(exc)[:500]
+                await asyncio.sleep(TAKEOVER_POLL)
+                continue
+            trial.takeover = wall() - signalled_at
+            return
 
     async def idle_cost(self, seconds: float) -> dict[str, object]:
         """CPU seconds per minute of each running silo over ``seconds`` in which nobody touches the cluster.
@@ -392,6 +495,7 @@ class BenchCluster:
 
     async def close(self) -> None:
         await self.prober.close()
+        await self.work.close()
         await asyncio.to_thread(self.cluster.close)
 
 

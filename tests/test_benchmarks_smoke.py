@@ -92,6 +92,15 @@ def test_a_tiny_detection_run_measures_tls_beside_plaintext_with_their_ratio(tmp
         comparison = results["tls_vs_plaintext"]["3"][mode]
         assert comparison["tls_over_plaintext"] == comparison["tls_median_s"] / comparison["plaintext_median_s"]
     assert "Detection with mutual TLS beside plaintext" in finished.stdout
+    for transport in ("silos", "silos_tls"):  # the takeover, on both transports: measured, and after the Dead row
+        for mode in ("crash", "hang"):
+            entry = results[transport]["3"][mode]
+            assert entry["takeover"]["n"] == entry["dead_to_takeover"]["n"] == 1, entry
+            assert entry["takeover_before_dead"] == 0, entry
+            (trial,) = entry["trials"]
+            assert trial["takeover_owner"] is not None
+            assert trial["table_dead_s"] < trial["takeover_s"], trial
+    assert "Dead row -> takeover" in finished.stdout
 
 
 SIGTERMED_BENCHMARK = """
