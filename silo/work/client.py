@@ -106,6 +106,7 @@ class _Batch:
         *,
         arrow_batch: bytes = b"",
         count: int | None = None,
+        view_version: int = 0,
     ) -> None:
         self.silo = silo
         self.handler = handler
@@ -116,6 +117,7 @@ class _Batch:
             handler=handler,
             items=[pb.WorkItem(key=key, payload=payload) for key, payload in items],
             arrow_batch=arrow_batch,
+            view_version=view_version,
         )
 
     def _check(self, response: pb.ProcessResponse, count: int) -> None:
@@ -177,17 +179,26 @@ class _ChannelCache:
         self._channels = ChannelPool(self._cluster_id, checked_tls(tls), CHANNEL_OPTIONS, aio=aio)
 
     def _prepare(
-        self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], timeout: float
+        self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], timeout: float, view_version: int
     ) -> tuple[_Batch, Any]:
-        return _Batch(self._cluster_id, self._sender, silo, handler, items), self._channel(silo, timeout)
+        batch = _Batch(self._cluster_id, self._sender, silo, handler, items, view_version=view_version)
+        return batch, self._channel(silo, timeout)
 
     def _prepare_columnar(
-        self, silo: SiloAddress, handler: str, batch: pa.RecordBatch, timeout: float
+        self, silo: SiloAddress, handler: str, batch: pa.RecordBatch, timeout: float, view_version: int
     ) -> tuple[_Batch, Any]:
         if batch.num_columns < 1:
             raise ValueError("a columnar batch needs its routing keys in column 0; this batch has no columns")
         data = columns.write_batch(batch)
-        call = _Batch(self._cluster_id, self._sender, silo, handler, arrow_batch=data, count=batch.num_rows)
+        call = _Batch(
+            self._cluster_id,
+            self._sender,
+            silo,
+            handler,
+            arrow_batch=data,
+            count=batch.num_rows,
+            view_version=view_version,
+        )
         return call, self._channel(silo, timeout)
 
     def _channel(self, silo: SiloAddress, timeout: float) -> Any:
@@ -207,10 +218,18 @@ class WorkClient(_ChannelCache):
         super().__init__(cluster_id, sender, tls, aio=True)
 
     async def process(
-        self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], timeout: float
+        self,
+        silo: SiloAddress,
+        handler: str,
+        items: Sequence[tuple[str, bytes]],
+        timeout: float,
+        *,
+        view_version: int = 0,
     ) -> list[bytes]:
-        """One result per item, in order; raises ``WorkUnavailableError`` or ``WorkError``."""
-        batch, channel = self._prepare(silo, handler, items, timeout)
+        """One result per item, in order; raises ``WorkUnavailableError``, ``WorkNotOwnedError`` or
+        ``WorkError``. ``view_version``: the table version of the caller's view (0: none); a silo
+        behind it catches up first."""
+        batch, channel = self._prepare(silo, handler, items, timeout, view_version)
         try:
             response = await codec.PROCESS.bind(channel)(batch.request, timeout=timeout)
         except grpc.RpcError as exc:
@@ -269,10 +288,18 @@ class SyncWorkClient(_ChannelCache):
         super().__init__(cluster_id, sender, tls, aio=False)
 
     def process(
-        self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], timeout: float
+        self,
+        silo: SiloAddress,
+        handler: str,
+        items: Sequence[tuple[str, bytes]],
+        timeout: float,
+        *,
+        view_version: int = 0,
     ) -> list[bytes]:
-        """One result per item, in order; raises ``WorkUnavailableError`` or ``WorkError``."""
-        batch, channel = self._prepare(silo, handler, items, timeout)
+        """One result per item, in order; raises ``WorkUnavailableError``, ``WorkNotOwnedError`` or
+        ``WorkError``. ``view_version``: the table version of the caller's view (0: none); a silo
+        behind it catches up first."""
+        batch, channel = self._prepare(silo, handler, items, timeout, view_version)
         try:
             response = codec.PROCESS.bind_sync(channel)(batch.request, timeout=timeout)
         except grpc.RpcError as exc:
@@ -280,14 +307,15 @@ class SyncWorkClient(_ChannelCache):
         return batch.results(response)
 
     def submit_columnar(
-        self, silo: SiloAddress, handler: str, batch: pa.RecordBatch, timeout: float
+        self, silo: SiloAddress, handler: str, batch: pa.RecordBatch, timeout: float, *, view_version: int = 0
     ) -> PendingColumnarCall:
         """Start sending a columnar batch (column 0 the routing keys, then the values) and return at once.
 
         Several calls may be in flight on one channel (HTTP/2 multiplexes them); ``result()``
-        on the returned call waits for its binary result array.
+        on the returned call waits for its binary result array. ``view_version``: the table
+        version of the caller's view (0: none); a silo behind it catches up first.
         """
-        call, channel = self._prepare_columnar(silo, handler, batch, timeout)
+        call, channel = self._prepare_columnar(silo, handler, batch, timeout, view_version)
         future = codec.PROCESS.bind_future(channel)(call.request, timeout=timeout)
         return PendingColumnarCall(call, future)
 

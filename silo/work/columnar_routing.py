@@ -187,7 +187,7 @@ def route_columnar(
 
     def submit(silo: SiloAddress, shard: ColumnarShard) -> _TimedCall:
         before = clock()
-        call = client.submit_columnar(silo, handler, shard.wire, timeout)
+        call = client.submit_columnar(silo, handler, shard.wire, timeout, view_version=router.view.version)
         figures.encode_seconds += clock() - before
         figures.request_bytes += call.request_bytes
         return _TimedCall(call, figures, lock, clock)

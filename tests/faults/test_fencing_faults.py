@@ -461,7 +461,7 @@ def view():
     return ClusterView.from_table_data(cluster_id, table.read_all())
 client = SyncWorkClient(cluster_id, sender="routed job")
 def send(silo, name, items):
-    return client.process(silo, name, items, timeout=1.0)
+    return client.process(silo, name, items, timeout=1.0, view_version=router.view.version)
 router = Router(view(), handler, send, view)
 print("started", flush=True)
 results = []

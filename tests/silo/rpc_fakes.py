@@ -48,6 +48,8 @@ class FakeHandler:
     """What ``snapshots()`` yields before it ends (default: ``snapshot`` alone)."""
     hold_open: bool = False
     """``snapshots()`` never ends, like a silo whose membership does not change."""
+    ring_peers: tuple[SiloAddress, ...] = ()
+    """Other silos on the serving ring: keys they own are refused (ABORTED)."""
     fenced: bool = False
     """What the silo says of its lease (a fenced silo ends its watch streams)."""
     observed_at: datetime | None = None
@@ -57,8 +59,9 @@ class FakeHandler:
         return self.score
 
     def ownership(self) -> OwnershipCheck:
-        """Every key is ours: a ring of this silo alone."""
-        return OwnershipCheck(self.silo_address, HashRing([self.silo_address]), 0, 0, 0, 0.0, {})
+        """The keys this silo owns on the ring of itself and ``ring_peers`` (every key without peers)."""
+        ring = HashRing([self.silo_address, *self.ring_peers])
+        return OwnershipCheck(self.silo_address, ring, ring.addresses.index(self.silo_address), 0, 7, 0.0, {})
 
     async def catch_up(self, version: int) -> bool:
         return False

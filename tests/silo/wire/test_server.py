@@ -21,6 +21,7 @@ from silo.wire import codec
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.wire.server import BindError, MembershipServer
 from silo.work.handlers import CHECKSUM_HANDLER, checksum
+from silo.work.hashring import HashRing
 from silo.work.registry import HandlerRegistry
 from tests.silo.rpc_fakes import CLUSTER, T0, FakeHandler, entry, run, serving
 
@@ -484,6 +485,34 @@ def test_process_errors_carry_the_agreed_status_codes(
     error = run(scenario())
     assert error.code() == code
     assert message in error.details()
+
+
+def test_process_answers_under_the_silos_fencing_token() -> None:
+    response = run(process_on(HandlerRegistry(), process_request(CHECKSUM_HANDLER, "k1")))
+    assert response.fencing_token == 7
+
+
+def test_process_refuses_keys_another_silo_owns_and_a_view_newer_than_the_silos_with_aborted() -> None:
+    other = SiloAddress("127.0.0.1", 4999, 3)
+    ring = HashRing([other, SiloAddress("127.0.0.1", 1, 1)])
+    keys = [f"key-{number}" for number in range(50)]
+
+    async def scenario(request: pb.ProcessRequest, **fake: Any) -> grpc.aio.AioRpcError:
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            await process_on(HandlerRegistry(), request, **fake)
+        return failure.value
+
+    foreign = [key for key in keys if ring.owner(key) == other]  # the server's port differs; most are foreign
+    refused = run(scenario(process_request(CHECKSUM_HANDLER, *keys), ring_peers=(other,)))
+    assert foreign
+    assert refused.code() == grpc.StatusCode.ABORTED
+    assert "are not owned by silo" in refused.details()
+
+    newer = process_request(CHECKSUM_HANDLER, "k1")
+    newer.view_version = 9
+    behind = run(scenario(newer))
+    assert behind.code() == grpc.StatusCode.ABORTED
+    assert "has not caught up with view version 9" in behind.details()
 
 
 def test_get_membership_follows_the_handlers_view_from_one_pull_to_the_next() -> None:
