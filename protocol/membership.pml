@@ -20,6 +20,10 @@
  *     and may hang between its read and its write), up to LOSS lost link-rounds (every
  *     message between two silos during one round), up to OUTAGES table outages, and
  *     silos that stopped heartbeating going stale.
+ *   - With -DLEASE, the membership lease and the takeover wait (section "The lease and the
+ *     takeover wait" below): one key, owned by the first silo that is Active in a silo's
+ *     view; a silo serves it only as its owner, within its lease and after its takeover wait,
+ *     and the assertion one_server_per_key is checked at every serving step.
  *
  * Safety properties are assertions, named after what they check (pan prints the name);
  * liveness properties are the ltl blocks at the end, checked with weak fairness (-a -f).
@@ -44,6 +48,26 @@
  *   MUTANT_HEARD_UNTIL_SUSPECTED   the majority rule's first form: a monitored silo counts
  *                                  as heard until it is suspected (not: answered within half
  *                                  the suspicion), see the docs
+ *
+ * The lease (-DLEASE; safety only, without SYMMETRY: the key's order tells the silos apart):
+ *   LEASE_TICKS, WAIT_TICKS        the lease L and the takeover wait W in rounds (2 and L)
+ *   LEAVES, DELAYS                 graceful leaves, and reads whose answer is delayed across
+ *                                  rounds, in all (default 0)
+ *   MUTANT_NO_TAKEOVER_WAIT        W = 0: a new owner serves as soon as it reads the death
+ *   MUTANT_NO_LEASE_CHECK_AFTER_PAUSE  the lease is checked by a timer every round, not before
+ *                                  each request: a silo resuming from a pause serves on the
+ *                                  state it had when it hung until the timer runs
+ *   MUTANT_LEASE_FROM_RETURN       the lease is anchored when the confirming read returned,
+ *                                  not when it was sent
+ *   MUTANT_WAIT_FOR_PREVIOUS_OWNER_ONLY  the new owner waits only if the owner in its previous
+ *                                  view was declared Dead (not for a death it learned earlier
+ *                                  while a silo between them still owned the key)
+ *   MUTANT_LEAVE_WRITES_FIRST      a leaving silo writes its row before it stops serving
+ *   ZOMBIE_WITNESS=1 / =2          assert that a new owner never serves while the silo declared
+ *                                  Dead before it, which served the key after that on its
+ *                                  lease, still believes it owns the key, hung (1) or running
+ *                                  alone on its side of the partition (2): the counterexample
+ *                                  shows that the checks are not vacuous
  */
 
 #ifndef N
@@ -57,6 +81,25 @@
 #endif
 #ifndef OUTAGES
 #define OUTAGES 1
+#endif
+#ifdef LEASE
+#undef SYMMETRY           /* the key's order tells the silos apart */
+#ifndef LEASE_TICKS
+#define LEASE_TICKS 2
+#endif
+#ifdef MUTANT_NO_TAKEOVER_WAIT
+#undef WAIT_TICKS
+#define WAIT_TICKS 0
+#endif
+#ifndef WAIT_TICKS
+#define WAIT_TICKS LEASE_TICKS
+#endif
+#ifndef LEAVES
+#define LEAVES 0
+#endif
+#ifndef DELAYS
+#define DELAYS 0
+#endif
 #endif
 
 #define S             2   /* rounds of silence to suspect (num_missed_probes_limit * probe_timeout) */
@@ -106,6 +149,34 @@ byte killm;            /* the write declares the target Dead */
 byte vtarget[N];
 byte vvotes[N];        /* the voters it writes */
 byte vattempt[N];
+
+#ifdef LEASE
+/* ---- the lease and the key (see "The lease and the takeover wait") --------------------- */
+byte kdead[N];         /* its view: the silos ahead of it in the key's order that its latest
+                        * read showed Dead (bitmask; only silos ahead of it matter) */
+byte lage[N];          /* rounds since its lease anchor, LEASE_TICKS = ran out; kept while it
+                        * owns the key in its view (0 otherwise: it becomes the owner only at a
+                        * read that also confirms it) */
+byte lwait[N];         /* rounds left of its takeover wait */
+byte leftm;            /* rows written Dead by a graceful leave */
+byte leaves_left = LEAVES;
+byte rdm;              /* the silo whose read is in flight (one at a time, DELAYS in all) */
+byte rdage;            /* rounds since that read was sent, capped at LEASE_TICKS */
+byte rdview;           /* the Dead rows it read */
+bit  rdok;             /* it read its own row Active */
+byte delays_left = DELAYS;
+#ifdef MUTANT_NO_LEASE_CHECK_AFTER_PAUSE
+byte fencedm;          /* fenced by the timer */
+#endif
+#ifdef MUTANT_LEAVE_WRITES_FIRST
+byte leavingm;         /* wrote its row as leaving, still to stop serving */
+#endif
+#ifdef ZOMBIE_WITNESS
+byte zservedm;         /* served the key while its row was Dead */
+#endif
+hidden byte hn;
+hidden byte one_server_per_key, no_zombie_takeover;
+#endif
 
 /* temporaries of one step, zero between steps: lostm and hev are set across choices of the
  * environment, so they are state (hidden variables are not restored when pan backtracks) */
@@ -306,10 +377,182 @@ inline clear_rows(x) {
   missv[x] = 0; rdyv[x] = 0
 }
 
+/* the row of t is written Dead: its votes go, and nobody monitors it any more */
+inline row_dead(t) {
+  SET(deadm, t); votes[t] = 0;
+  hi = 0;
+  do
+  :: hi < N -> missv[hi] = missv[hi] & ~(3 << (2 * (t))); CLR(rdyv[hi], t); hi++
+  :: else -> break
+  od;
+  hi = 0
+}
+
 inline end_vote(me) {
   CLR(writem, me); CLR(killm, me); vtarget[me] = 0; vvotes[me] = 0; vattempt[me] = 0;
   CLR(current, me)
 }
+
+/* ======================================================================================= */
+/* The lease and the takeover wait (-DLEASE): silo.membership.lease, the fencing in
+ * silo.runtime.silo, and the takeover after fencing in silo.runtime.ownership.
+ *
+ * Time is the rounds: a round passes for every silo alike, a hung one included (a paused
+ * process's monotonic clock runs on); clock-rate drift is left out (the code covers it by
+ * the factor in takeover_wait). A silo's lease anchor is the round in which it sent the
+ * latest read that showed its own row Active; the lease runs out LEASE_TICKS rounds later
+ * (lage counts the rounds since the anchor) and the silo is then fenced until the next such
+ * read. One key, owned by the first silo in the order 0, 1, ... that is not Dead in a
+ * silo's view (kdead: the Dead rows its latest read showed among the silos ahead of it).
+ * A silo serves the key when it is running, has not stopped, owns the key in its view, its
+ * lease has not run out (checked at the serving step itself) and its takeover wait is over.
+ * The wait: a read that shows a silo ahead of it Dead for the first time holds the key for
+ * WAIT_TICKS rounds (the code keeps that silo on its ring as a ghost), whoever owns the key
+ * meanwhile, unless that silo left gracefully (it stopped serving before it wrote its row)
+ * or refuses connections (it crashed and the reader reaches its host). lwait is the longest
+ * of these waits still running. */
+#ifdef LEASE
+#define AHEAD(x)        (B(x) - 1)
+#define LEFT(x)         BIT(leftm, x)
+#define READING(x)      BIT(rdm, x)
+#define KEY_OWNER(x)    ((kdead[x] & AHEAD(x)) == AHEAD(x))
+/* the crashed silos whose host x reaches: a connection to them is refused */
+#define REFUSING(x)     (crashm & (SIDE(x) -> part : ~part))
+#ifdef MUTANT_NO_LEASE_CHECK_AFTER_PAUSE
+#define LEASE_OK(x)     (!BIT(fencedm, x))
+#else
+#define LEASE_OK(x)     (lage[x] < LEASE_TICKS)
+#endif
+#define SERVES(x)       ((x) < N && SERVING(x) && KEY_OWNER(x) && LEASE_OK(x) && lwait[x] == 0)
+#define SV2(me, x)      ((x) != (me) && SERVES(x))
+#define OTHERS_SERVING(me) SUM5(SV2, me)
+#if ZOMBIE_WITNESS == 1
+#define ZOMBIE_HOW(x)   HUNG(x)
+#else
+/* running, and alone on its side of the partition among the serving silos */
+#define ZOMBIE_HOW(x)   (!HUNG(x) \
+                         && POP(~crashm & ~hungm & ~termm & (B(N) - 1) & (SIDE(x) -> part : ~part)) == 1)
+#endif
+/* declared Dead by the others (not a graceful leave), served the key after that on its lease,
+ * and now still alive and the key's owner in its own view */
+#define ZOMBIE(me, x)   ((x) < N && (x) != (me) && DEAD(x) && !LEFT(x) && BIT(zservedm, x) \
+                         && !CRASHED(x) && !TERM(x) && KEY_OWNER(x) && ZOMBIE_HOW(x))
+
+/* a read sent `age` rounds ago showed its own row Active and the Dead rows `view` */
+inline confirm(me, view, age) {
+  /* the deaths ahead of it that it learns now, by the others' votes, of silos that do not
+   * refuse connections: each starts the wait */
+  hn = (view) & AHEAD(me) & ~kdead[me];
+#ifdef MUTANT_WAIT_FOR_PREVIOUS_OWNER_ONLY
+  if
+  :: ((view) & AHEAD(me)) == AHEAD(me) -> hn = hn & (~hn + 1)   /* the owner of its previous view */
+  :: else -> hn = 0                                               /* it does not become the owner */
+  fi;
+#endif
+  if
+  :: (hn & ~leftm & ~REFUSING(me)) != 0 -> lwait[me] = WAIT_TICKS
+  :: else -> skip
+  fi;
+  kdead[me] = (view) & AHEAD(me);
+  if
+  :: KEY_OWNER(me) -> lage[me] = age
+  :: else -> lage[me] = 0
+  fi;
+#ifdef MUTANT_NO_LEASE_CHECK_AFTER_PAUSE
+  if
+  :: KEY_OWNER(me) && lage[me] >= LEASE_TICKS -> SET(fencedm, me)
+  :: else -> CLR(fencedm, me)
+  fi;
+#endif
+  hn = 0
+}
+#define CONFIRM(me) if :: !DEAD(me) -> confirm(me, deadm, 0) :: else -> skip fi
+
+/* a crashed or stopped silo serves nothing again: its lease state goes */
+inline lease_forget(x) {
+  kdead[x] = 0; lage[x] = 0; lwait[x] = 0;
+  if
+  :: READING(x) -> rdm = 0; rdage = 0; rdview = 0; rdok = 0
+  :: else -> skip
+  fi;
+#ifdef MUTANT_NO_LEASE_CHECK_AFTER_PAUSE
+  CLR(fencedm, x);
+#endif
+#ifdef MUTANT_LEAVE_WRITES_FIRST
+  CLR(leavingm, x);
+#endif
+  skip
+}
+#define LEASE_FORGET(x) ; lease_forget(x)
+
+/* a round passes, for hung silos too */
+inline lease_tick() {
+  hi = 0;
+  do
+  :: hi < N ->
+     if
+     :: !CRASHED(hi) && !TERM(hi) ->
+        if
+        :: lwait[hi] > 0 -> lwait[hi]--
+        :: else -> skip
+        fi;
+        if
+        :: KEY_OWNER(hi) && lage[hi] < LEASE_TICKS -> lage[hi]++
+        :: else -> skip
+        fi;
+#ifdef MUTANT_NO_LEASE_CHECK_AFTER_PAUSE
+        /* the fencing timer runs in a running silo only */
+        if
+        :: !HUNG(hi) && KEY_OWNER(hi) && lage[hi] >= LEASE_TICKS -> SET(fencedm, hi)
+        :: else -> skip
+        fi;
+#endif
+        skip
+     :: else -> skip
+     fi;
+     hi++
+  :: else -> break
+  od;
+  if
+  :: rdm != 0 && rdage < LEASE_TICKS -> rdage++
+  :: else -> skip
+  fi;
+  hi = 0
+}
+
+/* a serving step: work for the key. Nobody else may be able to serve it at this moment */
+inline serve(me) {
+  one_server_per_key = (OTHERS_SERVING(me) == 0);
+  CHECK(one_server_per_key);
+#ifdef ZOMBIE_WITNESS
+  if
+  :: DEAD(me) -> SET(zservedm, me)
+  :: else -> skip
+  fi;
+  no_zombie_takeover = (SUM5(ZOMBIE, me) == 0);
+  CHECK(no_zombie_takeover);
+#endif
+  skip
+}
+
+/* a graceful stop: it stops serving, then writes its row ShuttingDown and Dead (one step:
+ * a ShuttingDown row is not Active, so the key moves at the first write) */
+inline leave(me) {
+  leaves_left--;
+#ifdef MUTANT_LEAVE_WRITES_FIRST
+  SET(leavingm, me);                /* it stops serving at a later step */
+#else
+  stop_serving(me);
+#endif
+  SET(leftm, me); SET(failm, me);   /* gone: it no longer counts for the partition property */
+  row_dead(me);
+  current = 0
+}
+#else
+#define READING(x)      0
+#define CONFIRM(me)     skip
+#define LEASE_FORGET(x)
+#endif
 
 /* ---- the environment: every choice is optional and bounded -------------------------- */
 /* Symmetry (-DSYMMETRY, safety runs): until the first fault, partition or loss every silo
@@ -325,7 +568,8 @@ inline end_vote(me) {
 #define SYM_LOSE(a, b) 1
 #endif
 #define CRASH(x) :: faults_left > 0 && (x) < N && !FAILED(x) && !TERM(x) && SYM_FAULT(x) -> \
-                    SET(crashm, x); SET(failm, x); faults_left--; clear_rows(x); end_vote(x); hev = 1
+                    SET(crashm, x); SET(failm, x); faults_left--; clear_rows(x); end_vote(x); hev = 1 \
+                    LEASE_FORGET(x)
 #define HANG(x)  :: faults_left > 0 && (x) < N && !FAILED(x) && !TERM(x) && SYM_FAULT(x) -> \
                     SET(hungm, x); SET(failm, x); faults_left--; hev = 1
 #define SPLIT(m) :: (m) < B(N - 1) && SYM_SPLIT(m) -> part = m
@@ -418,7 +662,11 @@ inline environment() {
 proctype Clock() {
 end_clock:
   do
+#ifdef LEASE
+  :: atomic { !ANY_WRITING -> d_step { lease_tick() }; environment(); d_step { probe_round() } }
+#else
   :: atomic { !ANY_WRITING -> environment(); d_step { probe_round() } }
+#endif
   /* a silo hangs between its read and its write (a long GC pause): it writes when it resumes */
   :: atomic { if HANG_WRITER(0) HANG_WRITER(1) HANG_WRITER(2) HANG_WRITER(3) HANG_WRITER(4) fi }
   od
@@ -429,7 +677,7 @@ end_clock:
  * and its periodic refresh or gossip-triggered read (refresh, _check_own_row). */
 
 inline stop_serving(me) {
-  SET(termm, me); end_vote(me); clear_rows(me)
+  SET(termm, me); end_vote(me); clear_rows(me) LEASE_FORGET(me)
 }
 
 /* the read of _vote_once and votes.decide_vote */
@@ -439,13 +687,14 @@ inline vote_read(me) {
   :: tdown -> end_vote(me)                               /* table error: no vote */
 #ifndef MUTANT_NO_SELF_TERMINATION
   :: !tdown && DEAD(me) -> stop_serving(me)              /* it reads itself Dead */
-  :: !tdown && !DEAD(me) && DEAD(ht) -> end_vote(me)     /* ALREADY_GONE */
+  :: !tdown && !DEAD(me) && DEAD(ht) -> CONFIRM(me); end_vote(me)   /* ALREADY_GONE */
   :: !tdown && !DEAD(me) && !DEAD(ht) ->
 #else
   :: !tdown && DEAD(ht) -> end_vote(me)
   :: !tdown && !DEAD(ht) ->
 #endif
      SET(current, me);
+     CONFIRM(me);
      /* the fresh votes minus those of Dead voters, plus our own */
      vvotes[me] = (votes[ht] & ~deadm) | B(me);
 #ifdef MUTANT_INTERMEDIARY_VOTES
@@ -489,13 +738,7 @@ inline conditional_write(me) {
         /* never a silo that never failed, on a side whose never-failed silos are a majority */
         majority_side_survives = !(!FAILED(ht) && 2 * NF_SIDE(SIDE(ht)) > N);
         CHECK_PARTITION(majority_side_survives);
-        SET(deadm, ht); votes[ht] = 0;
-        hi = 0;
-        do
-        :: hi < N -> missv[hi] = missv[hi] & ~(3 << (2 * ht)); CLR(rdyv[hi], ht); hi++
-        :: else -> break
-        od;
-        hi = 0
+        row_dead(ht)
      :: else ->
         CLR(deadm, ht); votes[ht] = vvotes[me]          /* the row as read, with our vote */
      fi;
@@ -515,7 +758,7 @@ proctype Silo(byte me) {
 end_silo:
   do
   :: atomic {
-       !BIT(writem, me) && SERVING(me) && !tdown && ANY_VOTE(me) ->
+       !BIT(writem, me) && !READING(me) && SERVING(me) && !tdown && ANY_VOTE(me) ->
        if
        :: CAN_VOTE(me, 0) -> vtarget[me] = 0
        :: CAN_VOTE(me, 1) -> vtarget[me] = 1
@@ -531,17 +774,47 @@ end_silo:
      }
   :: atomic { BIT(writem, me) && RUNNING(me) -> conditional_write(me) }
   :: atomic {
-       !BIT(writem, me) && SERVING(me) && !tdown && !ANY_VOTE(me) ->
-       /* the periodic refresh, or a read on gossip: a silo that reads itself Dead stops */
+       !BIT(writem, me) && !READING(me) && SERVING(me) && !tdown && !ANY_VOTE(me) ->
+       /* the periodic refresh, a read on gossip or the lease's read: a silo that reads itself
+        * Dead stops; one that reads itself Active renews its lease */
 #ifndef MUTANT_NO_SELF_TERMINATION
        if
        :: DEAD(me) -> stop_serving(me)
-       :: else -> skip
+       :: else -> CONFIRM(me)
        fi
 #else
        skip
 #endif
      }
+#ifdef LEASE
+  /* it serves the key (work for it, a request checks the lease first) */
+  :: atomic { SERVES(me) -> serve(me) }
+  /* a graceful stop (SIGTERM) */
+  :: atomic {
+       leaves_left > 0 && !BIT(writem, me) && !READING(me) && SERVING(me) && !DEAD(me) && !tdown ->
+       leave(me)
+     }
+#ifdef MUTANT_LEAVE_WRITES_FIRST
+  :: atomic { BIT(leavingm, me) && RUNNING(me) -> stop_serving(me) }
+#endif
+  /* a read whose answer takes rounds: it is linearized when sent (the latest anchor it could
+   * claim), its answer is taken in when it returns; meanwhile the silo reads nothing else */
+  :: atomic { delays_left > 0 && rdm == 0 && !BIT(writem, me) && SERVING(me) && !tdown ->
+              delays_left--; rdm = B(me); rdage = 0; rdview = deadm; rdok = !DEAD(me) }
+  :: atomic {
+       READING(me) && RUNNING(me) ->
+       if
+       :: !rdok -> stop_serving(me)
+       :: else ->
+#ifdef MUTANT_LEASE_FROM_RETURN
+          confirm(me, rdview, 0);
+#else
+          confirm(me, rdview, rdage);
+#endif
+          rdm = 0; rdage = 0; rdview = 0; rdok = 0
+       fi
+     }
+#endif
   od
 }
 

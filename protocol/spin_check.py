@@ -4,6 +4,8 @@
     python protocol/spin_check.py --n 4 --ltl liveness           # both liveness properties
     python protocol/spin_check.py --n 5 --loss 1 --faults 1      # any bounds
     python protocol/spin_check.py --n 3 -D MUTANT_BLIND_WRITE    # a mutant: expect a counterexample
+    python protocol/spin_check.py --n 3 --lease                  # the lease and the takeover wait
+    python protocol/spin_check.py --n 3 --lease -D MUTANT_NO_TAKEOVER_WAIT
 
 Each check runs ``spin -a`` on a copy of the model in a temporary directory, compiles
 ``pan.c`` with gcc and runs ``./pan``; the verdict says how many errors pan found, which
@@ -41,12 +43,18 @@ class Bounds:
     """Crashes and hangs, in all."""
     outages: int
     """Table outages (one round each)."""
+    leaves: int = 0
+    """Graceful leaves, in all (lease runs only)."""
+    delays: int = 0
+    """Reads whose answer arrives rounds after they were sent, in all (lease runs only)."""
 
     def defines(self) -> list[str]:
-        return [f"N={self.n}", f"LOSS={self.loss}", f"FAULTS={self.faults}", f"OUTAGES={self.outages}"]
+        flags = [f"N={self.n}", f"LOSS={self.loss}", f"FAULTS={self.faults}", f"OUTAGES={self.outages}"]
+        flags += [f"LEAVES={self.leaves}"] if self.leaves else []
+        return flags + ([f"DELAYS={self.delays}"] if self.delays else [])
 
     def __str__(self) -> str:
-        return f"N={self.n} LOSS={self.loss} FAULTS={self.faults} OUTAGES={self.outages}"
+        return " ".join(self.defines())
 
 
 SAFETY_LTL = frozenset({"dead_terminal"})
@@ -54,6 +62,9 @@ SAFETY_LTL = frozenset({"dead_terminal"})
 
 CHECKED = {3: Bounds(3, loss=3, faults=2, outages=1), 4: Bounds(4, loss=3, faults=1, outages=1)}
 """The bounds the test suite proves the model under, per N (docs/protocol.md, "The model")."""
+
+LEASE_CHECKED = Bounds(3, loss=1, faults=1, outages=1, leaves=1, delays=1)
+"""The bounds the test suite proves the lease and the takeover wait under (``-DLEASE``)."""
 
 
 @dataclass(frozen=True)
@@ -132,8 +143,10 @@ def verify(
     *,
     ltl: str | None = None,
     defines: Sequence[str] = (),
+    lease: bool = False,
     symmetry: bool = True,
     ignore_assertions: bool = False,
+    optimize: bool = True,
     hash_bits: int = 24,
     memory_mb: int = 4096,
     bitstate: bool = False,
@@ -143,18 +156,22 @@ def verify(
     """Run one check: the assertions (``ltl`` None) or one ltl block (under weak fairness
     unless it is a safety property).
 
-    ``symmetry`` reduces assertion runs by renaming the silos (never for ltl blocks, which
-    name silo 0); ``ignore_assertions`` makes a liveness run report the ltl property only
-    (a safety ltl block is itself an assertion of the never claim: use ``NO_ASSERTIONS``).
-    ``bitstate`` trades exhaustiveness for memory (supertrace, 2^hash_bits bits, 3 hashes):
-    a pass then covers most, not all, of the states.
+    ``lease`` adds the membership lease, the key and the takeover wait (``-DLEASE``: its
+    assertion ``one_server_per_key``; assertions only, without the symmetry reduction, which
+    the key's order of the silos breaks). ``symmetry`` reduces assertion runs by renaming the
+    silos (never for ltl blocks, which name silo 0); ``ignore_assertions`` makes a liveness
+    run report the ltl property only (a safety ltl block is itself an assertion of the never
+    claim: use ``NO_ASSERTIONS``). ``optimize`` False compiles pan with ``gcc -O0`` (about 1 s
+    instead of 4): for a search that ends within ~100,000 states. ``bitstate`` trades
+    exhaustiveness for memory (supertrace, 2^hash_bits bits, 3 hashes): a pass then covers
+    most, not all, of the states.
     """
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="spin-", dir=keep)) if keep else Path(tempfile.mkdtemp(prefix="spin-"))
     try:
         shutil.copy(MODEL, workdir / MODEL.name)
-        flags = [*bounds.defines(), *defines]
-        if ltl is None and symmetry:
+        flags = [*bounds.defines(), *(["LEASE"] if lease else []), *defines]
+        if ltl is None and symmetry and not lease:
             flags.append("SYMMETRY")
         liveness = ltl is not None and ltl not in SAFETY_LTL
         if liveness:
@@ -163,7 +180,8 @@ def verify(
         _run(spin, workdir, timeout)
         (workdir / "flags").write_text(" ".join(f"-D{flag}" for flag in flags) + "\n")
         store = "-DBITSTATE" if bitstate else "-DCOLLAPSE"
-        gcc = ["gcc", "-O2", "-w", "-o", "pan", "pan.c", store, "-DVECTORSZ=1024", f"-DMEMLIM={memory_mb}"]
+        gcc = ["gcc", "-O2" if optimize else "-O0", "-w", "-o", "pan", "pan.c", store, "-DVECTORSZ=1024"]
+        gcc.append(f"-DMEMLIM={memory_mb}")
         gcc += ["-DNFAIR=3"] if liveness else ["-DSAFETY"] if ltl else ["-DSAFETY", "-DNOCLAIM"]
         _run(gcc, workdir, timeout)
         pan = ["./pan", "-m200000", f"-w{hash_bits}", *(["-k3"] if bitstate else [])]
@@ -194,6 +212,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--loss", type=int, help="lost link-rounds (default: the suite's bound for N, else 1)")
     parser.add_argument("--faults", type=int, help="crashes and hangs (default: the suite's bound for N, else 1)")
     parser.add_argument("--outages", type=int, help="table outages (default: the suite's bound for N, else 1)")
+    parser.add_argument("--lease", action="store_true", help="add the lease and the takeover wait (-DLEASE)")
+    parser.add_argument("--leaves", type=int, help="graceful leaves, with --lease (default: 1)")
+    parser.add_argument("--delays", type=int, help="reads answered rounds later, with --lease (default: 1)")
     parser.add_argument("--ltl", help="check this ltl block (dead_stops, crash_detected, liveness, dead_terminal)")
     parser.add_argument("-D", dest="defines", action="append", default=[], help="a switch, e.g. MUTANT_BLIND_WRITE")
     parser.add_argument("--no-symmetry", action="store_true", help="safety runs without the symmetry reduction")
@@ -206,24 +227,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     if reason:
         print(reason, file=sys.stderr)
         return 2
-    default = CHECKED.get(args.n, Bounds(args.n, 1, 1, 1))
+    if args.lease and args.ltl:
+        parser.error("--lease checks assertions only")
+    if args.lease:
+        default = LEASE_CHECKED if args.n == LEASE_CHECKED.n else Bounds(args.n, 1, 1, 1, leaves=1, delays=1)
+    else:
+        default = CHECKED.get(args.n, Bounds(args.n, 1, 1, 1))
     bounds = Bounds(
         args.n,
         default.loss if args.loss is None else args.loss,
         default.faults if args.faults is None else args.faults,
         default.outages if args.outages is None else args.outages,
+        default.leaves if args.leaves is None else args.leaves,
+        default.delays if args.delays is None else args.delays,
     )
     verdict = verify(
         bounds,
         ltl=args.ltl,
         defines=args.defines,
+        lease=args.lease,
         symmetry=not args.no_symmetry,
         hash_bits=args.hash_bits,
         memory_mb=args.memory_mb,
         bitstate=args.bitstate,
         keep=args.keep,
     )
-    what = f"ltl {args.ltl}" if args.ltl else "assertions"
+    what = f"ltl {args.ltl}" if args.ltl else "assertions" + (" with the lease" if args.lease else "")
     what += " (bitstate)" if args.bitstate else ""
     print(f"{bounds} {' '.join('-D' + d for d in args.defines)} {what}: {verdict.summary()}")
     if verdict.workdir is not None:
