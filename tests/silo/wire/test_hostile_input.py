@@ -10,6 +10,7 @@ last test stops one silo's server and the others must declare it Dead.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 import threading
@@ -24,12 +25,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from membership_tables import MembershipTable, SiloStatus, open_table
+from membership_tables import MembershipTable, SiloAddress, SiloStatus, open_table
 from silo.runtime.process import SiloStack
 from silo.wire import codec
 from silo.wire.channels import MAX_MESSAGE_BYTES
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.work.handlers import CHECKSUM_HANDLER
+from silo.work.hashring import HashRing
 from tests.silo.live_silos import LiveCluster
 
 pytestmark = pytest.mark.slow
@@ -301,7 +303,8 @@ def test_work_process(
         cluster_id=cluster_id, sender=sender, handler=handler, items=items, arrow_batch=arrow_batch
     )
     code = call(channel, codec.PROCESS.path, request.SerializeToString())
-    expect_proper(code, {*REFUSED, grpc.StatusCode.NOT_FOUND})
+    # ABORTED: keys the silo does not own (silo.runtime.ownership)
+    expect_proper(code, {*REFUSED, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.ABORTED})
 
 
 PATHS = [
@@ -355,11 +358,18 @@ def test_an_oversized_request_is_refused_and_changes_nothing(cluster: Cluster, c
     assert call(channel, codec.GOSSIP.path, gossip.SerializeToString()) == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert calls == []
     assert canonical(cluster.table) == before
+    key = key_owned_by(cluster, cluster.stacks[0].silo.silo_address)
     small = pb.ProcessRequest(
-        cluster_id=CLUSTER, sender="fuzz", handler="count-oversized", items=[pb.WorkItem(key="k", payload=b"x")]
+        cluster_id=CLUSTER, sender="fuzz", handler="count-oversized", items=[pb.WorkItem(key=key, payload=b"x")]
     )
     assert call(channel, codec.PROCESS.path, small.SerializeToString()) == grpc.StatusCode.OK
     assert calls == [1]
+
+
+def key_owned_by(cluster: Cluster, silo: SiloAddress) -> str:
+    """A key ``silo`` owns on the ring of the cluster's silos (any other gets ABORTED)."""
+    ring = HashRing(stack.silo.silo_address for stack in cluster.stacks)
+    return next(key for key in (f"key-{number}" for number in itertools.count()) if ring.owner(key) == silo)
 
 
 def test_huge_caller_strings_are_clipped_in_logs_and_errors(
