@@ -69,7 +69,8 @@ _SERVER_OPTIONS = [
     # gRPC sets SO_REUSEPORT by default, which would let two silos "bind" the same port.
     ("grpc.so_reuseport", 0),
     # Clients keep long WatchMembership streams alive with keepalive pings (every 10 s, see
-    # silo.gateway); accept them instead of answering GOAWAY "too_many_pings".
+    # silo.client.view_sources.GATEWAY_CHANNEL_OPTIONS); accept them instead of answering
+    # GOAWAY "too_many_pings".
     ("grpc.http2.min_ping_interval_without_data_ms", 5000),
     ("grpc.keepalive_permit_without_calls", 1),
     *MESSAGE_SIZE_OPTIONS,
