@@ -327,7 +327,7 @@ def baseline_period(config: Config) -> float:
     every this many seconds, so a window of it has the same background load as the same window one
     period later.
 
-    The full reads count: until session 12 this was the refresh and heartbeat period alone (30 s),
+    The full reads count: this window was once the refresh and heartbeat period alone (30 s),
     while each silo reads in full every third refresh (90 s). Silos that joined in the same few
     seconds of a storm share a phase of that cycle, so two windows 30 s apart held hundreds of
     periodic full reads more or fewer: a 1,000-silo run counted 171, 323 and -12 full reads as

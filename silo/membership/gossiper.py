@@ -172,7 +172,7 @@ class Gossiper:
         runs a handler whose deadline passed while the receiver's loop was stalled), so its arc
         misses the write and catches up at its next one or at its periodic refresh: about 65
         silos per death read the table in full at 1,000 silos. Re-dealing on timeouts too was
-        put back in session 12 and taken out again after three 1,000-silo storms melted down; a
+        tried once more and taken out again after three 1,000-silo storms melted down; a
         fourth melted down without it, so that was not the cause (a profile showed the joiners'
         validation rounds, each a read of the whole table). Re-dealing on timeouts may well be
         the better rule: it is to be measured again once storms no longer melt down.

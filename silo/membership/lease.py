@@ -84,6 +84,10 @@ class MembershipLease:
             self.on_confirm()
         return True
 
+    def expires_at(self) -> float | None:
+        """When (monotonic) the lease runs out; None before the first confirmation."""
+        return None if self._anchor is None else self._anchor + self._timeout
+
     def age(self) -> float:
         """Seconds since the anchor (infinite before the first confirmation)."""
         if self._anchor is None:

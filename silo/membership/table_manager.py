@@ -223,9 +223,9 @@ class MembershipTableManager:
         """A write of ours failed with an unknown outcome and no full read came since."""
         self._outage_logged = False
         self._caller_read_at: float | None = None
+        """When a Work caller's newer view last made us read the table (``catch_up_to``)."""
         self._pending_reads: dict[SiloAddress, tuple[float, asyncio.Future[MembershipTableData]]] = {}
         """Row reads for the lease still running, by silo, with their start (``_read_within``)."""
-        """When a Work caller's newer view last made us read the table (``catch_up_to``)."""
 
     @property
     def snapshot(self) -> MembershipSnapshot:
@@ -374,8 +374,11 @@ class MembershipTableManager:
         if ask_peer is None:
             return
         snapshot, timeout = self.snapshot, self._options.lease_renew_interval
-        members = [entry.silo_address for entry in snapshot.entries if entry.status is not SiloStatus.DEAD]
-        members = [member for member in members if member != self._address]
+        members = [
+            entry.silo_address
+            for entry in snapshot.entries
+            if entry.status is not SiloStatus.DEAD and entry.silo_address != self._address
+        ]
         started = self._clock.monotonic()
 
         async def ask(member: SiloAddress) -> MembershipConfirmation | None:
@@ -1224,11 +1227,14 @@ class MembershipTableManager:
         """Cancel the queued votes and the requested refresh before the first await: a stop
         cancelled while it waits must not leave a batch of votes to be written later."""
         tasks = self._cast_tasks.cancel()
+        reads = [read for _, read in self._pending_reads.values()]  # lease reads a hung store left running
+        for read in reads:
+            read.cancel()
         if self._requested is not None:
             self._requested.cancel()
             tasks.append(self._requested)
         for periodic in (self._refresher, self._lease_renewer):
             if periodic is not None:
                 await periodic.stop()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, *reads, return_exceptions=True)
         await self.publisher.close()

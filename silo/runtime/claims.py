@@ -81,7 +81,6 @@ class ClaimsFile:
     def __init__(self, path: str | Path) -> None:
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115  # closed by close()
         self._lock = threading.Lock()
-        self._last: ServingClaim | None = None
 
     def append(self, claim: ServingClaim) -> None:
         with self._lock:

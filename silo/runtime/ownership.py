@@ -71,13 +71,8 @@ class OwnershipGuard:
         self.on_change: Callable[[], None] | None = None
         """Called after each change of the serving ring or of our own takeover wait (a claims recorder)."""
 
-    @property
-    def ghosts(self) -> frozenset[SiloAddress]:
-        """Dead silos whose keys are still held (their takeover wait is running), as last checked."""
-        return frozenset(self._ghosts)
-
     def pending_ghosts(self) -> frozenset[SiloAddress]:
-        """``ghosts`` now: those whose wait has run out are let go first."""
+        """Dead silos whose keys are still held now (their takeover wait runs; expired ones are let go first)."""
         self._expire()
         return frozenset(self._ghosts)
 

@@ -442,9 +442,8 @@ class Silo:
             return
         now = self._clock.monotonic()
         ring, ghosts, serving_from, token = self._ownership.claim()
-        anchor = self._manager.lease.anchor
-        serving = self._status is SiloStatus.ACTIVE and anchor is not None
-        valid_until = anchor + self._options.lease_timeout if serving and anchor is not None else now
+        expires = self._manager.lease.expires_at()
+        valid_until = expires if self._status is SiloStatus.ACTIVE and expires is not None else now
         self._claims.append(
             ServingClaim(
                 silo=str(self._address),

@@ -180,7 +180,7 @@ class _Tries:
     failures: list[str] = field(default_factory=list)
     streak: int = 0
     refusals: int = 0
-    """Ownership refusals in a row (``WorkNotOwnedError``): the backoff grows with them."""
+    """Ownership refusals of the batch so far (``WorkNotOwnedError``): the backoff grows with them."""
     since: float | None = None
 
 

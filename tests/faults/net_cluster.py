@@ -163,6 +163,16 @@ class ClusterView:
 Condition = Callable[[ClusterView], bool]
 
 
+def active_and_running(names: Sequence[str]) -> Condition:
+    """Every silo of ``names`` Active in the table, and its process running."""
+    return lambda view: view.all_status(names, SiloStatus.ACTIVE) and view.all_running(names)
+
+
+def nobody_dead(view: ClusterView) -> bool:
+    """No row Dead and every process running."""
+    return not view.dead() and view.all_running(view.statuses)
+
+
 class NetCluster:
     """A ``NetworkLab`` plus one silo per lab host, all on one table (see the module docstring).
 
@@ -363,6 +373,16 @@ class NetCluster:
             if time.monotonic() >= deadline:
                 raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}\n{self.describe()}")
             time.sleep(POLL)
+
+    def wait_until_dead(self, victim: str, others: Sequence[str], what: str, timeout: float) -> None:
+        """Wait until ``victim`` is Dead in the table, the ``others`` Active and running throughout."""
+        self.wait_for(
+            lambda view: view.statuses[victim] is SiloStatus.DEAD,
+            timeout,
+            f"{what} {victim} Dead",
+            invariant=active_and_running(others),
+            invariant_what="the other silos Active and running",
+        )
 
     def hold(self, condition: Condition, duration: float, what: str) -> None:
         """Poll for ``duration`` seconds and fail at the first poll where ``condition`` does not hold."""

@@ -41,7 +41,15 @@ from silo.exit_codes import ExitCode
 from silo.membership.options import SiloOptions
 from silo.work.handlers import ECHO_HANDLER
 from silo.work.token_sink import TokenSink
-from tests.faults.net_cluster import HEALTH_CHECK, PORT, TABLE_HOST, ClusterView, Condition, NetCluster, NetSilo
+from tests.faults.net_cluster import (
+    HEALTH_CHECK,
+    PORT,
+    TABLE_HOST,
+    NetCluster,
+    NetSilo,
+    active_and_running,
+    nobody_dead,
+)
 from tests.silo.cluster_harness import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -145,25 +153,6 @@ def cluster(tmp_path: Path) -> Iterator[NetCluster]:
         yield net_cluster
 
 
-def active_and_running(names: Sequence[str]) -> Condition:
-    return lambda view: view.all_status(names, SiloStatus.ACTIVE) and view.all_running(names)
-
-
-def nobody_dead(view: ClusterView) -> bool:
-    return not view.dead() and view.all_running(view.statuses)
-
-
-def wait_until_dead(cluster: NetCluster, victim: str, others: Sequence[str], what: str) -> None:
-    """Wait until ``victim`` is Dead in the table, the ``others`` Active and running throughout."""
-    cluster.wait_for(
-        lambda view: view.statuses[victim] is SiloStatus.DEAD,
-        DEATH_BOUND,
-        f"{what} {victim} Dead",
-        invariant=active_and_running(others),
-        invariant_what="the other silos Active and running",
-    )
-
-
 def log_times(silo: NetSilo, text: str) -> list[float]:
     """Wall-clock times (epoch seconds) of the silo's log lines that contain ``text``.
 
@@ -250,7 +239,7 @@ def test_a_silo_cut_off_from_peers_and_table_fences_itself_before_it_is_declared
 
     cut = time.time()
     cluster.lab.isolate(cluster.host(victim))
-    wait_until_dead(cluster, victim, others, "isolated")
+    cluster.wait_until_dead(victim, others, "isolated", DEATH_BOUND)
     fenced = first_log_time(silo, FENCED)
     dead = dead_write(cluster, victim).recorded_at.timestamp()
     print(f"\n[cut off from peers and table] fenced after {fenced - cut:.2f}s, declared Dead after {dead - cut:.2f}s")
@@ -366,7 +355,7 @@ def test_a_silo_frozen_until_declared_dead_serves_nothing_when_it_resumes(cluste
 
     frozen = time.time()
     silo.freeze()
-    wait_until_dead(cluster, victim, others, "frozen")
+    cluster.wait_until_dead(victim, others, "frozen", DEATH_BOUND)
     dead = dead_write(cluster, victim).recorded_at.timestamp()
     time.sleep(max(0.0, frozen + FREEZE - 0.3 - time.time()))
     assert client.stdin is not None
@@ -519,7 +508,7 @@ def test_a_routed_job_across_a_cut_loses_nothing_and_no_stale_owner_write_lands(
         took = finished - cut
         print(f"\n[routed job across a cut] {JOB_RECORDS} records, done {took:.1f}s after the cut; {dict(by_silo)}")
 
-        wait_until_dead(cluster, victim, others, "cut off")
+        cluster.wait_until_dead(victim, others, "cut off", DEATH_BOUND)
         cluster.lab.heal()
         assert cluster.silo(victim).wait_exit(EXIT_BOUND) == ExitCode.DECLARED_DEAD
         cluster.check_history(MIN_VOTERS, protected=others)

@@ -26,7 +26,13 @@ import pytest
 from membership_tables import SiloStatus
 from silo.exit_codes import ExitCode
 from silo.membership.options import SiloOptions
-from tests.faults.net_cluster import HEALTH_CHECK, PORT, ClusterView, Condition, NetCluster
+from tests.faults.net_cluster import (
+    HEALTH_CHECK,
+    PORT,
+    NetCluster,
+    active_and_running,
+    nobody_dead,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -67,14 +73,6 @@ def cluster(tmp_path: Path) -> Iterator[NetCluster]:
         yield net_cluster
 
 
-def active_and_running(names: Sequence[str]) -> Condition:
-    return lambda view: view.all_status(names, SiloStatus.ACTIVE) and view.all_running(names)
-
-
-def nobody_dead(view: ClusterView) -> bool:
-    return not view.dead() and view.all_running(view.statuses)
-
-
 def assert_cut_off_silos_die(cluster: NetCluster, doomed: Sequence[str], survivors: Sequence[str]) -> None:
     """``doomed`` are declared Dead and exit with code 3; ``survivors`` stay Active throughout and after.
 
@@ -111,13 +109,7 @@ def test_the_cluster_forms_and_detects_a_kill_across_namespaces(cluster: NetClus
 
     victim, survivors = "s5", ["s1", "s2", "s3", "s4"]
     cluster.silo(victim).kill()
-    cluster.wait_for(
-        lambda view: view.statuses[victim] is SiloStatus.DEAD,
-        DEATH_BOUND,
-        f"killed {victim} Dead",
-        invariant=active_and_running(survivors),
-        invariant_what="the other silos Active and running",
-    )
+    cluster.wait_until_dead(victim, survivors, "killed", DEATH_BOUND)
     cluster.check_history(MIN_VOTERS, protected=survivors)
 
 
