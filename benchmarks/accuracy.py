@@ -19,8 +19,8 @@ because it is the only scenario with probe *delay* (this kernel has no ``sch_net
 no ZooKeeper baseline. Target: 0.
 
 ``network`` (real packet loss): for each loss level (10%, 20%, 30%) a fresh
-``NetworkLab`` (``tests/netfaults/lab.py``): N ``silo run`` processes, each in its own network
-namespace (``tests/faults/net_cluster.py``, one SQLite table on the shared filesystem, every
+``NetworkLab`` (``testbed/netfaults/lab.py``): N ``silo run`` processes, each in its own network
+namespace (``testbed/net_cluster.py``, one SQLite table on the shared filesystem, every
 versioned write recorded with ``--history-file``), a ZooKeeper server in a namespace of its
 own and one ZooKeeper member beside each silo, in the silo's namespace
 (``benchmarks.zk_netns``). Both systems run at the same time in the same lab, so the same
@@ -103,10 +103,10 @@ from membership_tables import (
 from membership_tables.history import load_history
 from silo.exit_codes import ExitCode
 from silo.membership.options import SiloOptions
-from tests.faults.net_cluster import NetCluster, NetSilo
-from tests.netfaults import Host, iptables_backend, lab_unavailable_reason
-from tests.netfaults.lab import LOSS_CHAIN
-from tests.services.process import ServerProcess, wait_until
+from testbed.net_cluster import NetCluster, NetSilo
+from testbed.netfaults import Host, iptables_backend, lab_unavailable_reason
+from testbed.netfaults.lab import LOSS_CHAIN
+from testbed.services.process import ServerProcess, wait_until
 
 NAME = "accuracy"
 CLUSTER = "accuracy-probe-loss"

@@ -24,7 +24,7 @@ Everything is measured against the **floor**, ``num_missed_probes_limit x probe_
   first survivor and until every survivor logged ``EventMemberFailed`` for it (each agent's log
   read through a pipe and stamped on arrival: about 1 ms resolution). Serf's timings are its
   profile's, not the floor; the ratio to the floor only puts them on the same scale.
-* **Partitions**: 5 silos, each alone in a network namespace (tests/faults/net_cluster.py),
+* **Partitions**: 5 silos, each alone in a network namespace (testbed/net_cluster.py),
   one SQLite table every side still reaches. A 3|2 split and a 1|4 isolation (random
   minority) cut with iptables; time cut -> every minority silo Dead in the table, and cut ->
   every minority process exited (it must exit with 3, DECLARED_DEAD); no majority silo may
@@ -96,7 +96,7 @@ from benchmarks.silo_cluster import (
 from benchmarks.zk_group import ZkGroup
 from silo.membership.options import SiloOptions
 from silo.wire.tls import TlsSettings
-from tests.services.zookeeper import ZooKeeperServer, four_letter_word
+from testbed.services.zookeeper import ZooKeeperServer, four_letter_word
 
 NAME = "detection"
 MODES = {"crash": "SIGKILL", "hang": "SIGSTOP"}
@@ -472,7 +472,7 @@ def serf_trials(profile: str, size: int, config: Config, root: Path, rng: random
 
 
 async def partition_trials(config: Config, root: Path, rng: random.Random) -> dict[str, Any]:
-    from tests.netfaults import lab_unavailable_reason
+    from testbed.netfaults import lab_unavailable_reason
 
     reason = lab_unavailable_reason()
     if reason is not None:

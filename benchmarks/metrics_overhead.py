@@ -27,8 +27,8 @@ from typing import Any
 from benchmarks.common import benchmark_main, grouped_bars, print_table, pyplot, save_figure, summarize, workdir
 from benchmarks.silo_cluster import cpu_seconds
 from membership_tables import SiloStatus
-from tests.silo.cluster_harness import Cluster, SiloProcess
-from tests.silo.observability.scrape import metrics_url
+from testbed.cluster_harness import Cluster, SiloProcess
+from testbed.scrape import metrics_url
 
 NAME = "metrics_overhead"
 CPU_TARGET_PCT = 5.0

@@ -62,7 +62,7 @@ from benchmarks.propagation import Counts, difference, reads_per_change, stateme
 from benchmarks.silo_cluster import BenchCluster, KillTrial
 from membership_tables import MembershipTableData, SiloStatus, TableUnavailableError, open_table
 from silo.membership.options import SiloOptions
-from tests.services.process import ServerProcess
+from testbed.services.process import ServerProcess
 
 NAME = "scale"
 OVERRIDES = {

@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from benchmarks.common import wall
-from tests.netfaults import Host
-from tests.services.process import free_port
+from testbed.netfaults import Host
+from testbed.services.process import free_port
 
 PROFILES = ("lan", "local")
 """The ``serf agent -profile`` values this baseline runs (``wan`` is for links between data centres)."""

@@ -15,12 +15,12 @@ from typing import Protocol, TypeVar
 
 import psycopg
 
-from tests.services.consul import ConsulServerProcess
-from tests.services.dynamodb import MotoServer
-from tests.services.mariadb import MariaDbServer
-from tests.services.postgres import PostgresServer
-from tests.services.process import free_port
-from tests.services.zookeeper import ZooKeeperServer
+from testbed.services.consul import ConsulServerProcess
+from testbed.services.dynamodb import MotoServer
+from testbed.services.mariadb import MariaDbServer
+from testbed.services.postgres import PostgresServer
+from testbed.services.process import free_port
+from testbed.services.zookeeper import ZooKeeperServer
 
 
 class BenchPostgresServer(PostgresServer):

@@ -1,6 +1,6 @@
 """Clusters of real ``silo run`` processes for the benchmarks, and what each silo sees.
 
-``BenchCluster`` wraps the test suite's ``Cluster`` (tests/silo/cluster_harness.py): it
+``BenchCluster`` wraps the test suite's ``Cluster`` (testbed/cluster_harness.py): it
 starts silos with the local preset, kills one with SIGKILL (``kill_one``) or hangs one with
 SIGSTOP (``freeze_one``) and measures, in wall-clock time, (a) when the table says Dead and
 (b) when each survivor's own view (its ``GetMembership`` RPC, polled) no longer counts the
@@ -11,7 +11,7 @@ keys are served by their new owner (``TakeoverPlan``; docs/protocol.md, "Takeove
 ``idle_cost`` reads each silo's CPU time from ``/proc`` while nobody touches the cluster.
 
 ``partition_trial`` does the same for network partitions: silos in network namespaces
-(tests/faults/net_cluster.py), one side cut off with iptables, and the time until every
+(testbed/net_cluster.py), one side cut off with iptables, and the time until every
 cut-off silo is Dead in the table and has exited.
 """
 
@@ -49,7 +49,7 @@ from silo.wire.tls import TlsSettings
 from silo.work.client import WorkClient, WorkNotOwnedError, WorkUnavailableError
 from silo.work.handlers import ECHO_HANDLER
 from silo.work.hashring import DEFAULT_VIRTUAL_NODES, HashRing
-from tests.silo.cluster_harness import SLACK, Cluster, SiloProcess, death_bound
+from testbed.cluster_harness import SLACK, Cluster, SiloProcess, death_bound
 
 POLL = 0.1
 """Seconds between polls of the views and the table (the resolution of the view times)."""
@@ -589,7 +589,7 @@ async def partition_trial(workdir: Path, plan: PartitionPlan, rng: random.Random
     majority silo declared Dead. Afterwards the whole history is checked with the majority
     protected, and the lab is deleted whatever happened.
     """
-    from tests.faults.net_cluster import NetCluster  # needs root and iptables: imported only when used
+    from testbed.net_cluster import NetCluster  # needs root and iptables: imported only when used
 
     workdir.mkdir(parents=True, exist_ok=True)
     cluster = await asyncio.to_thread(NetCluster, workdir, cluster_id=cluster_id)

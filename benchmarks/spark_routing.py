@@ -55,7 +55,7 @@ from silo.spark import (
 )
 from silo.work.columnar_routing import DEFAULT_COLUMNAR_BATCH_SIZE, DEFAULT_IN_FLIGHT
 from silo.work.handlers import CHECKSUM_HANDLER, checksum, checksum_total
-from tests.silo.cluster_harness import Cluster
+from testbed.cluster_harness import Cluster
 
 NAME = "spark_routing"
 CLUSTER = "spark-bench"

@@ -43,7 +43,7 @@ from benchmarks.common import (
 from benchmarks.raw_drivers import RawConsul, RawDynamoDb, RawSql, RawTable, RawZooKeeper
 from membership_tables import MembershipEntry, MembershipTable, SiloAddress, SiloStatus, open_table
 from membership_tables.zookeeper import node_name
-from tests.services.dynamodb import CREDENTIALS, REGION
+from testbed.services.dynamodb import CREDENTIALS, REGION
 
 NAME = "tables"
 BACKENDS = ("memory", "sqlite", "postgres", "mariadb", "zookeeper", "dynamodb", "consul")

@@ -19,7 +19,7 @@ from kazoo.client import KazooClient
 from kazoo.recipe.watchers import ChildrenWatch
 
 from benchmarks.common import ROOT, wall
-from tests.services.process import ServerProcess, wait_until
+from testbed.services.process import ServerProcess, wait_until
 
 START_TIMEOUT = 60.0
 

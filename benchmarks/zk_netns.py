@@ -5,7 +5,7 @@ loss (``NetworkLab.set_loss``) and must put ZooKeeper through exactly the same n
 silos. On loopback a ZooKeeper client cannot lose a packet, so here everything that talks to
 ZooKeeper over the network sits in a lab namespace:
 
-* ``LabZooKeeper``: a standalone server (Debian's jars, as ``tests/services/zookeeper.py``
+* ``LabZooKeeper``: a standalone server (Debian's jars, as ``testbed/services/zookeeper.py``
   runs them) on a lab host of its own, listening on every address of that host (its lab
   address for the members, its loopback for the observer). Its host gets the same loss as
   every other host, so a member's request and the server's answer each cross one lossy hop,
@@ -50,9 +50,9 @@ from kazoo.exceptions import KazooException, NodeExistsError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
 from benchmarks.common import ROOT
-from tests.netfaults import Host
-from tests.services.process import ServerProcess, wait_until
-from tests.services.zookeeper import JARS, JAVA_DIR, JVM_FLAGS, MAIN_CLASS, write_server_files
+from testbed.netfaults import Host
+from testbed.services.process import ServerProcess, wait_until
+from testbed.services.zookeeper import JARS, JAVA_DIR, JVM_FLAGS, MAIN_CLASS, write_server_files
 
 PORT = 2181
 """The client port on the server's host (each lab host has its own network stack)."""

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages the test suite starts real servers from (PostgreSQL,
 # MariaDB, ZooKeeper and a JRE) or fakes faults with (iproute2, and iptables for the
-# network-namespace lab in tests/netfaults), the SPIN model checker, HashiCorp Serf (the
+# network-namespace lab in testbed/netfaults), the SPIN model checker, HashiCorp Serf (the
 # gossip baseline of benchmarks.detection and benchmarks.accuracy) and the headless browser
 # the dashboard test drives (chromium, chromium-driver), but only those that are missing, and
 # only as root.

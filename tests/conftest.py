@@ -1,4 +1,4 @@
-"""Session-wide fixtures and the hypothesis profiles. Real servers live in ``tests/services/``, one module each."""
+"""Session-wide fixtures and the hypothesis profiles. Real servers live in ``testbed/services/``, one module each."""
 
 import os
 from pathlib import Path
@@ -12,12 +12,12 @@ from hypothesis.database import (
 )
 
 pytest_plugins: list[str] = [
-    "tests.services.zookeeper",
-    "tests.services.postgres",
-    "tests.services.mariadb",
-    "tests.services.consul",
-    "tests.services.dynamodb",
-    "tests.services.spark",
+    "testbed.services.zookeeper",
+    "testbed.services.postgres",
+    "testbed.services.mariadb",
+    "testbed.services.consul",
+    "testbed.services.dynamodb",
+    "testbed.services.spark",
 ]
 
 # Property-based tests (hypothesis) run on a fixed budget: "ci" (the default) keeps all of them

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("silo", "membership_tables")
+PACKAGES = ("silo", "membership_tables", "testbed", "benchmarks")
 BACKEND_MODULES = (
     "membership_tables.sql",
     "membership_tables.zookeeper",
@@ -175,6 +175,13 @@ def violations(graph: Graph) -> list[Violation]:
 
     direct("membership_tables never imports silo", ("membership_tables",), ("silo",))
     direct(
+        "the product never imports the test bench, the benchmarks or the tests",
+        ("silo", "membership_tables"),
+        ("testbed", "benchmarks", "tests"),
+    )
+    direct("the test bench and the benchmarks never import the tests", ("testbed", "benchmarks"), ("tests",))
+    direct("the test bench never imports the benchmarks", ("testbed",), ("benchmarks",))
+    direct(
         "the membership protocol imports no backend, driver, wire, client or runtime",
         ("silo.membership",),
         (*BACKEND_MODULES, *DRIVERS, "silo.wire", "silo.client", "silo.work", "silo.spark", "silo.runtime", "silo.cli"),
@@ -200,7 +207,8 @@ def violations(graph: Graph) -> list[Violation]:
             if chain is not None:
                 found.append(Violation("client, work and Spark never load the protocol or the runtime", tuple(chain)))
     for module, imported in sorted(graph.items()):
-        if not within(module, ("silo.cli",)) and module != "silo.__main__":
+        in_product = within(module, ("silo", "membership_tables"))
+        if in_product and not within(module, ("silo.cli",)) and module != "silo.__main__":
             found.extend(
                 Violation("nothing imports the CLI", (module, i)) for i in imported if within(i, ("silo.cli",))
             )
@@ -246,6 +254,10 @@ def test_the_graph_sees_real_imports() -> None:
         ),
         ({"silo.runtime.silo": frozenset({"silo.cli.status"}), "silo.cli.status": frozenset()}, "nothing imports"),
         ({"silo.cli.a": frozenset({"silo.cli.b"}), "silo.cli.b": frozenset({"silo.cli.a"})}, "import cycle"),
+        ({"benchmarks.detection": frozenset({"tests"})}, "the test bench and the benchmarks never import the tests"),
+        ({"testbed.net_cluster": frozenset({"tests"})}, "the test bench and the benchmarks never import the tests"),
+        ({"testbed.net_cluster": frozenset({"benchmarks.common"})}, "the test bench never imports the benchmarks"),
+        ({"silo.runtime.silo": frozenset({"testbed.scrape"})}, "the product never imports the test bench"),
     ],
 )
 def test_a_broken_rule_is_reported(graph: dict[str, frozenset[str]], rule: str) -> None:

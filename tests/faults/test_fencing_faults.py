@@ -2,7 +2,7 @@
 
 Each silo is a ``silo run`` process on its own ``NetworkLab`` host and the table is a throwaway
 PostgreSQL server on a lab host of its own (``NetCluster(table="postgres")``), so a fault can
-cut a silo from its peers, from the table, or both (``tests/faults/net_cluster.py``). What the
+cut a silo from its peers, from the table, or both (``testbed/net_cluster.py``). What the
 lease (``silo.membership.lease``) must guarantee:
 
 * a silo cut off from peers and table fences itself (health NOT_SERVING, no work) within
@@ -41,7 +41,8 @@ from silo.exit_codes import ExitCode
 from silo.membership.options import SiloOptions
 from silo.work.handlers import ECHO_HANDLER
 from silo.work.token_sink import TokenSink
-from tests.faults.net_cluster import (
+from testbed.cluster_harness import ROOT
+from testbed.net_cluster import (
     HEALTH_CHECK,
     PORT,
     TABLE_HOST,
@@ -50,7 +51,6 @@ from tests.faults.net_cluster import (
     active_and_running,
     nobody_dead,
 )
-from tests.silo.cluster_harness import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

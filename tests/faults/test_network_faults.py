@@ -1,7 +1,7 @@
 """Real silo clusters under real network faults: partitions, isolation, one-way cuts and packet loss.
 
 Each silo is a ``silo run`` process on its own ``NetworkLab`` host, and all share one SQLite
-table that every side of every partition can still reach (``tests/faults/net_cluster.py``): the
+table that every side of every partition can still reach (``testbed/net_cluster.py``): the
 scenario of the bug report, where both sides of a partition vote into the same table. What the
 failure detector must guarantee:
 
@@ -26,7 +26,7 @@ import pytest
 from membership_tables import SiloStatus
 from silo.exit_codes import ExitCode
 from silo.membership.options import SiloOptions
-from tests.faults.net_cluster import (
+from testbed.net_cluster import (
     HEALTH_CHECK,
     PORT,
     NetCluster,

@@ -18,7 +18,7 @@ from membership_tables.policies import consul_policy
 from membership_tables.redaction import redact
 from membership_tables.testing import OpenCluster, StoreMalformedRow, make_entry
 from membership_tables.testing.pytest_suite import MembershipTableConformance
-from tests.consul_server import AclPolicy, AclTable, ConsulTestServer
+from testbed.consul_server import AclPolicy, AclTable, ConsulTestServer
 from tests.membership_tables.malformed_rows import consul_store
 
 PREFIX = "silo-membership"

@@ -30,7 +30,7 @@ from membership_tables.codec import entry_to_document, format_time
 from membership_tables.consul import MAX_TXN_BYTES, ConsulMembershipTable, ConsulSettings, parse_consul_uri
 from membership_tables.testing import make_entry
 from membership_tables.testing.checks import T0
-from tests.consul_server import ConsulTestServer
+from testbed.consul_server import ConsulTestServer
 
 # --- URIs (no server needed) ---------------------------------------------------------------
 

@@ -11,8 +11,8 @@ import pytest
 from membership_tables import open_table
 from membership_tables.testing import OpenCluster, StoreMalformedRow
 from membership_tables.testing.pytest_suite import MembershipTableConformance
+from testbed.services.consul import ConsulEndpoint
 from tests.membership_tables.malformed_rows import consul_store
-from tests.services.consul import ConsulEndpoint
 
 pytestmark = pytest.mark.slow
 

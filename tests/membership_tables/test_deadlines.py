@@ -25,10 +25,10 @@ from membership_tables import TableUnavailableError, open_table
 from membership_tables.sql.engine import SqlOptions, create_engine, parse_url
 from membership_tables.sql.watchdog import Watchdog
 from membership_tables.testing import make_entry
-from tests.services.dynamodb import REGION, MotoServer
-from tests.services.freezing_proxy import FreezingProxy
-from tests.services.process import wait_until
-from tests.services.sql_server import ThrowawayServer
+from testbed.services.dynamodb import REGION, MotoServer
+from testbed.services.freezing_proxy import FreezingProxy
+from testbed.services.process import wait_until
+from testbed.services.sql_server import ThrowawayServer
 
 DEADLINE = 2.0
 BOUND = 3 * DEADLINE

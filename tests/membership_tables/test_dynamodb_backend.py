@@ -29,8 +29,8 @@ from membership_tables.dynamodb import (
 )
 from membership_tables.testing import make_entry
 from membership_tables.testing.checks import T0
-from tests.services.dynamodb import CREDENTIALS, REGION, MotoServer
-from tests.services.process import free_port
+from testbed.services.dynamodb import CREDENTIALS, REGION, MotoServer
+from testbed.services.process import free_port
 
 # --- URIs and options (no server) ------------------------------------------------------------
 

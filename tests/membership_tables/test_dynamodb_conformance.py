@@ -5,8 +5,8 @@ import pytest
 from membership_tables import open_table
 from membership_tables.testing import OpenCluster, StoreMalformedRow
 from membership_tables.testing.pytest_suite import MembershipTableConformance
+from testbed.services.dynamodb import MotoServer
 from tests.membership_tables.malformed_rows import dynamodb_store
-from tests.services.dynamodb import MotoServer
 
 pytestmark = pytest.mark.slow
 

@@ -27,7 +27,7 @@ from membership_tables.dynamodb import DynamoDbMembershipTable, is_denied
 from membership_tables.policies import dynamodb_policy
 from membership_tables.testing import make_entry
 from membership_tables.testing.checks import T0
-from tests.services.dynamodb import CREDENTIALS, REGION, MotoServer
+from testbed.services.dynamodb import CREDENTIALS, REGION, MotoServer
 
 pytestmark = pytest.mark.slow
 

@@ -35,8 +35,8 @@ from membership_tables.sql.rows import RowParser
 from membership_tables.sql.schema import time_to_db
 from membership_tables.testing import make_entry
 from membership_tables.testing.checks import T0
-from tests.services.process import free_port, wait_until
-from tests.services.sql_server import ThrowawayServer
+from testbed.services.process import free_port, wait_until
+from testbed.services.sql_server import ThrowawayServer
 
 SERVERS = {"postgresql": "postgres_server", "mariadb": "mariadb_server"}
 VOTER = SiloAddress("10.0.0.9", 9999, 5)

@@ -9,9 +9,9 @@ import pytest
 from membership_tables import open_table
 from membership_tables.testing import OpenCluster, StoreMalformedRow
 from membership_tables.testing.pytest_suite import MembershipTableConformance
+from testbed.services.mariadb import MariaDbServer
+from testbed.services.postgres import PostgresServer
 from tests.membership_tables.malformed_rows import sql_store
-from tests.services.mariadb import MariaDbServer
-from tests.services.postgres import PostgresServer
 
 
 def opener(url: str) -> OpenCluster:

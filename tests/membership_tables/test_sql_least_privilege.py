@@ -13,8 +13,8 @@ from membership_tables.sql.grants import SILO_TABLES, grant_statements
 from membership_tables.testing import OpenCluster, StoreMalformedRow, make_entry
 from membership_tables.testing.pytest_suite import MembershipTableConformance
 from silo.cli import main
+from testbed.services.sql_roles import PASSWORD, SqlServer, initialize_as_admin, refused, role_database
 from tests.membership_tables.malformed_rows import sql_store
-from tests.services.sql_roles import PASSWORD, SqlServer, initialize_as_admin, refused, role_database
 
 
 @pytest.fixture(params=["postgresql", "mysql"])

@@ -14,8 +14,8 @@ from membership_tables import AccessDeniedError, open_table
 from membership_tables.testing import OpenCluster, StoreMalformedRow, make_entry
 from membership_tables.testing.pytest_suite import MembershipTableConformance
 from membership_tables.zookeeper import DIGEST_ENV, ZooKeeperMembershipTable, parse_uri
+from testbed.services.zookeeper import ZooKeeperServer
 from tests.membership_tables.malformed_rows import zookeeper_store
-from tests.services.zookeeper import ZooKeeperServer
 
 PASSWORD = "zk-Secret-91c2"
 

@@ -28,8 +28,8 @@ from membership_tables.zookeeper import (
     ZooKeeperMembershipTable,
     ZooKeeperSettings,
 )
-from tests.services.process import free_port, wait_until
-from tests.services.zookeeper import ZooKeeperServer
+from testbed.services.process import free_port, wait_until
+from testbed.services.zookeeper import ZooKeeperServer
 
 
 def settings_of(uri: str, **options: object) -> ZooKeeperSettings:

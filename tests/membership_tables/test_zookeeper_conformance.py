@@ -9,8 +9,8 @@ import pytest
 from membership_tables import open_table
 from membership_tables.testing import OpenCluster, StoreMalformedRow
 from membership_tables.testing.pytest_suite import MembershipTableConformance
+from testbed.services.zookeeper import ZooKeeperServer
 from tests.membership_tables.malformed_rows import zookeeper_store
-from tests.services.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.netfaults import Host, LabError, NetworkLab, iptables_backend, lab_unavailable_reason, remove_stale_labs
+from testbed.netfaults import Host, LabError, NetworkLab, iptables_backend, lab_unavailable_reason, remove_stale_labs
 
 UNAVAILABLE = lab_unavailable_reason()
 pytestmark = [

@@ -1,0 +1,1 @@
+"""Tests of the Spark standalone starter in testbed.services."""

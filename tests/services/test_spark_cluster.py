@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.services.spark import SparkCluster, spark_session, start_spark_cluster
+from testbed.services.spark import SparkCluster, spark_session, start_spark_cluster
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from membership_tables import open_table
 from silo.client.topology import ViewUpdate
 from silo.membership.options import SiloOptions
 from silo.runtime.process import SiloProcessConfig, SiloStack, assemble
-from tests.services.process import free_port
+from testbed.services.process import free_port
 
 CLUSTER = "live-cluster"
 WAIT = 60.0

@@ -14,7 +14,7 @@ from membership_tables import MembershipTable, SiloAddress, SiloStatus, open_tab
 from membership_tables.memory import InMemoryMembershipTable
 from silo.cli.commands import main
 from silo.exit_codes import ExitCode
-from tests.services.process import free_port
+from testbed.services.process import free_port
 from tests.silo.rpc_fakes import entry
 
 CLUSTER = "cli-cluster"

@@ -15,7 +15,7 @@ import pytest
 
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, SiloStatus, TableVersion, open_table
 from silo.cli.demo_report import Death, DemoSummary, JobTotals
-from tests.silo.cluster_harness import ROOT
+from testbed.cluster_harness import ROOT
 
 DEMO_TIMEOUT = 240.0
 EXIT_GRACE = 15.0

@@ -25,8 +25,8 @@ from membership_tables import (
     open_table,
 )
 from silo.cli.status_watch import watch
-from tests.services.process import wait_until
-from tests.silo.cluster_harness import ROOT
+from testbed.cluster_harness import ROOT
+from testbed.services.process import wait_until
 from tests.silo.rpc_fakes import T0, entry
 
 A = SiloAddress("127.0.0.1", 40123, 1)

@@ -32,7 +32,7 @@ from silo.runtime.process import SiloStack
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.wire.server import MembershipServer
 from silo.work import client as work_client_module
-from tests.services.process import free_port
+from testbed.services.process import free_port
 from tests.silo.live_silos import CLUSTER, LiveCluster, collect, gateway
 from tests.silo.rpc_fakes import FakeHandler, entry, run, serving
 

@@ -15,8 +15,8 @@ import pytest
 
 from membership_tables import SiloAddress, SiloStatus
 from silo.client import MembershipClient, ViewUpdate
-from tests.services.process import free_port
-from tests.silo.cluster_harness import Cluster, SiloProcess, death_bound, sqlite_cluster
+from testbed.cluster_harness import Cluster, SiloProcess, death_bound, sqlite_cluster
+from testbed.services.process import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from membership_tables import SiloStatus
-from tests.services.process import ServerProcess, wait_until
-from tests.silo.cluster_harness import ROOT, Cluster, death_bound, sqlite_cluster
+from testbed.cluster_harness import ROOT, Cluster, death_bound, sqlite_cluster
+from testbed.services.process import ServerProcess, wait_until
 
 pytestmark = pytest.mark.slow
 

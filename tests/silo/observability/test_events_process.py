@@ -19,8 +19,8 @@ import pytest
 from membership_tables import SiloStatus
 from silo.client import MembershipClient, ViewUpdate
 from silo.events import EventKind, MembershipEvent
-from tests.services.process import free_port, wait_until
-from tests.silo.cluster_harness import Cluster, SiloProcess, death_bound, sqlite_cluster
+from testbed.cluster_harness import Cluster, SiloProcess, death_bound, sqlite_cluster
+from testbed.services.process import free_port, wait_until
 
 pytestmark = pytest.mark.slow
 

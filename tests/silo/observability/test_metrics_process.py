@@ -18,8 +18,8 @@ import pytest
 from membership_tables import SiloStatus
 from silo.exit_codes import ExitCode
 from silo.observability.catalogue import METRICS, MetricKind
-from tests.silo.cluster_harness import ROOT, Cluster, death_bound, sqlite_cluster
-from tests.silo.observability.scrape import Scrape
+from testbed.cluster_harness import ROOT, Cluster, death_bound, sqlite_cluster
+from testbed.scrape import Scrape
 
 pytestmark = pytest.mark.slow
 

@@ -25,8 +25,8 @@ from membership_tables import MembershipTableData, SiloStatus
 from silo.exit_codes import ExitCode
 from silo.work.client import SyncWorkClient, WorkError
 from silo.work.handlers import CHECKSUM_HANDLER, checksum
-from tests.services.process import free_port
-from tests.silo.cluster_harness import ROOT, SLACK, Cluster, death_bound
+from testbed.cluster_harness import ROOT, SLACK, Cluster, death_bound
+from testbed.services.process import free_port
 
 pytestmark = pytest.mark.slow
 

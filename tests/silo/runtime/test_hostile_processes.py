@@ -24,9 +24,9 @@ from membership_tables import SiloAddress, SiloStatus, open_table
 from membership_tables.testing import StoreMalformedRow
 from silo.wire import codec
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
+from testbed.cluster_harness import ROOT, Cluster, SiloProcess, death_bound
+from testbed.services.zookeeper import ZooKeeperServer
 from tests.membership_tables.malformed_rows import sql_store, zookeeper_store
-from tests.services.zookeeper import ZooKeeperServer
-from tests.silo.cluster_harness import ROOT, Cluster, SiloProcess, death_bound
 
 pytestmark = pytest.mark.slow
 

@@ -24,9 +24,9 @@ from membership_tables import SiloStatus
 from membership_tables.policies import consul_policy
 from membership_tables.sql.grants import SILO_TABLES
 from silo.exit_codes import ExitCode
-from tests.consul_server import AclPolicy, AclTable, ConsulTestServer
-from tests.services.sql_roles import PASSWORD, SqlServer, refused, role_database
-from tests.silo.cluster_harness import ROOT, Cluster, death_bound
+from testbed.cluster_harness import ROOT, Cluster, death_bound
+from testbed.consul_server import AclPolicy, AclTable, ConsulTestServer
+from testbed.services.sql_roles import PASSWORD, SqlServer, refused, role_database
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from silo.exit_codes import ExitCode
-from tests.silo.cluster_harness import sqlite_cluster
+from testbed.cluster_harness import sqlite_cluster
 
 pytestmark = pytest.mark.slow
 

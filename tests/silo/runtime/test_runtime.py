@@ -13,7 +13,7 @@ from silo.membership.liveness import freshness_limit
 from silo.membership.probing import MembershipRpcHandler
 from silo.runtime.process import SiloProcessConfig, assemble
 from silo.runtime.silo import Silo
-from tests.services.process import free_port
+from testbed.services.process import free_port
 from tests.silo.harness import (
     CLUSTER,
     LOCAL,

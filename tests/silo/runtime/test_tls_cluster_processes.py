@@ -26,8 +26,8 @@ from silo.wire.peer_identity import Role
 from silo.wire.prober import GrpcProber
 from silo.wire.tls import TlsSettings
 from silo.work.client import SyncWorkClient, WorkUnavailableError
+from testbed.cluster_harness import SLACK, Cluster, SiloProcess, death_bound
 from tests.silo.certificates import TestCa, tls_flags
-from tests.silo.cluster_harness import SLACK, Cluster, SiloProcess, death_bound
 
 pytestmark = pytest.mark.slow
 

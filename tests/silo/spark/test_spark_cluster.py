@@ -18,8 +18,8 @@ import pytest
 from silo.spark import SIDECAR_ENV, read_view, route_to_silos, routing_summary
 from silo.work.handlers import ECHO_HANDLER
 from silo.work.hashring import HashRing
-from tests.services.spark import spark_session, start_spark_cluster
-from tests.silo.cluster_harness import Cluster
+from testbed.cluster_harness import Cluster
+from testbed.services.spark import spark_session, start_spark_cluster
 from tests.silo.spark import UNDER_SPARK_LOAD
 
 pytestmark = pytest.mark.slow

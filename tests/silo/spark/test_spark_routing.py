@@ -33,8 +33,8 @@ from silo.spark import (
 from silo.work.handlers import CHECKSUM_HANDLER, ECHO_HANDLER, checksum, checksum_total
 from silo.work.hashring import HashRing
 from silo.work.routing import NoLiveSiloError
-from tests.services.process import free_port
-from tests.silo.cluster_harness import Cluster, SiloProcess
+from testbed.cluster_harness import Cluster, SiloProcess
+from testbed.services.process import free_port
 from tests.silo.spark import UNDER_SPARK_LOAD
 
 CLUSTER = "spark-routing"

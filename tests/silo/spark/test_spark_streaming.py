@@ -23,7 +23,7 @@ from membership_tables import SiloStatus
 from silo.spark import encode_payload, local_session, read_view, route_stream
 from silo.work.handlers import CHECKSUM_HANDLER, checksum
 from silo.work.hashring import HashRing
-from tests.silo.cluster_harness import Cluster
+from testbed.cluster_harness import Cluster
 from tests.silo.work_handlers import KILL_ORDER_ENV
 
 pytestmark = pytest.mark.slow

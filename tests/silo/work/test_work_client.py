@@ -15,7 +15,7 @@ from silo.wire.tls import TlsConfigError, TlsSettings
 from silo.work.client import SyncWorkClient, WorkClient, WorkError, WorkUnavailableError
 from silo.work.handlers import CHECKSUM_HANDLER, checksum
 from silo.work.registry import HandlerRegistry
-from tests.services.process import free_port
+from testbed.services.process import free_port
 from tests.silo import work_handlers
 from tests.silo.rpc_fakes import CLUSTER, FakeHandler, run
 

@@ -1,6 +1,6 @@
 """A throwaway ``moto_server`` (moto's standalone DynamoDB-compatible server) for tests.
 
-Run as ``python -m tests.services.dynamodb PORT`` this module *is* that server: moto's own
+Run as ``python -m testbed.services.dynamodb PORT`` this module *is* that server: moto's own
 WSGI application (what ``moto_server`` serves) on werkzeug, but with one request thread.
 ``moto_server`` serves requests on many threads, and moto's DynamoDB model is not safe
 for that: ``TransactWriteItems`` checks conditions, writes, and on cancellation restores a
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
-from tests.services.process import ServerProcess, free_port, port_is_open, wait_until
+from testbed.services.process import ServerProcess, free_port, port_is_open, wait_until
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -68,7 +68,7 @@ class MotoServer:
         return f"dynamodb://{table_name}?region={REGION}&endpoint_url={self.endpoint_url}"
 
     def start(self) -> None:
-        argv = [sys.executable, "-m", "tests.services.dynamodb", str(self.port)]
+        argv = [sys.executable, "-m", "testbed.services.dynamodb", str(self.port)]
         pythonpath = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
         self._process = ServerProcess(argv, self.log, env={"PYTHONPATH": pythonpath})
         wait_until(lambda: port_is_open(self.port), 30, f"moto_server on port {self.port}", self.log)

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 import pymysql  # type: ignore[import-untyped]  # no stubs in the test environment
 import pytest
 
-from tests.services.sql_server import ThrowawayServer, find_binary, run_to_completion
+from testbed.services.sql_server import ThrowawayServer, find_binary, run_to_completion
 
 _USER = "silo"
 _PASSWORD = "silo-test"

@@ -5,7 +5,7 @@ PostgreSQL refuses to run as root, so when the tests run as root the server runs
 127.0.0.1 only, keeps its unix socket in the temp dir and runs with ``fsync=off``.
 
 ``PostgresServer(namespace=NS, listen_address=A)`` runs it inside a network namespace instead
-(``ip netns exec NS``, e.g. a ``tests.netfaults`` lab host), listening on that host's address
+(``ip netns exec NS``, e.g. a ``testbed.netfaults`` lab host), listening on that host's address
 ``A``, where clients in the other namespaces of its network reach it (``url``) and network
 faults can cut them off from it. The harness itself (readiness, ``create_database``) and
 ``socket_url`` go through the unix socket in the temp dir: a filesystem socket is reachable
@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 import psycopg
 import pytest
 
-from tests.services.sql_server import ThrowawayServer, find_binary, run_to_completion
+from testbed.services.sql_server import ThrowawayServer, find_binary, run_to_completion
 
 _BIN_PATTERN = "/usr/lib/postgresql/*/bin/"
 _SUPERUSER = "postgres"

@@ -6,7 +6,7 @@
   (the data survives).
 * ``consul_endpoint``: where conformance tests run: the test server, and also the real agent
   at ``CONSUL_HTTP_ADDR`` when that is set (``CONSUL_HTTP_TOKEN`` is honoured by the backend).
-* ``consul_server_process``: ``python -m tests.consul_server`` as a child process, for tests
+* ``consul_server_process``: ``python -m testbed.consul_server`` as a child process, for tests
   where several processes share one Consul.
 """
 
@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.consul_server import ConsulTestServer
-from tests.services.process import ServerProcess, free_port, port_is_open, wait_until
+from testbed.consul_server import ConsulTestServer
+from testbed.services.process import ServerProcess, free_port, port_is_open, wait_until
 
 REAL_AGENT_ENV = "CONSUL_HTTP_ADDR"
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -88,7 +88,7 @@ class ConsulServerProcess:
 
     def start(self) -> None:
         host, port = self.endpoint.host, self.endpoint.port
-        argv = [sys.executable, "-m", "tests.consul_server", "--host", host, "--port", str(port)]
+        argv = [sys.executable, "-m", "testbed.consul_server", "--host", host, "--port", str(port)]
         self._process = ServerProcess(argv, self.log, env={"PYTHONPATH": str(REPOSITORY)})
         wait_until(lambda: port_is_open(port, host), 30, f"consul test server on {host}:{port}", self.log)
 

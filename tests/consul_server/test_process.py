@@ -1,4 +1,4 @@
-"""The test server as a separate process (``python -m tests.consul_server``), shared by processes."""
+"""The test server as a separate process (``python -m testbed.consul_server``), shared by processes."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from membership_tables import open_table
 from membership_tables.testing import make_entry
-from tests.services.consul import REPOSITORY, ConsulServerProcess
-from tests.services.process import port_is_open
+from testbed.services.consul import REPOSITORY, ConsulServerProcess
+from testbed.services.process import port_is_open
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Run the Consul test server as a process: ``python -m tests.consul_server --port N``.
+"""Run the Consul test server as a process: ``python -m testbed.consul_server --port N``.
 
 It serves until SIGTERM or SIGINT, then stops cleanly. The first line on stdout says where
 it listens (useful with ``--port 0``).
@@ -11,11 +11,11 @@ import signal
 import threading
 from types import FrameType
 
-from tests.consul_server.server import ConsulTestServer
+from testbed.consul_server.server import ConsulTestServer
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.consul_server", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m testbed.consul_server", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     parser.add_argument("--port", type=int, default=8500, help="TCP port; 0 picks a free one (default: %(default)s)")
     parser.add_argument("--acl-token", help="require this token (X-Consul-Token or ?token=) on every request")

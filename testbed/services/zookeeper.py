@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.services.process import ServerProcess, free_port, wait_until
+from testbed.services.process import ServerProcess, free_port, wait_until
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 JAVA_DIR = Path("/usr/share/java")

@@ -27,9 +27,9 @@ from membership_tables import (
 )
 from membership_tables.history import HistoryRecord, assert_history_ok, load_history
 from silo.membership.options import SiloOptions
-from tests.services.process import ServerProcess, wait_until
+from testbed.services.process import ServerProcess, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 LISTENING_RE = re.compile(r"silo (\S+@\d+) listening")
 START_TIMEOUT = 60.0
 POLL = 0.2

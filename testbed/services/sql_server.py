@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.services.process import ServerProcess, free_port, wait_until
+from testbed.services.process import ServerProcess, free_port, wait_until
 
 START_TIMEOUT = 90.0
 

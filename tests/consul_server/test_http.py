@@ -12,8 +12,8 @@ from typing import Any
 import consul
 import pytest
 
-from tests.consul_server import ConsulTestServer
-from tests.consul_server.server import MAX_TXN_OPS
+from testbed.consul_server import ConsulTestServer
+from testbed.consul_server.server import MAX_TXN_OPS
 
 pytestmark = pytest.mark.slow
 

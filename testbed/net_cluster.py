@@ -2,7 +2,7 @@
 
 Why: on loopback every silo shares one network stack, so a partition, a one-way cut or packet
 loss between two silos cannot be made. Here each silo runs inside its own lab host (a network
-namespace, ``tests/netfaults/lab.py``), listens on ``<host address>:PORT`` and reaches its peers
+namespace, ``testbed/netfaults/lab.py``), listens on ``<host address>:PORT`` and reaches its peers
 only through the lab's bridge, where ``NetworkLab.partition``/``block``/``isolate``/``set_loss``
 cut or thin the links. All silos use the same fixed port: each host has its own stack.
 
@@ -13,7 +13,7 @@ scenario of the bug report: in a partition, both sides keep voting into the same
 to declare the other side Dead, and only the failure detector's rules decide who wins.
 
 ``NetCluster(workdir, table="postgres")`` puts the table on the network instead: a throwaway
-PostgreSQL server (``tests/services/postgres.py``) runs inside a lab host of its own
+PostgreSQL server (``testbed/services/postgres.py``) runs inside a lab host of its own
 (``table_host``, named ``pg``, added before the silos: 10.213.0.1) and the silos connect to it
 over the bridge (``postgresql+psycopg://postgres@10.213.0.1:PORT/...``). Then a fault cuts silos
 from the table as well: ``lab.isolate(silo_host)`` cuts it from its peers and the table,
@@ -64,9 +64,9 @@ from membership_tables import (
 from membership_tables.history import assert_history_ok, load_history
 from silo.membership.options import SiloOptions
 from silo.runtime.claims import check_claims, load_claims
-from tests.netfaults import Host, NetworkLab, lab_unavailable_reason
-from tests.services.postgres import PostgresServer
-from tests.silo.cluster_harness import START_TIMEOUT, SiloProcess
+from testbed.cluster_harness import START_TIMEOUT, SiloProcess
+from testbed.netfaults import Host, NetworkLab, lab_unavailable_reason
+from testbed.services.postgres import PostgresServer
 
 PORT = 11111
 """Every silo listens on this port of its own host's address (each host has its own stack)."""

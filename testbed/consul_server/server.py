@@ -6,7 +6,7 @@ Endpoints: ``GET/PUT/DELETE /v1/kv/<key>`` (``recurse``, ``keys``, ``separator``
 ``X-Consul-KnownLeader`` and ``X-Consul-LastContact`` like an agent's. There are no sessions or
 blocking queries. ACLs are off unless configured: ``acl`` (an ``AclTable`` of tokens and their
 ``key_prefix`` policies) makes the server enforce them the way an agent with a default-deny ACL
-system does (see ``tests.consul_server.acl``); ``acl_token`` is the shorthand for one token that
+system does (see ``testbed.consul_server.acl``); ``acl_token`` is the shorthand for one token that
 may do everything. The token travels as the ``X-Consul-Token`` header or ``?token=``.
 
 The server answers with ``HTTP/1.0`` (one request per connection) so that ``stop()`` really
@@ -26,8 +26,8 @@ from types import TracebackType
 from typing import Any, Self, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tests.consul_server.acl import ACL_NOT_FOUND, PERMISSION_DENIED, AclPolicy, AclTable
-from tests.consul_server.store import Entry, KVOp, KVStore, TxnError, TxnOutcome
+from testbed.consul_server.acl import ACL_NOT_FOUND, PERMISSION_DENIED, AclPolicy, AclTable
+from testbed.consul_server.store import Entry, KVOp, KVStore, TxnError, TxnOutcome
 
 MAX_TXN_OPS = 64
 """Consul's limit per transaction up to 1.x (newer agents allow 128); more gets 413."""

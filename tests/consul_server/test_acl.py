@@ -10,8 +10,8 @@ import pytest
 import requests
 
 from membership_tables.policies import consul_policy
-from tests.consul_server import AclPolicy, AclTable, ConsulTestServer
-from tests.consul_server.acl import PolicyError
+from testbed.consul_server import AclPolicy, AclTable, ConsulTestServer
+from testbed.consul_server.acl import PolicyError
 
 POLICY = AclPolicy.from_hcl(consul_policy("silo-membership") + 'key_prefix "silo-membership/ro/" { policy = "read" }')
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.consul_server import KVOp, KVStore
+from testbed.consul_server import KVOp, KVStore
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from silo.spark.jobs import driver_environment
-from tests.services.process import ServerProcess, free_port, port_is_open, wait_until
+from testbed.services.process import ServerProcess, free_port, port_is_open, wait_until
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

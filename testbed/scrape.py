@@ -7,7 +7,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.silo.cluster_harness import SiloProcess
+from testbed.cluster_harness import SiloProcess
 
 METRICS_URL_RE = re.compile(r"serves metrics at (http://\S+/metrics)")
 
