@@ -1,4 +1,4 @@
-"""SPIN proves the model of the failure detector (``protocol/membership.pml``) within its bounds.
+"""SPIN proves the model of the failure detector (``spin_model/membership.pml``) within its bounds.
 
 The model (docs/protocol.md, "The model") has N silos, the table as a versioned store with
 conditional writes, and an environment that partitions the silos into any two sides, loses
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import pytest
 
-from protocol import spin_check
-from protocol.spin_check import CHECKED, LEASE_CHECKED, Bounds, Verdict
+from spin_model import spin_check
+from spin_model.spin_check import CHECKED, LEASE_CHECKED, Bounds, Verdict
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -1,17 +1,17 @@
-"""Compile and run the SPIN model of the failure detector (``protocol/membership.pml``).
+"""Compile and run the SPIN model of the failure detector (``spin_model/membership.pml``).
 
-    python protocol/spin_check.py --n 4                          # safety, the suite's bounds for N=4
-    python protocol/spin_check.py --n 4 --ltl liveness           # both liveness properties
-    python protocol/spin_check.py --n 5 --loss 1 --faults 1      # any bounds
-    python protocol/spin_check.py --n 3 -D MUTANT_BLIND_WRITE    # a mutant: expect a counterexample
-    python protocol/spin_check.py --n 3 --lease                  # the lease and the takeover wait
-    python protocol/spin_check.py --n 3 --lease -D MUTANT_NO_TAKEOVER_WAIT
+    python spin_model/spin_check.py --n 4                          # safety, the suite's bounds for N=4
+    python spin_model/spin_check.py --n 4 --ltl liveness           # both liveness properties
+    python spin_model/spin_check.py --n 5 --loss 1 --faults 1      # any bounds
+    python spin_model/spin_check.py --n 3 -D MUTANT_BLIND_WRITE    # a mutant: expect a counterexample
+    python spin_model/spin_check.py --n 3 --lease                  # the lease and the takeover wait
+    python spin_model/spin_check.py --n 3 --lease -D MUTANT_NO_TAKEOVER_WAIT
 
 Each check runs ``spin -a`` on a copy of the model in a temporary directory, compiles
 ``pan.c`` with gcc and runs ``./pan``; the verdict says how many errors pan found, which
 property failed, how many states it stored and how long it took. A counterexample's trail
 is kept (``--keep``) and can be replayed with ``spin -t -p`` and the same ``-D`` flags.
-The test suite (``tests/protocol/test_spin_model.py``) runs the same checks.
+The test suite (``tests/spin_model/test_spin_model.py``) runs the same checks.
 """
 
 from __future__ import annotations
