@@ -1,9 +1,10 @@
-"""Render the committed results as the Markdown tables of docs/benchmarks.md.
+"""Render a benchmark's results as Markdown tables (``benchmarks.page`` builds docs/benchmarks.md from them).
 
-    python -m benchmarks.report [--results-dir benchmarks/results]
+    python -m benchmarks.report [--results-dir benchmarks/results/quick]
 
-Reads each ``NAME.json`` present and prints one table per benchmark (median, p95/p99,
-ratio to floor or baseline) with the command and machine that produced it.
+Reads each ``NAME.json`` present in the directory (e.g. the last ``--quick`` runs) and prints one
+table per benchmark (median, p95/p99, ratio to floor or baseline) with the command and machine
+that produced it.
 """
 
 from __future__ import annotations
