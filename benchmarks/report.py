@@ -73,10 +73,20 @@ def tables(document: dict[str, Any]) -> list[str]:
     return lines
 
 
+def run_arguments(config: dict[str, Any]) -> list[str]:
+    """The flags a run was given, ``--output-dir`` and its value left out (where it wrote says nothing)."""
+    arguments = config.get("arguments") or []
+    return [arg for i, arg in enumerate(arguments) if "--output-dir" not in (arg, arguments[i - 1] if i else "")]
+
+
+def run_command(document: dict[str, Any]) -> str:
+    """The command that reproduces a run: the benchmark's command and the run's flags."""
+    return " ".join([document["command"], *run_arguments(document["config"])])
+
+
 def _arguments(config: dict[str, Any]) -> list[str]:
     """The run's own flags (``--output-dir`` left out), when there are any beyond ``--quick``."""
-    arguments = config.get("arguments", [])
-    shown = [arg for i, arg in enumerate(arguments) if "--output-dir" not in (arg, arguments[i - 1] if i else "")]
+    shown = run_arguments(config)
     return [f"Arguments: `{' '.join(shown)}`.", ""] if [arg for arg in shown if arg != "--quick"] else []
 
 

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from benchmarks.common import RESULTS
+from benchmarks.report import run_command
+from tests.docs.markdown import first_table
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -25,15 +27,7 @@ SCALES = {"": (1.0,), "%": (1.0, 100.0), "ms": (1000.0,)}
 
 def results_rows(readme: str) -> list[dict[str, str]]:
     """The rows of the table under ``## Results``: column header -> cell."""
-    section = readme.split("\n## Results\n", 1)[1].split("\n## ", 1)[0]
-    lines = [line for line in section.splitlines() if line.startswith("|") and not line.startswith("|---")]
-    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
-    return [dict(zip(header, split_row(line), strict=True)) for line in lines[1:]]
-
-
-def split_row(line: str) -> list[str]:
-    """A Markdown row's cells (``\\|`` is a pipe inside a cell)."""
-    return [cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+    return first_table(readme.split("\n## Results\n", 1)[1].split("\n## ", 1)[0])
 
 
 def numbers_in(value: Any) -> Iterator[float]:
@@ -76,9 +70,7 @@ def missing_figures(row: dict[str, str]) -> list[str]:
         return [f"{name}: no such file in benchmarks/results"]
     document = json.loads(path.read_text())
     problems = []
-    arguments = document["config"].get("arguments") or []
-    shown = [arg for i, arg in enumerate(arguments) if "--output-dir" not in (arg, arguments[i - 1] if i else "")]
-    command = " ".join([document["command"], *shown])
+    command = run_command(document)
     if row["command"].strip("`") != command:
         problems.append(f"{name}: the row says {row['command']}, the run was `{command}`")
     values = list(numbers_in({"config": document["config"], "results": document["results"]}))

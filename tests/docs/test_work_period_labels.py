@@ -1,7 +1,7 @@
 """No tracked text file carries a work-period label: they mean nothing to a reader.
 
-A label is a number after "session(s)" ("session 12", "sessions 20-24"), a bracketed one
-("(s17)"), or a dated run folder with one ("2026-11-27-s21", "-s17-production"). Words such as
+A label is a number after "session(s)" ("session N", "sessions N-M"), a bracketed one
+("(sN)"), or a dated run folder with one ("YYYY-MM-DD-sN", "-sN-production"). Words such as
 "test session", "Spark session", "SparkSession" or ZooKeeper's "Expiring session 0x1f" carry no
 number of a period and pass.
 """
@@ -17,10 +17,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 LABEL = re.compile(
-    r"\bsessions?[ _-]*\d+(?![\dx])"  # "session 12", "sessions 20-24", "session-3" (not a hex id 0x...)
-    r"|\(s\d{1,2}\)"  # "(s17)"
-    r"|\d{4}-\d{2}-\d{2}-s\d+"  # a dated run folder: "2026-11-27-s21"
-    r"|(?<![\w-])-s\d{1,2}(?=-|\b)",  # its short form: "-s17-production"
+    r"\bsessions?[ _-]*\d+(?![\dx])"  # "session N", "sessions N-M", "session-N" (not a hex id 0x...)
+    r"|\(s\d{1,2}\)"  # "(sN)"
+    r"|\d{4}-\d{2}-\d{2}-s\d+"  # a dated run folder: "YYYY-MM-DD-sN"
+    r"|(?<![\w-])-s\d{1,2}(?=-|\b)",  # its short form: "-sN-production"
     re.IGNORECASE,
 )
 

@@ -8,6 +8,7 @@ import pytest
 
 from silo.errors import SiloError
 from silo.membership.options import PRESETS, OptionsError, SiloOptions, parse_duration
+from tests.docs.markdown import first_table
 
 
 @pytest.mark.parametrize(
@@ -97,13 +98,7 @@ PRESET_COLUMNS = {"production (default)": "production", "local": "local"}
 
 def documented_options(page: str) -> dict[str, dict[str, str]]:
     """The option table of docs/options.md: option name -> column header -> cell."""
-    lines = [line for line in page.splitlines() if line.startswith("|") and not line.startswith("|---")]
-    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
-    table: dict[str, dict[str, str]] = {}
-    for line in lines[1:]:
-        cells = [cell.strip() for cell in line.strip("|").split("|")]
-        table[cells[0].strip("`")] = dict(zip(header, cells, strict=False))
-    return table
+    return {row["option"].strip("`"): row for row in first_table(page)}
 
 
 def documented_value_matches(cell: str, value: object) -> bool:
