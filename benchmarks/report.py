@@ -1,9 +1,10 @@
-"""Render the committed results as the Markdown tables of docs/benchmarks.md.
+"""Render a benchmark's results as Markdown tables (``benchmarks.page`` builds docs/benchmarks.md from them).
 
-    python -m benchmarks.report [--results-dir benchmarks/results]
+    python -m benchmarks.report [--results-dir benchmarks/results/quick]
 
-Reads each ``NAME.json`` present and prints one table per benchmark (median, p95/p99,
-ratio to floor or baseline) with the command and machine that produced it.
+Reads each ``NAME.json`` present in the directory (e.g. the last ``--quick`` runs) and prints one
+table per benchmark (median, p95/p99, ratio to floor or baseline) with the command and machine
+that produced it.
 """
 
 from __future__ import annotations
@@ -72,10 +73,20 @@ def tables(document: dict[str, Any]) -> list[str]:
     return lines
 
 
+def run_arguments(config: dict[str, Any]) -> list[str]:
+    """The flags a run was given, ``--output-dir`` and its value left out (where it wrote says nothing)."""
+    arguments = config.get("arguments") or []
+    return [arg for i, arg in enumerate(arguments) if "--output-dir" not in (arg, arguments[i - 1] if i else "")]
+
+
+def run_command(document: dict[str, Any]) -> str:
+    """The command that reproduces a run: the benchmark's command and the run's flags."""
+    return " ".join([document["command"], *run_arguments(document["config"])])
+
+
 def _arguments(config: dict[str, Any]) -> list[str]:
     """The run's own flags (``--output-dir`` left out), when there are any beyond ``--quick``."""
-    arguments = config.get("arguments", [])
-    shown = [arg for i, arg in enumerate(arguments) if "--output-dir" not in (arg, arguments[i - 1] if i else "")]
+    shown = run_arguments(config)
     return [f"Arguments: `{' '.join(shown)}`.", ""] if [arg for arg in shown if arg != "--quick"] else []
 
 
@@ -135,6 +146,7 @@ def detection(document: dict[str, Any]) -> list[str]:
                 )  # fmt: skip
     if "unavailable" in results.get("serf", {}):
         lines += ["", f"Serf not measured: {results['serf']['unavailable']}."]
+    lines += _tls_vs_plaintext(results.get("tls_vs_plaintext"))
     partitions = results["partitions"]
     lines += ["", "Partitions of 5 silos in network namespaces (cut to every minority silo Dead / exited):", ""]
     if "unavailable" in partitions:
@@ -177,6 +189,20 @@ def detection(document: dict[str, Any]) -> list[str]:
     if segments:
         lines += ["", f"Measured network traffic of an idle silo, N = 5 in network namespaces: "
                   f"{fmt(sorted(segments)[len(segments) // 2])} TCP segments/s (in + out)."]  # fmt: skip
+    return lines
+
+
+def _tls_vs_plaintext(comparison: dict[str, Any] | None) -> list[str]:
+    """The Dead-row medians of a ``--transport plaintext,tls`` run side by side (none in other runs)."""
+    if not comparison:
+        return []
+    title = "Mutual TLS beside plaintext, same run (Dead-row medians; target: TLS within 10% of plaintext):"
+    columns = ("N", "failure", "plaintext median s", "TLS median s", "TLS / plaintext", "within target")
+    lines = ["", title, "", *header(*columns)]
+    for size in sorted(comparison, key=int):
+        for mode, entry in comparison[size].items():
+            lines.append(row(size, mode, entry["plaintext_median_s"], entry["tls_median_s"],
+                             entry["tls_over_plaintext"], _met(entry["within_target"])))  # fmt: skip
     return lines
 
 
@@ -299,7 +325,8 @@ def _network_loss(network: dict[str, Any] | None) -> list[str]:
 
 def scale(document: dict[str, Any]) -> list[str]:
     results = document["results"]
-    lines = header("silos", "processes", "all Active after s", "live silos declared Dead joining", "... steady",
+    lines = _arguments(document["config"])
+    lines += header("silos", "processes", "all Active after s", "live silos declared Dead joining", "... steady",
                    "RSS MB per silo", "CPU % per silo", "full reads/s", "writes/s", "heartbeats/s", "statements/s",
                    "crash to Dead median s", "p99 s", "median/floor")  # fmt: skip
     stopped: list[str] = []

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
 
 from silo.errors import SiloError
 from silo.membership.options import PRESETS, OptionsError, SiloOptions, parse_duration
+from tests.docs.markdown import first_table
 
 
 @pytest.mark.parametrize(
@@ -89,10 +91,58 @@ def test_options_are_frozen() -> None:
         SiloOptions().probe_timeout = 1.0  # type: ignore[misc]
 
 
-def test_every_option_is_documented() -> None:
-    documented = (Path(__file__).parents[3] / "docs" / "options.md").read_text()
-    missing = [field.name for field in dataclasses.fields(SiloOptions) if f"| `{field.name}` |" not in documented]
-    assert missing == []
+OPTIONS_PAGE = Path(__file__).parents[3] / "docs" / "options.md"
+PRESET_COLUMNS = {"production (default)": "production", "local": "local"}
+"""The columns of the page's option table that show a preset, and the ``PRESETS`` name of each."""
+
+
+def documented_options(page: str) -> dict[str, dict[str, str]]:
+    """The option table of docs/options.md: option name -> column header -> cell."""
+    return {row["option"].strip("`"): row for row in first_table(page)}
+
+
+def documented_value_matches(cell: str, value: object) -> bool:
+    """``cell`` (``5``, ``0.25``, ``true``, ``604800 (7 d)``) shows ``value``."""
+    shown = cell.split(" ")[0]
+    if isinstance(value, bool):
+        return shown == str(value).lower()
+    assert isinstance(value, int | float), value
+    return float(shown) == float(value)
+
+
+def test_the_options_page_shows_every_option_once_with_each_presets_value() -> None:
+    table = documented_options(OPTIONS_PAGE.read_text())
+    assert sorted(table) == sorted(field.name for field in dataclasses.fields(SiloOptions))
+    assert set(PRESET_COLUMNS.values()) == set(PRESETS)
+    wrong = [
+        f"{name} ({column}): page says {row[column]!r}, code says {getattr(PRESETS[preset](), name)!r}"
+        for name, row in table.items()
+        for column, preset in PRESET_COLUMNS.items()
+        if not documented_value_matches(row[column], getattr(PRESETS[preset](), name))
+    ]
+    assert wrong == []
+
+
+DERIVED = re.compile(r"`options\.(\w+)[^`]*`\s*\(([\d.]+)\s+s\s+in\s+production,\s+([\d.]+)\s+s\s+locally\)")
+
+
+def test_the_options_pages_derived_values_are_the_codes() -> None:
+    """Each ``(X s in production, Y s locally)`` equals the property, rounded as the page shows it."""
+    found = DERIVED.findall(OPTIONS_PAGE.read_text())
+    assert {name for name, _, _ in found} == {"detection_time", "stale_after", "takeover_wait"}
+    for name, production, local in found:
+        for shown, options in ((production, SiloOptions.production()), (local, SiloOptions.local())):
+            decimals = len(shown.partition(".")[2])
+            assert round(getattr(options, name), decimals) == float(shown), (name, shown)
+
+
+@pytest.mark.parametrize(
+    ("cell", "value", "matches"),
+    [("5", 5.0, True), ("604800 (7 d)", 604800.0, True), ("true", True, True), ("0.5", 0.25, False),
+     ("false", True, False), ("3", 2, False)],
+)  # fmt: skip
+def test_the_page_check_tells_a_drifted_value(cell: str, value: object, matches: bool) -> None:
+    assert documented_value_matches(cell, value) is matches
 
 
 def test_the_local_preset_reads_the_whole_table_every_period() -> None:
