@@ -1,6 +1,8 @@
 """The membership protocol: the roles of one silo and the pure rules they apply.
 
-Roles (one module each): ``table_manager`` (the only writer of the table),
+Roles (one module each): ``table_manager`` (the only writer of the table, put together from
+``table_view``, ``row_writer``, ``vote_caster``, ``gossip_catch_up``, ``table_refresh`` and
+``lease_keeper``),
 ``cluster_health`` (whom to probe), ``silo_health`` (probing one silo), ``gossiper``,
 ``agent`` (join, IAmAlive, leave), ``cleanup``, ``local_health`` (Lifeguard). Rules as pure
 functions: ``votes``, ``ring``, ``snapshot``. Configuration and time: ``options``, ``clock``.

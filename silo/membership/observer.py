@@ -18,7 +18,7 @@ from membership_tables import SiloAddress
 
 if TYPE_CHECKING:
     from silo.membership.probing import ProbeOutcome
-    from silo.membership.table_manager import VoteOutcome
+    from silo.membership.votes import VoteOutcome
 
 
 class MembershipObserver(Protocol):

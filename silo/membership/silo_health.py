@@ -46,7 +46,7 @@ from silo.membership.local_health import LocalHealth, effective_timeout
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
 from silo.membership.probing import ProbeOutcome, Prober, reached_through
-from silo.membership.table_manager import VoteOutcome
+from silo.membership.votes import VoteOutcome
 
 logger = logging.getLogger(__name__)
 

@@ -130,6 +130,25 @@ def correlated_suspicions(edges: Collection[Accusation], target: SiloAddress) ->
     return any(accused != target for _, accused in edges)
 
 
+class VoteOutcome(enum.Enum):
+    """What one vote of ours came to (``silo.membership.vote_caster``)."""
+
+    VOTED = "voted"
+    DECLARED_DEAD = "declared_dead"
+    ALREADY_GONE = "already_gone"
+    """The target is Dead or absent already."""
+    LOST_RACE = "lost_race"
+    """Someone wrote first; the next failed probe votes again on a fresh read."""
+    NOT_ALLOWED = "not_allowed"
+    """The table is or just was unreachable, or this silo is not a live member."""
+    WITHHELD = "withheld"
+    """Ring sampling: our vote would complete the quorum, but the table's accusations put the
+    target on the larger side of a cut; the vote is recorded, the death is not."""
+    SETTLING = "settling"
+    """Ring sampling amid correlated suspicions: the vote is recorded and the death decided
+    after ``settle_time`` on a fresh read (``try_vote`` waits and retries; never returned)."""
+
+
 class VoteKind(enum.Enum):
     VOTE = "vote"
     """Write the suspicion votes; not enough yet to declare death."""

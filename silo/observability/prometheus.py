@@ -31,7 +31,7 @@ from membership_tables import (
 from silo.membership.lease import MembershipConfirmation
 from silo.membership.probing import GossipMessage, GossipSender, ProbeOutcome
 from silo.membership.snapshot import MembershipSnapshot
-from silo.membership.table_manager import VoteOutcome
+from silo.membership.votes import VoteOutcome
 from silo.observability.catalogue import METRICS, MetricKind, MetricSpec
 
 log = logging.getLogger(__name__)

@@ -54,7 +54,8 @@ from silo.membership.probing import (
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import BlockingRunner, run_in_thread
-from silo.membership.table_manager import MembershipTableManager, VoteOutcome
+from silo.membership.table_manager import MembershipTableManager
+from silo.membership.votes import VoteOutcome
 from silo.observability.event_log import log_membership_events
 from silo.runtime.claims import ClaimsFile, ServingClaim
 from silo.runtime.ownership import OwnershipGuard

@@ -16,7 +16,7 @@ from silo.membership.clock import FakeClock
 from silo.membership.gossiper import gossip_peers
 from silo.membership.probing import IndirectProbeResult
 from silo.membership.ring import probe_targets
-from silo.membership.table_manager import ROW_READ_COST_IN_ROWS
+from silo.membership.table_refresh import ROW_READ_COST_IN_ROWS
 from silo.runtime.silo import Silo
 from tests.silo.harness import (
     LOCAL,

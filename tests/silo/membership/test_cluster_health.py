@@ -29,7 +29,7 @@ from silo.membership.options import SiloOptions
 from silo.membership.ring import probe_targets, ring_index
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import LARGE_VIEW, MembershipSnapshot, SnapshotPublisher
-from silo.membership.table_manager import VoteOutcome
+from silo.membership.votes import VoteOutcome
 from tests.silo.harness import T0, FunctionProber, address, async_test, row, view
 
 ME = address(1)

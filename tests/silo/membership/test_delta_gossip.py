@@ -31,7 +31,9 @@ from silo.membership.options import SiloOptions
 from silo.membership.probing import GossipMessage
 from silo.membership.snapshot import LARGE_VIEW, MembershipDelta, MembershipSnapshot
 from silo.membership.table_access import BlockingRunner, run_inline
-from silo.membership.table_manager import VIEW_VOTE_GOSSIP_WAIT, MembershipTableManager, VoteOutcome
+from silo.membership.table_manager import MembershipTableManager
+from silo.membership.vote_caster import VIEW_VOTE_GOSSIP_WAIT
+from silo.membership.votes import VoteOutcome
 from tests.silo.harness import (
     T0,
     FlakyTable,
@@ -415,7 +417,7 @@ async def test_a_joiner_that_keeps_losing_waits_at_most_a_probe_timeout_between_
     """The silos that lost most often in the bulk of a storm must not wait out the tail."""
     store, clock = memory_table(), FakeClock(T0)
     joiner = Node(store, ME, clock, {})
-    pauses = [joiner.manager._lost_race_pause(lost) for lost in range(1, 40) for _ in range(20)]
+    pauses = [joiner.manager.writer.lost_race_pause(lost) for lost in range(1, 40) for _ in range(20)]
     assert max(pauses) <= OPTIONS.probe_timeout
     assert max(pauses[-100:]) > OPTIONS.probe_timeout / 2  # still spread over the whole range
 

@@ -80,8 +80,9 @@ from silo.membership.probing import GossipMessage, IndirectProbeResult, ProbeOut
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import run_inline
-from silo.membership.table_manager import VIEW_VOTE_GOSSIP_WAIT, VOTE_ATTEMPTS, MembershipTableManager, VoteOutcome
-from silo.membership.votes import fresh_votes, may_vote, required_votes
+from silo.membership.table_manager import MembershipTableManager
+from silo.membership.vote_caster import VIEW_VOTE_GOSSIP_WAIT, VOTE_ATTEMPTS
+from silo.membership.votes import VoteOutcome, fresh_votes, may_vote, required_votes
 from tests.silo.harness import T0, FunctionProber, RecordingGossip, address, memory_table, row
 
 _T = TypeVar("_T")

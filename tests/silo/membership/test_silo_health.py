@@ -16,7 +16,7 @@ from silo.membership.options import SiloOptions
 from silo.membership.probing import IndirectProbeResult, ProbeOutcome
 from silo.membership.silo_health import REFUSALS_TO_SUSPECT, SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot
-from silo.membership.table_manager import VoteOutcome
+from silo.membership.votes import VoteOutcome
 from tests.silo.harness import T0, FunctionProber, address, async_test, row, stop_cancelled_at_its_first_wait, view
 
 ME, TARGET, HELPER, OTHER = address(1), address(2), address(3), address(4)

@@ -27,12 +27,9 @@ from silo.membership.options import SiloOptions
 from silo.membership.probing import GossipMessage
 from silo.membership.snapshot import LARGE_VIEW, MembershipDelta, MembershipSnapshot
 from silo.membership.table_access import backoff_bounds, run_inline
-from silo.membership.table_manager import (
-    VIEW_VOTE_GOSSIP_WAIT,
-    VOTE_ATTEMPTS,
-    MembershipTableManager,
-    VoteOutcome,
-)
+from silo.membership.table_manager import MembershipTableManager
+from silo.membership.vote_caster import VIEW_VOTE_GOSSIP_WAIT, VOTE_ATTEMPTS
+from silo.membership.votes import VoteOutcome
 from tests.membership_tables.malformed_rows import store_in_memory
 from tests.silo.harness import T0, FlakyTable, address, async_test, memory_table, row, seed
 

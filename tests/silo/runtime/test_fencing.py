@@ -23,7 +23,7 @@ from silo.membership.lease import (
     takeover_wait,
 )
 from silo.membership.options import OptionsError, SiloOptions
-from silo.membership.table_manager import VoteOutcome
+from silo.membership.votes import VoteOutcome
 from tests.silo.harness import (
     LOCAL,
     T0,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from membership_tables import SiloAddress, SiloStatus
 from silo.membership.clock import FakeClock
 from silo.membership.probing import ProbeOutcome
-from silo.membership.table_manager import VoteOutcome
+from silo.membership.votes import VoteOutcome
 from silo.runtime.silo import Silo
 from tests.silo.harness import LOCAL, T0, FakeNetwork, async_test, memory_table, network_silo
 

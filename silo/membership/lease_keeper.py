@@ -1,0 +1,183 @@
+"""Keeping the membership lease (``silo.membership.lease``) renewed, through the table or through peers.
+
+Every ``lease_renew_interval`` an Active silo reads its own row (one key, not the table); when
+its table calls fail it asks every other non-Dead member of its view to read the row for it
+(``ConfirmMembership``), and renews as their answers allow (``judge_confirmations``). Reads for
+the lease never wait on a hung store longer than their share of the interval, and a read still
+running is awaited again rather than started twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+
+from membership_tables import MembershipTableData, SiloAddress, SiloStatus, TableUnavailableError
+from silo.membership.clock import Periodic, with_timeout
+from silo.membership.lease import MembershipConfirmation, PeerVerdict, judge_confirmations
+from silo.membership.table_view import TableView
+
+logger = logging.getLogger(__name__)
+
+AskConfirmation = Callable[[SiloAddress, float], Awaitable[MembershipConfirmation]]
+"""Ask a peer to read our row from the table (ConfirmMembership) within a timeout; raises if it cannot."""
+
+
+def _retrieve(future: asyncio.Future[MembershipTableData]) -> None:
+    """Mark a lease read's failure as seen: nobody may await it any more."""
+    if not future.cancelled():
+        future.exception()
+
+
+class LeaseKeeper:
+    """Renews this silo's lease, and answers peers that ask us to read their rows."""
+
+    def __init__(self, view: TableView, ask_confirmation: AskConfirmation | None = None) -> None:
+        self._view = view
+        self._ask_confirmation = ask_confirmation
+        self._renewer: Periodic | None = None
+        self._outage_logged = False
+        self._pending_reads: dict[SiloAddress, tuple[float, asyncio.Future[MembershipTableData]]] = {}
+        """Row reads for the lease still running, by silo, with their start (``_read_within``)."""
+
+    def start(self) -> None:
+        """Renew the membership lease every ``lease_renew_interval`` (once this silo is Active)."""
+        if self._renewer is None:
+            view = self._view
+            self._renewer = Periodic(view.clock, view.options.lease_renew_interval, self.renew_lease)
+            self._renewer.start()
+
+    async def renew_lease(self) -> None:
+        """Read our own row unless a call confirmed us within ``lease_renew_interval``.
+
+        One row, not the table: every silo does this every quarter of ``lease_timeout``. If the
+        row says we must stop, the whole table is re-read, which terminates this silo. A failure
+        just leaves the lease to run out: the runtime fences on its own."""
+        view = self._view
+        interval = view.options.lease_renew_interval
+        if view.lease.age() < interval or view.terminated.is_set() or view.leaving:
+            return
+        if view.snapshot.status_of(view.address) is not SiloStatus.ACTIVE:
+            return  # not a member yet (joining) or not any more (leaving)
+        pending = self._pending_reads.get(view.address)
+        if pending is not None and not pending[1].done():
+            # our last read still hangs (a store whose packets are dropped): go to the peers at
+            # once, every renewal, rather than spend half of each round waiting on it again
+            await self._confirm_through_peers()
+            return
+        read = await self._read_within(view.address, interval / 2)
+        if read is None:
+            await self._confirm_through_peers()
+            return
+        started, data = read
+        self._outage_logged = False
+        behind = data.version.version > view.snapshot.version
+        if view.own_verdict_in(data) is not None or (
+            behind and not await view.brought_by_gossip(data.version.version, interval / 2)
+        ):
+            # we must stop (the read terminates us), or our view is behind and no gossip brought
+            # the change: a full read, which confirms the lease by itself
+            with contextlib.suppress(TimeoutError, TableUnavailableError):
+                await with_timeout(view.clock, view.refresh(), interval)
+            return
+        view.confirm_lease(data, started)
+
+    async def _read_within(self, silo: SiloAddress, timeout: float) -> tuple[float, MembershipTableData] | None:
+        """``silo``'s row read in one attempt, awaited at most ``timeout``, with the time the read
+        started; None if it failed or is still running. A read still running from an earlier
+        call is awaited again, never started twice: on a store whose packets are dropped, reads
+        hang until the driver's deadline, and starting one per lease renewal would fill the
+        worker threads every other table call needs."""
+        view = self._view
+        pending = self._pending_reads.get(silo)
+        if pending is None or pending[1].done():
+            read: asyncio.Future[MembershipTableData] = asyncio.ensure_future(
+                view.access.call(functools.partial(view.table.read_row, silo), None)
+            )
+            read.add_done_callback(_retrieve)
+            pending = self._pending_reads[silo] = (view.clock.monotonic(), read)
+        started, future = pending
+        try:
+            data = await with_timeout(view.clock, asyncio.shield(future), timeout)
+        except (TimeoutError, TableUnavailableError):
+            return None
+        self._pending_reads.pop(silo, None)
+        return started, data
+
+    async def _confirm_through_peers(self) -> None:
+        """Our table calls fail: ask every other non-Dead member of our view to read our row
+        (``silo.membership.lease``, "Through peers"), and renew the lease as their answers allow."""
+        ask_peer = self._ask_confirmation
+        if ask_peer is None:
+            return
+        view = self._view
+        snapshot, timeout = view.snapshot, view.options.lease_renew_interval
+        members = [
+            entry.silo_address
+            for entry in snapshot.entries
+            if entry.status is not SiloStatus.DEAD and entry.silo_address != view.address
+        ]
+        started = view.clock.monotonic()
+
+        async def ask(member: SiloAddress) -> MembershipConfirmation | None:
+            try:
+                return await with_timeout(view.clock, ask_peer(member, timeout), timeout)
+            except Exception as exc:
+                logger.debug("silo %s: %s did not confirm it: %r", view.address, member, exc)
+                return None
+
+        answers: dict[SiloAddress, MembershipConfirmation] = {}
+        for member, answer in zip(members, await asyncio.gather(*(ask(member) for member in members)), strict=True):
+            if answer is not None:
+                answers[member] = answer
+        newer = [answer for answer in answers.values() if answer.table_read and answer.version > snapshot.version]
+        if newer and await view.pull_view(newer[0].responder, newer[0].version):
+            snapshot = view.snapshot  # the read is newer than our view: take the reader's view first
+        verdict = judge_confirmations(snapshot.version, view.newest_version_heard, members, answers)
+        if verdict is PeerVerdict.CONFIRMED:
+            view.lease.confirm(started)
+        elif verdict is PeerVerdict.OUTAGE:
+            view.lease.confirm(started)
+            if not self._outage_logged:
+                self._outage_logged = True
+                logger.warning(
+                    "silo %s: no member of the cluster reaches the table (all %d others say so at version %d); "
+                    "nobody can be declared Dead, so this silo goes on serving",
+                    view.address, len(members), snapshot.version,
+                )  # fmt: skip
+        elif verdict is PeerVerdict.NOT_ACTIVE:
+            logger.warning("silo %s: a peer read this silo's row as not Active; it stays fenced", view.address)
+
+    async def confirm_member(self, asker: SiloAddress) -> MembershipConfirmation:
+        """A peer's ``ConfirmMembership``: read its row now (one try), or say what we know.
+
+        Only for silos of our view: a stranger must not make us read the table for it."""
+        view = self._view
+        snapshot = view.snapshot
+        if snapshot.entry(asker) is not None and not view.terminated.is_set():
+            # within half the asker's wait, so it gets our answer either way
+            read = await self._read_within(asker, view.options.lease_renew_interval / 2)
+            if read is not None:
+                data = read[1]
+                found = data.get(asker)
+                status = found[0].status if found is not None else SiloStatus.NONE
+                return MembershipConfirmation(
+                    view.address, True, status, data.version.version, data.version.version, False
+                )
+        return MembershipConfirmation(
+            view.address, False, SiloStatus.NONE, snapshot.version, view.newest_version_heard, view.unconfirmed_writes
+        )
+
+    def cancel_reads(self) -> list[asyncio.Future[MembershipTableData]]:
+        """Cancel the lease reads a hung store left running; returns them to be awaited."""
+        reads = [read for _, read in self._pending_reads.values()]
+        for read in reads:
+            read.cancel()
+        return reads
+
+    async def stop(self) -> None:
+        if self._renewer is not None:
+            await self._renewer.stop()
