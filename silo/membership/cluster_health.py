@@ -1,11 +1,8 @@
 """The cluster health monitor: decides whom this silo probes, and whether it may vote.
 
-Targets are this silo's successors on the hash rings of the Active silos, plus every
-silo that has a fresh vote against it or a stale heartbeat (so suspicions are confirmed
-or cleared by more than one prober; in a large view only the suspects we are a watcher of:
-``SuspectWatchers``). A silo still joining probes only those suspects.
-It keeps one ``SiloHealthMonitor`` per target, creating and stopping them as the
-targets change.
+Targets (``silo.membership.targets``): this silo's successors on the hash rings of the
+Active silos, plus the suspects it watches. It keeps one ``SiloHealthMonitor`` per target,
+creating and stopping them as the targets change.
 
 It also applies the **majority rule** (``votes.may_vote``) for its monitors: this silo may
 vote only while it, plus the monitored silos it hears, is a strict majority of itself plus
@@ -15,182 +12,43 @@ so it never votes against the majority; it re-reads the table every ``probe_time
 instead, to find its verdict without waiting for the periodic refresh.
 
 With ring sampling (more fresh Active silos than the ones we monitor) our sample can, by
-chance, sit mostly on our side of a cut, so before a vote ``reaches_majority`` applies the
-same rule to **every** fresh Active silo: it pings the fresh silos we do not monitor (our
-gossip arc heads first, whose channels are open, then the others, each part in a random order,
-a bounded number at a time, stopping as soon as a majority answered; beyond ``MAJORITY_SAMPLE``
-of them, three quarters of a sample of that many answering confirms it first) and
-counts the monitored ones we hear. A silo on the minority side of a symmetric partition
-that still reaches the table sees the majority's heartbeats, so it counts them as fresh,
-cannot reach them, and never votes: whatever its sample says. Conversely a majority silo
-whose sample sits wholly across the cut hears none of it: under ring sampling the rule over
-our monitors does not stop a vote (``may_try_vote``), the global check decides.
-
-**A heal is not evidence** (``MajorityHistory``): when the majority rule passes again because
-more silos answer (the cut healed), the silences our monitors measured while we could not vote
-were the cut's, not their targets'; the silos not yet reconnected must be silent for a whole
-suspicion time after the heal, with an indirect round started after it, before we vote.
+chance, sit mostly on our side of a cut, so before a vote ``reaches_majority`` applies the same
+rule to **every** fresh Active silo (``silo.membership.majority``). A majority silo whose sample
+sits wholly across the cut hears none of it: under ring sampling the rule over our monitors does
+not stop a vote (``may_try_vote``), the global check decides. A heal is not evidence
+(``MajorityHistory``): the silos not yet reconnected must be silent for a whole suspicion time
+after the heal, with an indirect round started after it, before we vote.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import itertools
 import logging
-import math
 import random as random_module
 from collections.abc import Callable
-from datetime import datetime
+from typing import Any
 
-from membership_tables import SiloAddress, SiloStatus
+from membership_tables import SiloAddress
 from silo.membership.clock import Clock, Periodic
 from silo.membership.gossiper import gossip_peers
 from silo.membership.liveness import LivenessTracker
-from silo.membership.local_health import LocalHealth, effective_timeout
+from silo.membership.local_health import LocalHealth
+from silo.membership.majority import MajorityCheck, MajorityHistory
 from silo.membership.options import SiloOptions
-from silo.membership.probing import ProbeOutcome, Prober
-from silo.membership.ring import RingIndex, probe_targets, ring_index
+from silo.membership.probing import Prober
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot, SnapshotPublisher
+from silo.membership.targets import SuspectWatchers, ring_targets, select_targets
 from silo.membership.votes import fresh_votes, may_vote
 
 logger = logging.getLogger(__name__)
 
-MAJORITY_SAMPLE = 64
-"""Beyond this many fresh silos we do not monitor, ``reaches_majority`` first pings a sample of
-this many (our gossip arc heads, whose channels are open, then random ones)."""
-MAJORITY_SAMPLE_SHARE = 0.75
-"""The share of the sample that must answer for the sample alone to confirm a majority; below
-it, a silo whose own event loop lags (``LocalHealth.lagging``) does not vote now (its missing
-answers are likely its own slowness, and counting every silo would add N / 2 pings to an
-overloaded machine); any other counts every silo as without a sample (a partition: failed
-probes of the far side do not gate it). A silo that reaches at most half the cluster (a
-minority side, or an even split) passes with probability P(Binomial(64, 0.5) >= 48) < 0.0001 a
-check; a majority side of three quarters or more, or a cluster whose answers are only slowed
-down (an overloaded machine), passes on 48 answers instead of N / 2. Pinging every silo cost a
-1,000-silo cluster about 500 pings per check, mostly on channels opened for one ping: in an
-overloaded 500-silo cluster four checks a second opened 700 channels a second, and the load they
-added made more probes time out, hence more checks."""
 VOTE_STAGGER_STEP = 0.1
 """Share of ``probe_timeout`` by which each rank of monitors past the quorum holds its vote
 (``ClusterHealthMonitor.vote_delay``): 50 ms in the local preset, 0.5 s in production."""
 VOTE_STAGGER_RANKS = 5
 """Ranks past the quorum that hold their votes longer, one step each; later ranks, and silos that
 probe a suspect off their ring (suspect watchers), hold theirs as long as the last of them."""
-MAJORITY_PINGS_IN_FLIGHT = 32
-"""Pings of ``reaches_majority`` in flight at once: enough to settle a majority of hundreds of
-silos within one probe timeout, few enough not to flood a large cluster when a cut makes
-many silos check at once."""
-
-
-class MajorityHistory:
-    """Tells a heal from a shrinking cluster when the majority rule passes again.
-
-    On an even or minority side a silo measures long silences of the silos across the cut but
-    may not vote. When the cut heals, the silos it reaches first restore its majority while its
-    monitors of the others, not reconnected yet, are still silent: voting on that silence
-    declared live silos Dead (the 2|2 fault test: both silos of one side voted 2.4 s after the
-    heal). The rule passing again with *more silos heard* than at any time while it failed is a
-    heal; passing again because silos went stale (crashed ones stop heartbeating, so the fresh
-    set shrinks) is not, and their silences stay evidence.
-    """
-
-    def __init__(self) -> None:
-        self._failing = False
-        self._most_heard_while_failing = 0
-
-    def observe(self, allowed: bool, heard: int) -> bool:
-        """Record one verdict of the rule and how many silos we heard; True on a heal."""
-        if not allowed:
-            most = self._most_heard_while_failing if self._failing else 0
-            self._most_heard_while_failing = max(most, heard)
-            self._failing = True
-            return False
-        healed = self._failing and heard > self._most_heard_while_failing
-        self._failing = False
-        return healed
-
-
-def ring_targets(snapshot: MembershipSnapshot, local: SiloAddress, options: SiloOptions) -> list[SiloAddress]:
-    """Our successors on the probe rings of the Active silos, once we are Active ourselves."""
-    if snapshot.status_of(local) is not SiloStatus.ACTIVE:
-        return []
-    return probe_targets(local, snapshot.active_silos, options.num_probed_silos)
-
-
-def select_targets(
-    snapshot: MembershipSnapshot,
-    local: SiloAddress,
-    now: datetime,
-    options: SiloOptions,
-    is_fresh: Callable[[SiloAddress], bool],
-    ring: list[SiloAddress] | None = None,
-    watches: Callable[[SiloAddress], bool] | None = None,
-) -> list[SiloAddress]:
-    """Ring successors (only once we are Active; ``ring_targets``, unless given) followed by
-    suspected or stale silos: all of them, or only those ``watches`` accepts (a large view:
-    see ``SuspectWatchers``)."""
-    if snapshot.status_of(local) not in (SiloStatus.JOINING, SiloStatus.ACTIVE):
-        return []
-    if ring is None:
-        ring = ring_targets(snapshot, local, options)
-    expiration = options.death_vote_expiration
-    suspects = [  # cheap tests first: they run for every row of every view
-        entry.silo_address
-        for entry in snapshot.entries
-        if (
-            not is_fresh(entry.silo_address)
-            or (entry.suspect_times and fresh_votes(entry.suspect_times, now, expiration))
-        )
-        and entry.status is not SiloStatus.DEAD
-        and entry.silo_address != local
-        and entry.silo_address not in ring
-        and (watches is None or watches(entry.silo_address))
-    ]
-    return ring + suspects
-
-
-class SuspectWatchers:
-    """Who probes a suspected or stale silo beyond its ring probers, in a large view.
-
-    In a small cluster every silo does (more than one prober confirms or clears a suspicion
-    soon). In a large one that made one death cost the whole cluster: at 1,000 silos, the
-    first vote against a killed silo made all 1,000 probe it, each miss its probes, check its
-    majority (64 pings) and try to vote (a read of 1,000 rows): the machine never got to the
-    Dead write. There the watchers of a suspect are the ``num_probed_silos`` fresh Active silos
-    just before it on ring 0 (every silo computes the same ones from the same view), on top of
-    its ring probers: a suspicion is still confirmed or cleared by several probers, and a stale
-    silo off the ring (one stuck Joining) still has some. A silo still joining is on no ring
-    and watches none there.
-    """
-
-    def __init__(self, local: SiloAddress, count: int, is_fresh: Callable[[SiloAddress], bool]) -> None:
-        self._local = local
-        self._count = count
-        self._is_fresh = is_fresh
-
-    def for_view(self, snapshot: MembershipSnapshot) -> Callable[[SiloAddress], bool] | None:
-        """Whether we watch a given suspect of ``snapshot``; None (every silo does) in a small view."""
-        if not snapshot.large:
-            return None
-
-        def counted(silo: SiloAddress) -> bool:
-            return silo == self._local or self._is_fresh(silo)
-
-        @functools.cache
-        def index() -> RingIndex:  # only if some row is suspected or stale
-            return ring_index(snapshot.active_silos)
-
-        def watches(suspect: SiloAddress) -> bool:
-            return self._local in itertools.islice(filter(counted, index().preceding(suspect)), self._count)
-
-        return watches
-
-
-def _answered(ping: asyncio.Task[ProbeOutcome]) -> bool:
-    return not ping.cancelled() and ping.exception() is None and ping.result() is ProbeOutcome.ANSWERED
-
 
 CreateMonitor = Callable[[SiloAddress, "ClusterHealthMonitor"], SiloHealthMonitor]
 
@@ -220,14 +78,22 @@ class ClusterHealthMonitor:
         self._create_monitor = create_monitor
         self._health = local_health
         self._on_minority = on_minority
-        self._prober = prober
         self._random = random or random_module.Random()
-        self._majority_check: asyncio.Task[bool] | None = None
-        self._majority_confirmed_at: float | None = None
         self._majority_history = MajorityHistory()
-        self.majority_pings = 0
-        """Pings sent by ``reaches_majority`` so far (its cost; the tests read it)."""
         self.monitors: dict[SiloAddress, SiloHealthMonitor] = {}
+        self._majority = MajorityCheck(
+            local=local,
+            options=options,
+            clock=clock,
+            publisher=publisher,
+            liveness=liveness,
+            prober=prober,
+            local_health=local_health,
+            random=self._random,
+            monitors=self.monitors,
+            arc_heads=self._arc_heads,
+            observe=self._observe_majority,
+        )
         self._ring: tuple[int | None, list[SiloAddress]] = (None, [])
         """(table version, our ring targets at it)."""
         self._ring_probed = False
@@ -387,92 +253,19 @@ class ClusterHealthMonitor:
         return self._sampling() or self.may_vote()
 
     async def reaches_majority(self) -> bool:
-        """The majority rule over every fresh Active silo, for a vote (see the module docstring).
+        """The majority rule over every fresh Active silo, for a vote (``silo.membership.majority``).
 
         Without ring sampling every fresh silo is monitored and this is ``may_vote``. Concurrent
         callers share one check; a confirmed majority holds for one probe interval.
         """
         if not self._sampling() and not self.may_vote():
             return False
-        now = self._clock.monotonic()
-        confirmed = self._majority_confirmed_at
-        if confirmed is not None and now - confirmed < self._options.effective_probe_interval:
-            return True
-        if self._majority_check is None or self._majority_check.done():
-            self._majority_check = asyncio.ensure_future(self._check_majority())
-        return await asyncio.shield(self._majority_check)
+        return await self._majority.reached()
 
-    async def _check_majority(self) -> bool:
-        snapshot = self._publisher.current
-        if snapshot is None:
-            return False
-        fresh = [silo for silo in self._liveness.fresh(snapshot) if silo != self._local]
-        unmonitored = [silo for silo in fresh if silo not in self.monitors]
-        reached = sum(1 for silo in fresh if silo in self.monitors and self.monitors[silo].heard_recently())
-        self._random.shuffle(unmonitored)
-        arc_heads = self._arc_heads(snapshot)
-        unmonitored.sort(key=lambda silo: silo not in arc_heads)  # stable: each part stays shuffled
-        timeout = effective_timeout(self._options.probe_timeout, self._health.score())
-        if len(unmonitored) > MAJORITY_SAMPLE:
-            sample, unmonitored = unmonitored[:MAJORITY_SAMPLE], unmonitored[MAJORITY_SAMPLE:]
-            enough = math.ceil(MAJORITY_SAMPLE_SHARE * len(sample))
-            answered = await self._ping_until(sample, timeout, lambda answered: answered >= enough)
-            if answered >= enough:
-                return self._confirm_majority(reached + answered, len(fresh))
-            if self._health.lagging():
-                logger.info(
-                    "silo %s: %d of a sample of %d silos answered and its own event loop lags: it does not vote now",
-                    self._local, answered, len(sample),
-                )  # fmt: skip
-                return False
-            reached += answered  # not clear from the sample: count every silo
-        reached += await self._ping_until(
-            unmonitored, timeout, lambda answered: may_vote(reached + answered, len(fresh))
-        )
-        if may_vote(reached, len(fresh)):
-            return self._confirm_majority(reached, len(fresh))
-        self._observe_majority(False, reached, len(fresh))
-        logger.info(
-            "silo %s reaches %d of the %d other fresh Active silos, not a majority: it does not vote (minority side?)",
-            self._local, reached, len(fresh),
-        )  # fmt: skip
-        return False
-
-    def _confirm_majority(self, reached: int, fresh: int) -> bool:
-        """Remember a confirmed majority (it holds for one probe interval); True, unless it is a
-        heal: then no vote now (the monitors' silences were just disregarded)."""
-        if self._observe_majority(True, reached, fresh):
-            return False
-        self._majority_confirmed_at = self._clock.monotonic()
-        return True
-
-    async def _ping_until(self, silos: list[SiloAddress], timeout: float, enough: Callable[[int], bool]) -> int:
-        """Ping ``silos`` (at most ``MAJORITY_PINGS_IN_FLIGHT`` at once, none once the pings in
-        flight would be ``enough`` if answered) until ``enough(answered)``; how many answered."""
-        pending = iter(silos)
-        in_flight: set[asyncio.Task[ProbeOutcome]] = set()
-        answered = 0
-
-        def refill() -> None:
-            while len(in_flight) < MAJORITY_PINGS_IN_FLIGHT and not enough(answered + len(in_flight)):
-                silo = next(pending, None)
-                if silo is None:
-                    return
-                self.majority_pings += 1
-                in_flight.add(asyncio.ensure_future(self._prober.ping(silo, timeout)))
-
-        try:
-            refill()
-            while not enough(answered) and in_flight:
-                done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    in_flight.discard(task)
-                    answered += _answered(task)
-                refill()
-        finally:
-            for task in in_flight:
-                task.cancel()
-        return answered
+    @property
+    def majority_pings(self) -> int:
+        """Pings sent by ``reaches_majority`` so far (its cost; the tests read it)."""
+        return self._majority.pings
 
     def others_unheard(self, target: SiloAddress) -> bool:
         """Some fresh silo we monitor besides ``target`` has not answered within half the suspicion.
@@ -539,9 +332,10 @@ class ClusterHealthMonitor:
 
     async def stop(self) -> None:
         """Cancel every task and monitor before the first await (``SiloHealthMonitor.cancel``)."""
-        tasks = [task for task in (self._majority_check, self._task) if task is not None]
-        for task in tasks:
-            task.cancel()
+        tasks: list[asyncio.Future[Any]] = [*self._majority.cancel()]
+        if self._task is not None:
+            self._task.cancel()
+            tasks.append(self._task)
         for monitor in self.monitors.values():
             tasks += monitor.cancel()
         self.monitors.clear()

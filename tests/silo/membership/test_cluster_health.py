@@ -12,23 +12,16 @@ import pytest
 
 from membership_tables import SiloAddress, SiloStatus
 from silo.membership.clock import FakeClock
-from silo.membership.cluster_health import (
-    MAJORITY_SAMPLE,
-    MAJORITY_SAMPLE_SHARE,
-    VOTE_STAGGER_RANKS,
-    VOTE_STAGGER_STEP,
-    ClusterHealthMonitor,
-    MajorityHistory,
-    SuspectWatchers,
-    select_targets,
-)
+from silo.membership.cluster_health import VOTE_STAGGER_RANKS, VOTE_STAGGER_STEP, ClusterHealthMonitor
 from silo.membership.gossiper import gossip_peers
 from silo.membership.liveness import LivenessTracker
 from silo.membership.local_health import LocalHealth
+from silo.membership.majority import MAJORITY_SAMPLE, MAJORITY_SAMPLE_SHARE, MajorityHistory
 from silo.membership.options import SiloOptions
 from silo.membership.ring import probe_targets, ring_index
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import LARGE_VIEW, MembershipSnapshot, SnapshotPublisher
+from silo.membership.targets import SuspectWatchers, select_targets
 from silo.membership.votes import VoteOutcome
 from tests.silo.harness import T0, FunctionProber, address, async_test, row, view
 

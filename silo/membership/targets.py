@@ -1,0 +1,96 @@
+"""Whom a silo probes: its successors on the probe rings, and the suspects it watches.
+
+Targets are this silo's successors on the hash rings of the Active silos, plus every silo
+that has a fresh vote against it or a stale heartbeat (so suspicions are confirmed or cleared
+by more than one prober; in a large view only the suspects we are a watcher of:
+``SuspectWatchers``). A silo still joining probes only those suspects.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable
+from datetime import datetime
+
+from membership_tables import SiloAddress, SiloStatus
+from silo.membership.options import SiloOptions
+from silo.membership.ring import RingIndex, probe_targets, ring_index
+from silo.membership.snapshot import MembershipSnapshot
+from silo.membership.votes import fresh_votes
+
+
+def ring_targets(snapshot: MembershipSnapshot, local: SiloAddress, options: SiloOptions) -> list[SiloAddress]:
+    """Our successors on the probe rings of the Active silos, once we are Active ourselves."""
+    if snapshot.status_of(local) is not SiloStatus.ACTIVE:
+        return []
+    return probe_targets(local, snapshot.active_silos, options.num_probed_silos)
+
+
+def select_targets(
+    snapshot: MembershipSnapshot,
+    local: SiloAddress,
+    now: datetime,
+    options: SiloOptions,
+    is_fresh: Callable[[SiloAddress], bool],
+    ring: list[SiloAddress] | None = None,
+    watches: Callable[[SiloAddress], bool] | None = None,
+) -> list[SiloAddress]:
+    """Ring successors (only once we are Active; ``ring_targets``, unless given) followed by
+    suspected or stale silos: all of them, or only those ``watches`` accepts (a large view:
+    see ``SuspectWatchers``)."""
+    if snapshot.status_of(local) not in (SiloStatus.JOINING, SiloStatus.ACTIVE):
+        return []
+    if ring is None:
+        ring = ring_targets(snapshot, local, options)
+    expiration = options.death_vote_expiration
+    suspects = [  # cheap tests first: they run for every row of every view
+        entry.silo_address
+        for entry in snapshot.entries
+        if (
+            not is_fresh(entry.silo_address)
+            or (entry.suspect_times and fresh_votes(entry.suspect_times, now, expiration))
+        )
+        and entry.status is not SiloStatus.DEAD
+        and entry.silo_address != local
+        and entry.silo_address not in ring
+        and (watches is None or watches(entry.silo_address))
+    ]
+    return ring + suspects
+
+
+class SuspectWatchers:
+    """Who probes a suspected or stale silo beyond its ring probers, in a large view.
+
+    In a small cluster every silo does (more than one prober confirms or clears a suspicion
+    soon). In a large one that made one death cost the whole cluster: at 1,000 silos, the
+    first vote against a killed silo made all 1,000 probe it, each miss its probes, check its
+    majority (64 pings) and try to vote (a read of 1,000 rows): the machine never got to the
+    Dead write. There the watchers of a suspect are the ``num_probed_silos`` fresh Active silos
+    just before it on ring 0 (every silo computes the same ones from the same view), on top of
+    its ring probers: a suspicion is still confirmed or cleared by several probers, and a stale
+    silo off the ring (one stuck Joining) still has some. A silo still joining is on no ring
+    and watches none there.
+    """
+
+    def __init__(self, local: SiloAddress, count: int, is_fresh: Callable[[SiloAddress], bool]) -> None:
+        self._local = local
+        self._count = count
+        self._is_fresh = is_fresh
+
+    def for_view(self, snapshot: MembershipSnapshot) -> Callable[[SiloAddress], bool] | None:
+        """Whether we watch a given suspect of ``snapshot``; None (every silo does) in a small view."""
+        if not snapshot.large:
+            return None
+
+        def counted(silo: SiloAddress) -> bool:
+            return silo == self._local or self._is_fresh(silo)
+
+        @functools.cache
+        def index() -> RingIndex:  # only if some row is suspected or stale
+            return ring_index(snapshot.active_silos)
+
+        def watches(suspect: SiloAddress) -> bool:
+            return self._local in itertools.islice(filter(counted, index().preceding(suspect)), self._count)
+
+        return watches
