@@ -20,6 +20,6 @@ One subpackage per part; an arrow is "may import" (``tests/test_layout.py`` keep
 - ``silo.runtime``: ``Silo`` (the roles assembled) and ``assemble``/``run_process`` (with the wire).
 - ``silo.cli``: the ``silo`` command (run, status, dashboard, demo, certs); nothing imports it.
 
-``silo.errors`` (the exception root) and ``silo.exit_codes`` are shared by every part.
-``silo.options``, ``silo.routing`` and ``silo.work_client`` are the old flat import paths, kept.
+At the top: ``silo.errors`` (the exception tree), ``silo.exit_codes``, ``silo.events``
+(membership events) and ``silo.hashing`` (ring positions), shared by every part.
 """
