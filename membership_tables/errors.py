@@ -14,8 +14,12 @@ Every error this package raises on purpose derives from one root::
     ├── AccessDeniedError        the store refused the credentials or the operation
     │                            (a missing schema the role may not create names
     │                            ``silo table init URI`` as the fix)
-    └── TableUnavailableError    the store cannot be reached or failed; ``__cause__`` is
-                                 the driver's own exception
+    ├── TableUnavailableError    the store cannot be reached or failed; ``__cause__`` is
+    │                            the driver's own exception
+    ├── MalformedHistoryError    membership_tables.history: a history line cannot be parsed
+    │                            (also a ValueError)
+    └── ConformanceError         membership_tables.testing.checks: a backend broke the
+                                 contract (also an AssertionError)
 
 No message carries a secret: every error passes its text through
 ``membership_tables.redaction.redact`` (URI passwords, tokens and credentials the backends

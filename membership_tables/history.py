@@ -56,7 +56,7 @@ from typing import Any, Literal, Protocol, Self, get_args
 
 from membership_tables.codec import entry_from_document, entry_to_document, format_time, parse_time
 from membership_tables.contract import MembershipTable, RowUpdate
-from membership_tables.errors import InvalidEntryError, MalformedRowError
+from membership_tables.errors import InvalidEntryError, MalformedRowError, MembershipTableError
 from membership_tables.model import (
     CommittedWrite,
     MembershipEntry,
@@ -91,7 +91,7 @@ Operation = Literal["insert", "update", "update_rows"]
 StrPath = str | os.PathLike[str]
 
 
-class MalformedHistoryError(ValueError):
+class MalformedHistoryError(MembershipTableError, ValueError):
     """A history line cannot be parsed; the message names the file and line."""
 
 

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate
-from membership_tables.errors import InvalidUpdateError
+from membership_tables.errors import InvalidUpdateError, MembershipTableError
 from membership_tables.model import (
     CommittedWrite,
     MembershipEntry,
@@ -32,7 +32,7 @@ Check = Callable[[OpenCluster], None]
 T0 = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
 
 
-class ConformanceError(AssertionError):
+class ConformanceError(MembershipTableError, AssertionError):
     """A backend broke the ``MembershipTable`` contract."""
 
 

@@ -42,6 +42,7 @@ from membership_tables.redaction import redact
 from silo.cli.demo_report import Death, DemoSummary, JobTotals
 from silo.cli.dev_ca import init_ca, issue
 from silo.cli.local_cluster import LocalCluster, LocalClusterError
+from silo.errors import SiloError
 from silo.wire.peer_identity import Role
 from silo.wire.tls import TlsSettings
 from silo.work.handlers import CHECKSUM_HANDLER, checksum, checksum_total
@@ -112,7 +113,7 @@ class _TerminatedError(Exception):
     """SIGTERM arrived: unwind through every ``finally`` like Ctrl-C does."""
 
 
-class DemoError(Exception):
+class DemoError(SiloError):
     """The demo cannot run as asked (e.g. the cluster is already busy): one line for the user."""
 
 

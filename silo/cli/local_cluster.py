@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Self
 
 from membership_tables import MembershipTable, MembershipTableData, SiloAddress, SiloStatus, TableUnavailableError
+from silo.errors import SiloError
 
 __all__ = ["LocalCluster", "LocalClusterError"]
 
@@ -28,7 +29,7 @@ STOP_TIMEOUT = 10.0
 """Seconds ``close()`` gives the silos to leave gracefully before it SIGKILLs them."""
 
 
-class LocalClusterError(RuntimeError):
+class LocalClusterError(SiloError, RuntimeError):
     """A silo exited while starting, or the silos did not become Active in time."""
 
 

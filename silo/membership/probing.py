@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from membership_tables import MembershipTableData, SiloAddress
+from silo.errors import SiloError
 from silo.membership.clock import Clock, with_timeout
 from silo.membership.lease import MembershipConfirmation
 from silo.membership.local_health import MAX_SCORE, effective_timeout
@@ -104,7 +105,7 @@ class GossipMessage:
             raise ValueError(f"gossip of version {self.version} carries a delta to {self.delta.version.version}")
 
 
-class NotDeliveredError(ConnectionError):
+class NotDeliveredError(SiloError, ConnectionError):
     """A gossip message surely did not reach its target: no connection could be made to it. A
     timeout is not reported this way, although the target most likely did not get the message
     either (see ``Gossiper._send`` for why only this case is re-dealt)."""

@@ -42,6 +42,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from membership_tables import InvalidEntryError, MembershipTableData, SiloAddress, SiloStatus
+from silo.errors import SiloError
 from silo.events import membership_events
 from silo.membership.probing import MembershipRpcHandler
 from silo.membership.snapshot import MembershipSnapshot
@@ -107,7 +108,7 @@ class SiloRpcHandler(MembershipRpcHandler, Protocol):
         ...
 
 
-class BindError(OSError):
+class BindError(SiloError, OSError):
     """The server could not listen on the requested address."""
 
 

@@ -26,12 +26,14 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 
+from silo.errors import SiloError
+
 __all__ = ["NoTokenError", "current_token", "running_under"]
 
 _TOKEN: contextvars.ContextVar[int] = contextvars.ContextVar("silo_fencing_token")
 
 
-class NoTokenError(LookupError):
+class NoTokenError(SiloError, LookupError):
     """``current_token()`` was called outside a handler call."""
 
 
