@@ -23,3 +23,8 @@ One subpackage per part; an arrow is "may import" (``tests/test_layout.py`` keep
 ``silo.errors`` (the exception root) and ``silo.exit_codes`` are shared by every part.
 ``silo.options``, ``silo.routing`` and ``silo.work_client`` are the old flat import paths, kept.
 """
+
+__version__ = "0.1.0"
+"""The release, in one place: ``pyproject.toml`` reads it (setuptools dynamic version) into the
+package metadata that ``importlib.metadata`` and ``silo --version`` report. Keep it a plain string
+literal: setuptools reads it without importing ``silo``."""
