@@ -23,3 +23,8 @@ One subpackage per part; an arrow is "may import" (``tests/test_layout.py`` keep
 At the top: ``silo.errors`` (the exception tree), ``silo.exit_codes``, ``silo.events``
 (membership events) and ``silo.hashing`` (ring positions), shared by every part.
 """
+
+__version__ = "0.1.0"
+"""The release, in one place: ``pyproject.toml`` reads it (setuptools dynamic version) into the
+package metadata that ``importlib.metadata`` and ``silo --version`` report. Keep it a plain string
+literal: setuptools reads it without importing ``silo``."""

@@ -16,7 +16,9 @@ BIN = Path(sys.executable).parent
 def run_tool(*argv: str) -> subprocess.CompletedProcess[str]:
     tool = BIN / argv[0]
     if not tool.exists() and shutil.which(argv[0]) is None:
-        pytest.fail(f"{argv[0]} is not installed; install the test extra: pip install -e '.[all,test]'")
+        pytest.fail(
+            f"{argv[0]} is not installed; install the test dependency group: pip install -e '.[all]' --group test"
+        )
     executable = str(tool) if tool.exists() else argv[0]
     return subprocess.run([executable, *argv[1:]], cwd=ROOT, capture_output=True, text=True, check=False)
 

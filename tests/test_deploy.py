@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-import yaml  # type: ignore[import-untyped]  # PyYAML comes with moto[server] (test extra)
+import yaml  # type: ignore[import-untyped]  # PyYAML comes with moto[server] (test dependency group)
 
 from silo.cli.commands import build_parser
 from silo.spark import SIDECAR_ENV

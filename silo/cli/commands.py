@@ -137,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
     repeatable(
         run, "--handler", "handlers", handler_spec, "NAME=MODULE:FUNCTION", "serve a Work handler, e.g. wc=myjobs:count"
     )
+    run.add_argument(
+        "--no-reflection",
+        dest="reflection",
+        action="store_false",
+        help="do not serve gRPC server reflection (on by default: grpcurl and grpcui list the services)",
+    )
     tls_options.add_arguments(run)
 
     status = commands.add_parser("status", parents=[common], help="print the membership table of a cluster")
@@ -206,6 +212,7 @@ def _run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         table_uri=args.table,
         tls=tls,
+        reflection=args.reflection,
     )
     return int(run_process(table, config))
 

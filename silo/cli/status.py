@@ -2,14 +2,15 @@
 
 The JSON document is a stable interface for scripts::
 
-    {"cluster": ..., "version": N, "silos": [{"address": "host:port@gen", "name": ...,
-     "status": "ACTIVE", "proxy_port": ..., "start_time": ISO, "i_am_alive_time": ISO,
-     "suspicions": [{"by": "host:port@gen", "at": ISO}]}],
+    {"cluster": ..., "version": N, "silo_membership_version": "0.1.0",
+     "silos": [{"address": "host:port@gen", "name": ..., "status": "ACTIVE", "proxy_port": ...,
+     "start_time": ISO, "i_am_alive_time": ISO, "suspicions": [{"by": "host:port@gen", "at": ISO}]}],
      "malformed": [{"key": ..., "reason": ...}]}
 
-``malformed`` (present only when there are some) lists the stored rows the read skipped
-because they cannot be parsed, named as their store names them, for an admin to repair
-or delete; the text form lists them under the silos.
+``version`` is the table's version; ``silo_membership_version`` the release of the ``silo``
+command that printed the document (``silo --version``). ``malformed`` (present only when there
+are some) lists the stored rows the read skipped because they cannot be parsed, named as their
+store names them, for an admin to repair or delete; the text form lists them under the silos.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from membership_tables import MembershipEntry, MembershipTableData
 from membership_tables.codec import format_time, votes_to_json
+from silo import __version__
 
 COLUMNS = ("ADDRESS", "NAME", "STATUS", "LAST I-AM-ALIVE", "SUSPICIONS")
 
@@ -29,6 +31,7 @@ def status_document(cluster_id: str, snapshot: MembershipTableData) -> dict[str,
     document: dict[str, Any] = {
         "cluster": cluster_id,
         "version": snapshot.version.version,
+        "silo_membership_version": __version__,
         "silos": [_silo_document(entry) for entry in snapshot.entries],
     }
     if snapshot.malformed:

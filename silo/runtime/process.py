@@ -81,6 +81,8 @@ class SiloProcessConfig:
     tls: TlsSettings | None = None
     """Serve and call over mutual TLS with these files (``--tls-cert/--tls-key/--tls-ca``);
     ``None`` = plaintext. A TLS silo's row says so (property ``transport=tls``)."""
+    reflection: bool = True
+    """Serve gRPC server reflection on the silo's ports (``--no-reflection`` turns it off)."""
 
 
 EXIT_GRACE = 1.0
@@ -201,7 +203,9 @@ def assemble(
         )
     metrics = MetricsExport.open(table, config) if config.metrics_port is not None else None
     try:
-        server = MembershipServer(config.host, config.port, handlers=config.handlers, tls=config.tls)
+        server = MembershipServer(
+            config.host, config.port, handlers=config.handlers, tls=config.tls, reflection=config.reflection
+        )
         gateway_port = server.add_port(config.gateway_port) if config.gateway_port else 0
     except BaseException:
         if metrics is not None:

@@ -1,7 +1,7 @@
 """The gRPC wire: the generated protocol (``proto``), its codec, the server and the prober.
 
-``protos/silo/v1/membership.proto`` is the contract (enum values append-only);
-``scripts/generate_protos.py`` regenerates ``silo.wire.proto``. ``codec`` converts between
+``proto/silo/v1/membership.proto`` is the contract (enum values append-only; shipped in the
+wheel); ``scripts/generate_protos.py`` regenerates ``silo.wire.proto`` beside it. ``codec`` converts between
 messages and ``membership_tables`` rows; ``server`` serves Membership, Work and health;
 ``prober`` implements ``silo.membership.probing``'s seams over gRPC (its probes and gossip go
 over one ``PingStream`` / ``GossipStream`` per peer, ``call_streams``). ``channels`` holds the

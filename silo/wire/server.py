@@ -23,7 +23,13 @@ the stream the way ``Ping`` refuses it.
 then every newer version; when the silo stops the stream ends with ``UNAVAILABLE`` so a
 client moves to another gateway. ``Work.Process`` runs a handler from the
 ``HandlerRegistry`` in a thread pool (never on the event loop), only while the silo is Active,
-on items or on a columnar (Arrow) batch (``silo.work.execution``).
+on items or on a columnar (Arrow) batch (``silo.work.execution``); a server that cannot read
+columnar batches (no pyarrow) logs a WARNING naming the extra when it starts, not at the first batch.
+
+gRPC server reflection (``grpc.reflection.v1alpha.ServerReflection``) is on unless ``reflection=False``
+(``silo run --no-reflection``): ``grpcurl``, ``grpcui`` or Postman list and describe the services
+from the silo itself. It reveals only the public contract (the ``.proto`` shipped in the wheel), and
+under mutual TLS only to a caller with a certificate from the cluster's CA.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from typing import Any, NoReturn, Protocol, TypeVar
 import grpc
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection as grpc_reflection
 
 from membership_tables import InvalidEntryError, MembershipTableData, SiloAddress, SiloStatus
 from silo.errors import SiloError
@@ -51,7 +58,7 @@ from silo.wire.channels import MESSAGE_SIZE_OPTIONS
 from silo.wire.peer_identity import PeerIdentity, authorize, identity_from_sans
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.wire.tls import TlsSettings, server_credentials
-from silo.work import execution
+from silo.work import columns, execution
 from silo.work.ownership import NotOwnedError, OwnershipCheck
 from silo.work.registry import HandlerRegistry
 
@@ -65,6 +72,9 @@ FENCING_POLL_SECONDS = 0.2
 
 HEALTH_SERVICES = ("", codec.SERVICE_NAME, codec.WORK_SERVICE_NAME)
 """Health is reported for the whole server ("") and for each service."""
+
+REFLECTED_SERVICES = (codec.SERVICE_NAME, codec.WORK_SERVICE_NAME, health.SERVICE_NAME, grpc_reflection.SERVICE_NAME)
+"""What server reflection lists: every service a silo's ports serve."""
 
 _SERVER_OPTIONS = [
     # gRPC sets SO_REUSEPORT by default, which would let two silos "bind" the same port.
@@ -124,11 +134,13 @@ class MembershipServer:
         work_threads: int | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         tls: TlsSettings | None = None,
+        reflection: bool = True,
     ) -> None:
         """``handlers``: the Work handlers (default: the built-ins); ``work_threads``: the size of the
         pool they run in (default: Python's ``ThreadPoolExecutor`` default); ``now``: the wall clock
         that stamps the membership events of watch streams; ``tls``: serve mutual TLS only (every
-        caller needs a certificate of this cluster, see ``silo.wire.peer_identity``), else plaintext."""
+        caller needs a certificate of this cluster, see ``silo.wire.peer_identity``), else plaintext;
+        ``reflection``: serve gRPC server reflection (``REFLECTED_SERVICES``)."""
         self._host = host
         self._credentials = server_credentials(tls) if tls is not None else None
         self._now = now
@@ -143,6 +155,9 @@ class MembershipServer:
         self._work_pool = ThreadPoolExecutor(max_workers=work_threads, thread_name_prefix="silo-work")
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         self._server.add_generic_rpc_handlers((self._membership_handler(), self._work_handler()))
+        if reflection:
+            # the generated module registered silo/v1/membership.proto in the default descriptor pool
+            grpc_reflection.enable_server_reflection(REFLECTED_SERVICES, self._server)
         self.ports: list[int] = []
         self.port = self.add_port(port)
 
@@ -163,6 +178,13 @@ class MembershipServer:
 
     async def start(self, handler: SiloRpcHandler) -> None:
         """Serve ``handler``; health stays NOT_SERVING until ``set_serving(True)``."""
+        unavailable = columns.columnar_unavailable()
+        if unavailable is not None:
+            log.warning(
+                "silo %s will refuse columnar Work batches (the Spark path) with INVALID_ARGUMENT: %s",
+                handler.silo_address,
+                unavailable,
+            )
         self._handler = handler
         await self.set_serving(False)
         await self._server.start()

@@ -11,12 +11,14 @@ items it always did: ``batch_items`` turns a batch into items whose payload is t
 values as a compact JSON array (``encode_payload``), or the raw bytes when the only value
 column is binary. Results go back as one binary Arrow column.
 
-pyarrow is imported lazily (it comes with the ``spark`` extra), so a silo without it still
-serves item batches; a columnar request to such a silo fails with ``ColumnarUnavailableError``.
+pyarrow is imported lazily (it comes with the ``serve-spark`` extra, which the ``spark`` extra
+includes), so a silo without it still serves item batches; a columnar request to such a silo fails
+with ``ColumnarUnavailableError``, and ``columnar_unavailable`` says so before any request comes.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -31,6 +33,7 @@ __all__ = [
     "ColumnarUnavailableError",
     "batch_items",
     "check_results",
+    "columnar_unavailable",
     "encode_payload",
     "encode_payloads",
     "items_batch",
@@ -49,18 +52,33 @@ _PLAIN_TYPES = ("int", "uint", "float", "double", "halffloat", "bool", "null")
 """Arrow type names (prefixes) whose values JSON-encode without quotes, commas or escapes."""
 
 
+SERVE_SPARK_EXTRA = "serve-spark"
+"""The extra that brings pyarrow without pyspark: what a silo needs to serve Spark's columnar batches."""
+
+_NO_PYARROW = (
+    "columnar work batches need pyarrow, which is not installed here; install the "
+    f"{SERVE_SPARK_EXTRA} extra (pip install 'silo-membership[{SERVE_SPARK_EXTRA}]', "
+    "also part of the spark extra)"
+)
+
+
 class ColumnarUnavailableError(SiloError):
     """pyarrow is not installed where a columnar batch had to be read or written."""
+
+
+def columnar_unavailable() -> str | None:
+    """Why this process cannot read or write columnar batches (no pyarrow), or None if it can.
+
+    Looks pyarrow up without importing it: the import costs a silo time and memory that only
+    columnar work needs, and a silo asks at start-up, before any batch comes."""
+    return _NO_PYARROW if importlib.util.find_spec("pyarrow") is None else None
 
 
 def _arrow() -> Any:
     try:
         import pyarrow
     except ImportError as exc:
-        raise ColumnarUnavailableError(
-            "columnar work batches need pyarrow, which is not installed here; "
-            "install the spark extra (pip install 'silo-membership[spark]')"
-        ) from exc
+        raise ColumnarUnavailableError(_NO_PYARROW) from exc
     return pyarrow
 
 

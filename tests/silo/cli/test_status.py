@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+import silo
 from membership_tables import MalformedRow, MembershipTableData, SiloAddress, SiloStatus, TableVersion
 from silo.cli.status import format_age, render_json, render_text
 from tests.silo.rpc_fakes import T0, entry
@@ -30,6 +31,7 @@ def test_json_has_exactly_the_documented_shape() -> None:
     assert json.loads(render_json("prod", snapshot())) == {
         "cluster": "prod",
         "version": 7,
+        "silo_membership_version": silo.__version__,
         "silos": [
             {
                 "address": "127.0.0.1:40123@1767225600123",

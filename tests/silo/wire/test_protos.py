@@ -1,4 +1,4 @@
-"""The committed generated modules in ``silo/wire/proto/`` match ``protos/`` (regenerated here)."""
+"""The committed generated modules in ``silo/wire/proto/`` match the ``.proto`` there (regenerated here)."""
 
 from __future__ import annotations
 
