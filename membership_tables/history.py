@@ -1,4 +1,4 @@
-"""A record of every versioned membership write, and a checker for the protocol's invariants.
+"""A record of every versioned membership write, to check the protocol's invariants on afterwards.
 
 Multi-process and chaos tests cannot prove much by looking at the final table: a silo
 wrongly declared Dead and a silo that came back from Dead both leave plausible rows.
@@ -6,33 +6,9 @@ Instead, every silo wraps its table in a ``RecordingTable``, which appends one
 ``HistoryRecord`` per row of each *successful* ``insert_row``/``update_row``/``update_rows``
 (the table version the write set, who wrote it, and the row it wrote) to a ``HistorySink``, typically one
 ``JsonLinesSink`` file per writer process. After the run, ``load_history`` merges the
-files into one list ordered by version, and ``check_history``/``assert_history_ok``
-prove that the whole run kept these invariants:
-
-(a) **One winner per version**, and no gaps. The version row is the table's
-    optimistic-concurrency token: if two writers both won version ``v`` the store let a
-    stale write through and the total order of membership changes is broken. One
-    ``update_rows`` is one write that changes several rows: its records share a ``batch``
-    id, name each silo once and carry one version. With
-    ``require_contiguous`` the versions must also form a gap-free run, which proves that
-    every versioned write of the run was recorded (a gap is a write by someone who did
-    not record, a record lost with a killed process, or a write whose outcome the writer
-    never learned because the store failed).
-(b) **Dead is terminal.** Once a silo's row is written Dead, no later write touches that
-    row: a Dead silo never comes back, and nobody resurrects or rewrites it (a restart is
-    a new generation, hence a new row).
-(c) **Death needs a quorum.** A row written Dead by anyone but the silo itself carries at
-    least ``min_voters`` distinct suspicion voters, and the writer is one of them. This
-    protects healthy silos from a single confused (e.g. partitioned) prober. A silo
-    writing itself Dead (graceful shutdown, abandoned join) needs no votes; neither,
-    by default, does a newer generation of the same endpoint declaring its crashed
-    predecessor Dead when it joins (the endpoint being reused proves the old process is
-    gone; ``successor_may_declare_dead=False`` checks those too).
-(d) **Protected silos survive.** No silo in ``protected`` (the majority side of a
-    partition, or every silo the test never faulted) is written Dead by another silo:
-    this is the "no false deaths" property that quorum and vote expiry exist for.
-(e) **Each writer moves forward.** A writer's successful writes, in the order it issued
-    them, set increasing versions: the table never appeared to go backwards to it.
+files into one list ordered by version, on which ``silo.membership.history_check`` checks the
+membership protocol's invariants (the rules of quorum and voters belong to the protocol, not to
+the tables).
 
 Only versioned writes are history. Heartbeats (``update_i_am_alive``), cleanup and
 deletes change no version, are not recorded, and ``replay`` does not reflect them.
@@ -40,14 +16,12 @@ deletes change no version, are not recorded, and ``replay`` does not reflect the
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import os
 import threading
 import uuid
-from collections import defaultdict
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,7 +36,6 @@ from membership_tables.model import (
     MembershipEntry,
     MembershipTableData,
     SiloAddress,
-    SiloStatus,
     TableVersion,
     ensure_utc,
 )
@@ -75,8 +48,8 @@ __all__ = [
     "MalformedHistoryError",
     "Operation",
     "RecordingTable",
-    "assert_history_ok",
-    "check_history",
+    "describe_entry",
+    "in_version_order",
     "load_history",
     "record_from_json",
     "record_to_json",
@@ -145,7 +118,7 @@ class HistoryRecord:
         """One line for people: ``v7 update by A at T: B DEAD, votes: ...``."""
         return (
             f"v{self.version} {self.operation} by {self.writer} at {format_time(self.recorded_at)}: "
-            f"{_describe_entry(self.entry)}"
+            f"{describe_entry(self.entry)}"
         )
 
 
@@ -279,7 +252,7 @@ def load_history(paths_or_dir: StrPath | Iterable[StrPath]) -> list[HistoryRecor
     records: list[HistoryRecord] = []
     for path in files:
         records.extend(_read_file(path))
-    return _in_version_order(records)
+    return in_version_order(records)
 
 
 def _read_file(path: Path) -> Iterator[HistoryRecord]:
@@ -409,21 +382,12 @@ class RecordingTable(MembershipTable):
         self.inner.close()
 
 
-# --- replay and checks ---------------------------------------------------------------
+# --- replay ------------------------------------------------------------------------
 
 
-def _in_version_order(records: Iterable[HistoryRecord]) -> list[HistoryRecord]:
+def in_version_order(records: Iterable[HistoryRecord]) -> list[HistoryRecord]:
+    """``records`` sorted by version (then by when and by whom they were recorded)."""
     return sorted(records, key=lambda record: (record.version, record.recorded_at, record.writer))
-
-
-def _replay_steps(
-    ordered: Iterable[HistoryRecord],
-) -> Iterator[tuple[HistoryRecord, MembershipEntry | None]]:
-    """Each record (in the given order) with the row of its silo just before it."""
-    rows: dict[SiloAddress, MembershipEntry] = {}
-    for record in ordered:
-        yield record, rows.get(record.silo)
-        rows[record.silo] = record.entry
 
 
 def replay(records: Iterable[HistoryRecord]) -> dict[SiloAddress, MembershipEntry]:
@@ -432,190 +396,12 @@ def replay(records: Iterable[HistoryRecord]) -> dict[SiloAddress, MembershipEntr
     Rows removed by cleanup or deletes are still there (those are not history), and the
     IAmAlive times are those written, not later heartbeats.
     """
-    return {record.silo: record.entry for record in _in_version_order(records)}
+    return {record.silo: record.entry for record in in_version_order(records)}
 
 
-def _describe_entry(entry: MembershipEntry | None) -> str:
+def describe_entry(entry: MembershipEntry | None) -> str:
+    """One line for a row: its silo, status and votes."""
     if entry is None:
         return "no row"
     votes = ", ".join(f"{voter} at {format_time(when)}" for voter, when in entry.suspect_times)
     return f"{entry.silo_address} {entry.status.name}, " + (f"votes: {votes}" if votes else "no votes")
-
-
-def _row_before(entry: MembershipEntry | None) -> str:
-    return f"row before: {_describe_entry(entry)}" if entry else "row before: none recorded"
-
-
-def _changed_fields(before: MembershipEntry, after: MembershipEntry) -> str:
-    old, new = entry_to_document(before), entry_to_document(after)
-    changed = [key for key in new if old.get(key) != new[key]]
-    return f"changed {', '.join(changed)}" if changed else "rewrote it unchanged"
-
-
-def _writer_address(writer: str) -> SiloAddress | None:
-    try:
-        return SiloAddress.parse(writer)
-    except InvalidEntryError:
-        return None
-
-
-def _is_self(writer: str, silo: SiloAddress) -> bool:
-    address = _writer_address(writer)
-    return address == silo if address is not None else writer == str(silo)
-
-
-def _is_successor(writer: str, silo: SiloAddress) -> bool:
-    address = _writer_address(writer)
-    return address is not None and silo.is_predecessor_of(address)
-
-
-def _is_voter(writer: str, entry: MembershipEntry) -> bool:
-    address = _writer_address(writer)
-    voters = {voter for voter, _ in entry.suspect_times}
-    return address in voters if address is not None else writer in {str(voter) for voter in voters}
-
-
-def _writes(records: Iterable[HistoryRecord]) -> list[list[HistoryRecord]]:
-    """The records grouped into writes: one ``update_rows`` (one batch) is one write, any other record one."""
-    writes: list[list[HistoryRecord]] = []
-    batches: dict[str, list[HistoryRecord]] = {}
-    for record in records:
-        if not record.batch:
-            writes.append([record])
-        elif record.batch in batches:
-            batches[record.batch].append(record)
-        else:
-            batches[record.batch] = [record]
-            writes.append(batches[record.batch])
-    return writes
-
-
-def _batch_violations(ordered: list[HistoryRecord]) -> list[str]:
-    violations: list[str] = []
-    for write in _writes(ordered):
-        versions = sorted({record.version for record in write})
-        silos = [record.silo for record in write]
-        if len(versions) > 1 or len(set(silos)) < len(silos):
-            listed = "; ".join(record.describe() for record in write)
-            violations.append(
-                f"(a) one update_rows is one write: batch {write[0].batch} by {write[0].writer} must carry one "
-                f"version and name each silo once, it carries versions {versions} and silos "
-                f"{', '.join(map(str, silos))}: {listed}"
-            )
-    return violations
-
-
-def _version_violations(ordered: list[HistoryRecord], require_contiguous: bool) -> list[str]:
-    violations = _batch_violations(ordered)
-    by_version: dict[int, list[list[HistoryRecord]]] = defaultdict(list)
-    for write in _writes(ordered):
-        by_version[write[0].version].append(write)
-    for version, winners in by_version.items():
-        if len(winners) > 1:
-            listed = "; ".join(record.describe() for write in winners for record in write)
-            violations.append(f"(a) one winner per version: version {version} was won {len(winners)} times: {listed}")
-    if require_contiguous:
-        versions = sorted(by_version)
-        for lower, upper in itertools.pairwise(versions):
-            if upper > lower + 1:
-                missing = f"version {lower + 1}" if upper == lower + 2 else f"versions {lower + 1}..{upper - 1}"
-                violations.append(
-                    f"(a) no gaps: {missing} missing between v{lower} and v{upper} "
-                    "(a write nobody recorded, a record lost with a killed process, or a write of unknown outcome)"
-                )
-    return violations
-
-
-def _writer_order_violations(records: list[HistoryRecord]) -> list[str]:
-    violations: list[str] = []
-    by_writer: dict[str, list[HistoryRecord]] = defaultdict(list)
-    for write in _writes(records):
-        by_writer[write[0].writer].append(write[0])  # one update_rows is one write: its first row stands for it
-    for writer, own in sorted(by_writer.items()):
-        own.sort(key=lambda record: (record.recorded_at, record.version))
-        for earlier, later in itertools.pairwise(own):
-            if later.version <= earlier.version:
-                violations.append(
-                    f"(e) each writer moves forward: {writer} wrote v{later.version} at "
-                    f"{format_time(later.recorded_at)}, after v{earlier.version} at "
-                    f"{format_time(earlier.recorded_at)}: {later.describe()}"
-                )
-    return violations
-
-
-def check_history(
-    records: Iterable[HistoryRecord],
-    *,
-    min_voters: int,
-    protected: Collection[SiloAddress] = (),
-    require_contiguous: bool = True,
-    successor_may_declare_dead: bool = True,
-) -> list[str]:
-    """Every violation of the invariants (see the module docstring), for people; empty = ok.
-
-    ``min_voters`` is the smallest death quorum the run could legitimately use. Records
-    may come in any order (e.g. several ``load_history`` results concatenated); they are
-    checked in version order, and messages show the replayed row before the write.
-    """
-    if isinstance(min_voters, bool) or not isinstance(min_voters, int) or min_voters < 0:
-        raise ValueError(f"min_voters must be a non-negative int, got {min_voters!r}")
-    ordered = _in_version_order(records)
-    protected = frozenset(protected)
-    violations = _version_violations(ordered, require_contiguous)
-    dead_at: dict[SiloAddress, HistoryRecord] = {}
-    for record, before in _replay_steps(ordered):
-        entry, silo = record.entry, record.silo
-        killed = dead_at.get(silo)
-        if killed is not None and record.version > killed.version:
-            change = _changed_fields(before, entry) if before is not None else "re-created it"
-            violations.append(
-                f"(b) Dead is terminal: {record.writer} wrote {silo} at v{record.version} ({change}) "
-                f"after it was written Dead at v{killed.version} by {killed.writer}; "
-                f"{_row_before(before)}; written: {_describe_entry(entry)}"
-            )
-        if entry.status is not SiloStatus.DEAD:
-            continue
-        dead_at.setdefault(silo, record)
-        if _is_self(record.writer, silo) or (successor_may_declare_dead and _is_successor(record.writer, silo)):
-            continue
-        voters = sorted({voter for voter, _ in entry.suspect_times})
-        context = f"{_row_before(before)}; written: {_describe_entry(entry)}"
-        if len(voters) < min_voters:
-            violations.append(
-                f"(c) death needs a quorum: {record.writer} declared {silo} Dead at v{record.version} with "
-                f"{len(voters)} distinct voter(s) ({', '.join(map(str, voters)) or 'none'}), "
-                f"fewer than {min_voters}; {context}"
-            )
-        if not _is_voter(record.writer, entry):
-            violations.append(
-                f"(c) death needs a quorum: {record.writer} declared {silo} Dead at v{record.version} "
-                f"without being one of its voters; {context}"
-            )
-        if silo in protected:
-            violations.append(
-                f"(d) protected silos survive: {record.writer} declared protected silo {silo} Dead "
-                f"at v{record.version}; {context}"
-            )
-    violations.extend(_writer_order_violations(ordered))
-    return violations
-
-
-def assert_history_ok(
-    records: Iterable[HistoryRecord],
-    *,
-    min_voters: int,
-    protected: Collection[SiloAddress] = (),
-    require_contiguous: bool = True,
-    successor_may_declare_dead: bool = True,
-) -> None:
-    """Raise ``AssertionError`` listing every violation ``check_history`` finds."""
-    violations = check_history(
-        records,
-        min_voters=min_voters,
-        protected=protected,
-        require_contiguous=require_contiguous,
-        successor_may_declare_dead=successor_may_declare_dead,
-    )
-    if violations:
-        listed = "\n".join(f"  - {violation}" for violation in violations)
-        raise AssertionError(f"{len(violations)} membership history violation(s):\n{listed}")

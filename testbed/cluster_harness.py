@@ -25,7 +25,8 @@ from membership_tables import (
     TableUnavailableError,
     open_table,
 )
-from membership_tables.history import HistoryRecord, assert_history_ok, load_history
+from membership_tables.history import HistoryRecord, load_history
+from silo.membership.history_check import assert_history_ok
 from silo.membership.options import SiloOptions
 from testbed.services.process import ServerProcess, wait_until
 
@@ -231,7 +232,7 @@ class Cluster:
         return load_history(self.history_dir) if self.history_dir.exists() else []
 
     def check_history(self, min_voters: int = 1, protected: Sequence[SiloProcess] = ()) -> None:
-        """Fail if the recorded writes break an invariant of the protocol (``membership_tables.history``).
+        """Fail if the recorded writes break an invariant of the protocol (``silo.membership.history_check``).
 
         ``protected``: silos that must never have been declared Dead by another silo.
         """

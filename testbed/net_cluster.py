@@ -61,7 +61,8 @@ from membership_tables import (
     SiloStatus,
     open_table,
 )
-from membership_tables.history import assert_history_ok, load_history
+from membership_tables.history import load_history
+from silo.membership.history_check import assert_history_ok
 from silo.membership.options import SiloOptions
 from silo.runtime.claims import check_claims, load_claims
 from testbed.cluster_harness import START_TIMEOUT, SiloProcess

@@ -69,7 +69,7 @@ class SiloProcessConfig:
     """The Work handlers served (``--handler``); the built-ins are always there."""
     history_file: str | None = None
     """Append every versioned write this silo makes to this JSON-lines file (``--history-file``):
-    an audit trail that ``membership_tables.history.check_history`` can verify."""
+    an audit trail that ``silo.membership.history_check.check_history`` can verify."""
     claims_file: str | None = None
     """Append what this silo may serve, at every change of it, to this JSON-lines file
     (``--claims-file``): ``silo.runtime.claims.check_claims`` proves one owner per key over a run."""

@@ -10,7 +10,7 @@ failure detector must guarantee:
 * 20% random packet loss never gets a live silo declared Dead;
 * a silo cut from every other silo (both ways, or only inbound) is declared Dead and exits.
 
-Every test also checks the recorded history of versioned writes (``membership_tables.history``):
+Every test also checks the recorded history of versioned writes (``silo.membership.history_check``):
 the survivors must never have been written Dead, and every death must carry a quorum of voters.
 Bounds check that an outcome happens at all and that nobody else is harmed, never how fast.
 """

@@ -28,14 +28,13 @@ from membership_tables.history import (
     MalformedHistoryError,
     Operation,
     RecordingTable,
-    assert_history_ok,
-    check_history,
     load_history,
     record_from_json,
     record_to_json,
     replay,
 )
 from membership_tables.memory import InMemoryMembershipTable
+from silo.membership.history_check import assert_history_ok, check_history
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 A = SiloAddress("10.0.0.1", 11111, 1)

@@ -67,12 +67,13 @@ from membership_tables import (
     TableUnavailableError,
     TableVersion,
 )
-from membership_tables.history import HistoryRecord, RecordingTable, check_history
+from membership_tables.history import HistoryRecord, RecordingTable
 from membership_tables.memory import InMemoryMembershipTable
 from silo.membership.agent import MembershipAgent
 from silo.membership.clock import FakeClock, settle
 from silo.membership.cluster_health import ClusterHealthMonitor
 from silo.membership.gossiper import Gossiper
+from silo.membership.history_check import check_history
 from silo.membership.liveness import freshness_limit
 from silo.membership.local_health import LocalHealth
 from silo.membership.options import SiloOptions
