@@ -28,3 +28,5 @@ __version__ = "0.1.0"
 """The release, in one place: ``pyproject.toml`` reads it (setuptools dynamic version) into the
 package metadata that ``importlib.metadata`` and ``silo --version`` report. Keep it a plain string
 literal: setuptools reads it without importing ``silo``."""
+
+__all__ = ["__version__"]

@@ -288,3 +288,19 @@ def test_every_part_says_what_it_may_import() -> None:
     for part in ("membership", "wire", "client", "work", "spark", "runtime", "cli"):
         doc = importlib.import_module(f"silo.{part}").__doc__ or ""
         assert "import" in doc, f"silo/{part}/__init__.py should say what it may import"
+
+
+def test_every_public_package_declares_its_public_names() -> None:
+    packages = sorted(
+        module_name(path)
+        for package in ("silo", "membership_tables")
+        for path in (ROOT / package).rglob("__init__.py")
+        if ".proto" not in f"{module_name(path)}." and not any(part.startswith("_") for part in path.parts[-3:-1])
+    )
+    assert "silo.membership" in packages
+    undeclared = [name for name in packages if not hasattr(importlib.import_module(name), "__all__")]
+    assert not undeclared, f"packages without __all__: {undeclared}"
+    for name in packages:
+        module = importlib.import_module(name)
+        missing = [exported for exported in module.__all__ if not hasattr(module, exported)]
+        assert not missing, f"{name}.__all__ names what it does not define: {missing}"

@@ -12,3 +12,18 @@ May import: ``membership_tables`` (the contract and model, never a backend modul
 ``silo.errors``, ``silo.exit_codes``. Never gRPC, ``silo.wire``, ``silo.client``, ``silo.work``,
 ``silo.runtime`` or ``silo.cli``: the rules stay testable with a fake clock and fake probes.
 """
+
+from silo.membership.history_check import assert_history_ok, check_history
+from silo.membership.options import PRESETS, SiloOptions, parse_duration
+from silo.membership.snapshot import MembershipSnapshot
+from silo.membership.votes import VoteOutcome
+
+__all__ = [
+    "PRESETS",
+    "MembershipSnapshot",
+    "SiloOptions",
+    "VoteOutcome",
+    "assert_history_ok",
+    "check_history",
+    "parse_duration",
+]

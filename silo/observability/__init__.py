@@ -12,3 +12,7 @@ May import: ``membership_tables``, ``silo.membership`` (the seams and outcome en
 by ``prometheus``). Never gRPC, ``silo.wire``, ``silo.runtime``, ``silo.client`` or ``silo.cli``;
 the runtime wires it in.
 """
+
+from silo.observability.catalogue import METRICS, MetricKind, MetricSpec
+
+__all__ = ["METRICS", "MetricKind", "MetricSpec"]

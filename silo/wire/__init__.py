@@ -15,3 +15,7 @@ May import: ``membership_tables``, ``silo.membership`` (the seams and snapshots 
 stream carries), ``silo.errors``.
 Never ``silo.runtime``, ``silo.client`` or ``silo.cli``.
 """
+
+from silo.wire.tls import TlsConfigError, TlsSettings
+
+__all__ = ["TlsConfigError", "TlsSettings"]
