@@ -41,6 +41,10 @@ from silo.work.registry import HandlerRegistry
 
 log = logging.getLogger("silo")
 
+DEFAULT_SHUTDOWN_GRACE = 10.0
+"""``--shutdown-grace`` in seconds: within Kubernetes' default 30 s termination grace and
+systemd's ``TimeoutStopSec``."""
+
 STATUS_FAILED = 1
 """``silo status`` could not read the table (it is unreachable or a row is malformed)."""
 
@@ -134,6 +138,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PORT",
         help="serve Prometheus metrics at http://HOST:PORT/metrics (0 picks a free port; default: no metrics)",
     )
+    run.add_argument(
+        "--health-port",
+        type=port_number,
+        default=None,
+        metavar="PORT",
+        help="serve /livez and /readyz over plain HTTP at http://HOST:PORT (for orchestrators, also under TLS; "
+        "0 picks a free port; default: none)",
+    )
+    run.add_argument(
+        "--shutdown-grace",
+        type=duration,
+        default=DEFAULT_SHUTDOWN_GRACE,
+        metavar="DURATION",
+        help="on SIGTERM, time to write ShuttingDown, let Work calls in flight finish and write Dead before "
+        f"exiting, e.g. 30s (default {DEFAULT_SHUTDOWN_GRACE:g}s)",
+    )
     repeatable(
         run, "--handler", "handlers", handler_spec, "NAME=MODULE:FUNCTION", "serve a Work handler, e.g. wc=myjobs:count"
     )
@@ -206,6 +226,8 @@ def _run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         table_uri=args.table,
         tls=tls,
+        health_port=args.health_port,
+        shutdown_grace=args.shutdown_grace,
     )
     return int(run_process(table, config))
 

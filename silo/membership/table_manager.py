@@ -53,7 +53,7 @@ import logging
 import random as random_module
 from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from membership_tables import (
     UNINITIALIZED_VERSION,
@@ -88,8 +88,9 @@ from silo.membership.votes import (
 logger = logging.getLogger(__name__)
 
 
-def _retrieve(future: asyncio.Future[MembershipTableData]) -> None:
-    """Mark a lease read's failure as seen: nobody may await it any more."""
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a future's failure as seen (a lease read, a vote's outcome): nobody may await it any more,
+    and asyncio would log "Future exception was never retrieved" at ERROR."""
     if not future.cancelled():
         future.exception()
 
@@ -909,6 +910,7 @@ class MembershipTableManager:
         is cast at once by its own caller.
         """
         ballot = _Ballot(target, others_unheard, settled, asyncio.get_running_loop().create_future())
+        ballot.outcome.add_done_callback(_retrieve)  # a voter cancelled by a stop never reads its outcome
         self._ballots.append(ballot)
         if self._casting:
             return await asyncio.shield(ballot.outcome)

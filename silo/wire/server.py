@@ -140,6 +140,9 @@ class MembershipServer:
         self.handlers = handlers if handlers is not None else HandlerRegistry()
         """The Work handlers served; ``server.handlers.register(name, function)`` adds one."""
         self._work_pool = ThreadPoolExecutor(max_workers=work_threads, thread_name_prefix="silo-work")
+        self._work_in_flight = 0
+        self._work_idle = asyncio.Event()
+        self._work_idle.set()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         self._server.add_generic_rpc_handlers((self._membership_handler(), self._work_handler()))
         self.ports: list[int] = []
@@ -170,6 +173,21 @@ class MembershipServer:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         for service in HEALTH_SERVICES:
             await self._health.set(service, status)
+
+    @property
+    def work_in_flight(self) -> int:
+        """``Work.Process`` calls admitted and not answered yet."""
+        return self._work_in_flight
+
+    async def work_finished(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until no ``Work.Process`` call is in flight (a draining
+        silo refuses new ones); True if none is."""
+        try:
+            async with asyncio.timeout(max(0.0, timeout)):
+                await self._work_idle.wait()
+        except TimeoutError:
+            return False
+        return True
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop serving; in-flight calls get ``grace`` seconds (None = cancel them at once)."""
@@ -353,6 +371,20 @@ class MembershipServer:
         refusal = silo.work_refusal()
         if refusal is not None:
             await _abort(context, grpc.StatusCode.UNAVAILABLE, refusal)
+        # in flight from here on: a drain that starts now waits for this call (``work_finished``)
+        self._work_in_flight += 1
+        self._work_idle.clear()
+        try:
+            return await self._run_work(silo, request, sender, context)
+        finally:
+            self._work_in_flight -= 1
+            if self._work_in_flight == 0:
+                self._work_idle.set()
+
+    async def _run_work(
+        self, silo: SiloRpcHandler, request: pb.ProcessRequest, sender: str, context: Any
+    ) -> pb.ProcessResponse:
+        """Run an admitted ``Work.Process`` call's handler in the work pool and answer with its results."""
         work = self.handlers.get(request.handler)
         if work is None:
             await _abort(
