@@ -24,7 +24,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +40,7 @@ MAX_REQUEST_BYTES = 8192
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 400: "Bad Request", 503: "Service Unavailable"}
 
 
-@dataclass(frozen=True)
-class HealthAnswer:
+class HealthAnswer(NamedTuple):
     status: int
     body: str
 
