@@ -62,6 +62,9 @@ StreamRequest = TypeVar("StreamRequest", pb.PingRequest, pb.GossipRequest)
 FENCING_POLL_SECONDS = 0.2
 """How often a quiet watch stream checks whether its silo fenced itself."""
 
+STREAMS_END_SECONDS = 1.0
+"""How long ``stop()`` waits for the open streams it ended to finish before stopping the server."""
+
 HEALTH_SERVICES = ("", codec.SERVICE_NAME, codec.WORK_SERVICE_NAME)
 """Health is reported for the whole server ("") and for each service."""
 
@@ -141,6 +144,9 @@ class MembershipServer:
         """The Work handlers served; ``server.handlers.register(name, function)`` adds one."""
         self._work_pool = ThreadPoolExecutor(max_workers=work_threads, thread_name_prefix="silo-work")
         self._work_in_flight = 0
+        self._closing = False
+        self._streams: set[asyncio.Task[Any]] = set()
+        """The tasks of the open PingStream and GossipStream calls (``stop()`` ends them)."""
         self._work_idle = asyncio.Event()
         self._work_idle.set()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
@@ -190,7 +196,15 @@ class MembershipServer:
         return True
 
     async def stop(self, grace: float | None = None) -> None:
-        """Stop serving; in-flight calls get ``grace`` seconds (None = cancel them at once)."""
+        """Stop serving; in-flight calls get ``grace`` seconds (None = cancel them at once). The
+        PingStream and GossipStream calls, which peers keep open for as long as they probe or
+        gossip with us, are ended first, quietly (``_admitted``)."""
+        self._closing = True
+        streams = list(self._streams)
+        for stream in streams:
+            stream.cancel()
+        if streams:
+            await asyncio.wait(streams, timeout=STREAMS_END_SECONDS)
         await self._health.enter_graceful_shutdown()
         await self._server.stop(grace)
         self._work_pool.shutdown(wait=False, cancel_futures=True)
@@ -263,15 +277,26 @@ class MembershipServer:
         """The requests of a stream, each with our handler: the caller is admitted once, from the first
         request's header; a later request for another cluster or one not decodable ends the stream."""
         handler: SiloRpcHandler | None = None
-        async for request in requests:
-            if isinstance(request, _Undecodable):
-                await _refuse(request, context)
-            if handler is None:
-                handler = await self._admit(request.header, context, method)
-            elif request.header.cluster_id != handler.cluster_id:
-                sender = _describe_sender(request.header)
-                await _refuse_cluster(handler, clip(request.header.cluster_id), sender, context, method)
-            yield handler, request
+        stream = asyncio.current_task()
+        if stream is not None:
+            self._streams.add(stream)
+        try:
+            async for request in requests:
+                if isinstance(request, _Undecodable):
+                    await _refuse(request, context)
+                if handler is None:
+                    handler = await self._admit(request.header, context, method)
+                elif request.header.cluster_id != handler.cluster_id:
+                    sender = _describe_sender(request.header)
+                    await _refuse_cluster(handler, clip(request.header.cluster_id), sender, context, method)
+                yield handler, request
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise
+            # ``stop()`` ends the stream while it waits for the next request: the call ends with OK
+            # (the peer's stream reports it ended), not with a cancellation gRPC logs as an error
+        finally:
+            self._streams.discard(stream)
 
     async def _probe_indirectly(self, request: pb.ProbeIndirectlyRequest, context: Any) -> pb.ProbeIndirectlyResponse:
         handler = await self._admit(request.header, context, "ProbeIndirectly")
