@@ -4,7 +4,8 @@
 or declared dead (exit 3); ``silo status`` prints a cluster's membership table;
 ``silo dashboard`` serves a read-only web page of the cluster; ``silo certs`` makes a
 development CA and certificates for mutual TLS (``--tls-cert/--tls-key/--tls-ca``);
-``silo table init URI`` creates a store's schema (the only DDL). Bad
+``silo table init URI`` creates a store's schema (the only DDL); ``silo drain ADDRESS`` asks a
+silo to drain and exit, as SIGTERM does. Bad
 arguments, options or table URIs print one ``silo: error: ...`` line and exit 2. See
 ``docs/cli.md``.
 """
@@ -28,6 +29,8 @@ from silo.cli.dashboard import add_arguments as add_dashboard_arguments
 from silo.cli.dashboard import run as run_dashboard
 from silo.cli.demo import add_arguments as add_demo_arguments
 from silo.cli.demo import run as run_demo
+from silo.cli.drain import add_arguments as add_drain_arguments
+from silo.cli.drain import run as run_drain
 from silo.cli.log_format import LOG_FORMATS, configure_logging
 from silo.cli.status import render_json, render_text, status_document
 from silo.cli.status_watch import CLEAR_SCREEN, watch
@@ -65,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return certs.run(args)
         if args.command == "table":
             return run_table(args)
+        if args.command == "drain":
+            return run_drain(args)
         return _status(args)
     except (OptionsError, MembershipTableError) as exc:
         # Configuration and URI errors; the table being down is handled per command.
@@ -175,6 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
         "dashboard", parents=[common], help="serve a read-only web page of the cluster (see docs/operations.md)"
     )
     add_dashboard_arguments(dashboard)
+
+    drain = commands.add_parser("drain", help="ask one silo to drain and exit, as SIGTERM does")
+    drain.add_argument("--log-level", default="WARNING", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    add_drain_arguments(drain)
 
     table = commands.add_parser("table", help="create a store's schema: silo table init URI (see docs/security.md)")
     add_table_arguments(table)

@@ -19,6 +19,7 @@ program, e.g. tests: ``await stack.start()`` ... ``await stack.silo.stop(); awai
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -285,6 +286,7 @@ async def _serve(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
             await health.close()
         return ExitCode.BAD_CONFIGURATION
     silo, server = stack.silo, stack.server
+    server.on_drain = functools.partial(_request_stop, stop_requested)
     if health is not None:
         health.readiness = silo.readiness
         log.info("silo %s serves /livez and /readyz at %s", silo.silo_address, health.url)
@@ -301,6 +303,13 @@ async def _serve(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
         await stack.close()
         if health is not None:
             await health.close()
+
+
+def _request_stop(stop_requested: asyncio.Event) -> bool:
+    """A ``Drain`` call: drain as on SIGTERM; True if a stop was requested already."""
+    already = stop_requested.is_set()
+    stop_requested.set()
+    return already
 
 
 async def _open_health(host: str, port: int) -> HealthServer:
@@ -344,7 +353,7 @@ async def _lifetime(stack: SiloStack, stop_requested: asyncio.Event, grace: floa
     if terminated.done():
         log.error("silo %s terminated itself: %s", silo.silo_address, silo.termination_reason or "see above")
         return terminated.result()
-    log.info("silo %s draining (signalled; shutdown grace %ss)", silo.silo_address, grace)
+    log.info("silo %s draining (shutdown grace %ss)", silo.silo_address, grace)
     if not await drain_and_stop(stack, grace):
         terminated.cancel()
         return ExitCode.OK

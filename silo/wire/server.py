@@ -143,6 +143,9 @@ class MembershipServer:
         self.handlers = handlers if handlers is not None else HandlerRegistry()
         """The Work handlers served; ``server.handlers.register(name, function)`` adds one."""
         self._work_pool = ThreadPoolExecutor(max_workers=work_threads, thread_name_prefix="silo-work")
+        self.on_drain: Callable[[], bool] | None = None
+        """What a ``Drain`` call does: start the process's drain, returning whether it had started
+        already (``silo.runtime.process`` sets it); None = ``Drain`` is refused (FAILED_PRECONDITION)."""
         self._work_in_flight = 0
         self._closing = False
         self._streams: set[asyncio.Task[Any]] = set()
@@ -223,6 +226,7 @@ class MembershipServer:
             ),
             codec.PING_STREAM.name: _bidi(codec.PING_STREAM, self._ping_stream),
             codec.GOSSIP_STREAM.name: _bidi(codec.GOSSIP_STREAM, self._gossip_stream),
+            codec.DRAIN.name: _unary(codec.DRAIN, self._drain),
         }
         return grpc.method_handlers_generic_handler(codec.SERVICE_NAME, handlers)
 
@@ -389,6 +393,18 @@ class MembershipServer:
         await _abort(
             context, grpc.StatusCode.UNAVAILABLE, f"silo {handler.silo_address} stopped; watch another gateway"
         )
+
+    async def _drain(self, request: pb.DrainRequest, context: Any) -> pb.DrainResponse:
+        handler = await self._admit(request.header, context, "Drain")
+        if self.on_drain is None:
+            await _abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"silo {handler.silo_address} runs inside another program, not `silo run`: stop it there",
+            )
+        already = self.on_drain()
+        log.info("silo %s asked to drain by %s%s", handler.silo_address, context.peer(), " (already)" * already)
+        return pb.DrainResponse(silo=codec.address_to_proto(handler.silo_address), already_draining=already)
 
     async def _process(self, request: pb.ProcessRequest, context: Any) -> pb.ProcessResponse:
         sender = clip(request.sender) or "an unnamed client"

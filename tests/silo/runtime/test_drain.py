@@ -1,5 +1,5 @@
-"""Stopping ``silo run`` processes: the drain under a routed job, a stop with the table frozen, and a
-stop of many silos at once, on real processes (``tests.silo.cluster_harness``)."""
+"""Stopping ``silo run`` processes: the drain under a routed job, a stop with the table frozen, a
+stop of many silos at once, and ``silo drain``, on real processes (``tests.silo.cluster_harness``)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,18 @@ from pathlib import Path
 import pytest
 
 from membership_tables import SiloStatus
+from silo.cli.commands import main
+from silo.cli.drain import DRAIN_FAILED
 from silo.client.topology import ClusterView
 from silo.exit_codes import ExitCode
 from silo.runtime.process import EXIT_GRACE, STOP_ROLES_SECONDS
+from silo.wire.peer_identity import Role
 from silo.work.client import SyncWorkClient
 from silo.work.handlers import checksum_handler
 from silo.work.routing import Record, Router
 from tests.services.freezing_proxy import FreezingProxy
 from tests.services.postgres import PostgresServer
+from tests.silo.certificates import TestCa, tls_flags
 from tests.silo.cluster_harness import Cluster, SiloProcess, sqlite_cluster
 from tests.silo.work_handlers import CALLS_ENV
 
@@ -145,3 +149,31 @@ def test_ten_silos_stopped_at_once_exit_0_and_log_no_error(tmp_path: Path) -> No
         for silo in silos:
             assert_quiet(silo)
         assert set(cluster.statuses(silos)) == {SiloStatus.DEAD}
+
+
+def test_silo_drain_asks_a_tls_silo_to_drain_and_exit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``silo drain`` drains the silo as SIGTERM does; under mutual TLS a client certificate may not."""
+    ca = TestCa(tmp_path / "ca")
+    silo_tls = ca.issue("silo-0", "admin")
+    with sqlite_cluster(tmp_path, "admin") as cluster:
+        (silo,) = cluster.start_active(1, *tls_flags(silo_tls))
+        endpoint = str(silo.address).partition("@")[0]
+        drain = ["drain", endpoint, "--cluster", "admin", "--timeout", "5s"]
+        assert main([*drain, *tls_flags(ca.issue("app", "admin", Role.CLIENT))]) == DRAIN_FAILED
+        assert "PERMISSION_DENIED" in capsys.readouterr().err
+        assert silo.running
+        assert main([*drain, *tls_flags(ca.issue("operator", "admin"))]) == ExitCode.OK
+        assert f"silo {silo.address} is draining" in capsys.readouterr().out
+        assert silo.wait_exit(30) == ExitCode.OK
+        log = silo.log_text()
+        assert log.index("asked to drain") < log.index("as SHUTTING_DOWN") < log.index("as DEAD"), log
+        assert_quiet(silo)
+        assert main([*drain, *tls_flags(silo_tls)]) == DRAIN_FAILED  # nobody answers any more
+        assert "UNAVAILABLE" in capsys.readouterr().err
+
+
+def test_silo_drain_says_what_is_wrong_with_its_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["drain", "10.0.0.5", "--cluster", "c", "--insecure"]) == ExitCode.BAD_CONFIGURATION
+    assert "expected the silo's host:port" in capsys.readouterr().err
+    assert main(["drain", "10.0.0.5:11111", "--cluster", "c"]) == ExitCode.BAD_CONFIGURATION
+    assert "or --insecure for a plaintext silo" in capsys.readouterr().err
