@@ -294,15 +294,23 @@ async def _serve(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
     log.info("silo %s listening (%s)", silo.silo_address, transport_of(stack.tls))
     try:
         try:
-            await stack.admit()
+            admitted = await _unless_signalled(_admit(stack), stop_requested)
         except AdmissionRefusedError as exc:
             log.error("silo %s will not join: %s", silo.silo_address, exc)
             return ExitCode.BAD_CONFIGURATION
+        if admitted is None:
+            log.info("silo %s signalled while checking its admission; exiting", silo.silo_address)
+            return ExitCode.OK
         return await _lifetime(stack, stop_requested, config.shutdown_grace)
     finally:
         await stack.close()
         if health is not None:
             await health.close()
+
+
+async def _admit(stack: SiloStack) -> bool:
+    await stack.admit()
+    return True
 
 
 def _request_stop(stop_requested: asyncio.Event) -> bool:

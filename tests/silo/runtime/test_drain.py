@@ -177,3 +177,24 @@ def test_silo_drain_says_what_is_wrong_with_its_arguments(capsys: pytest.Capture
     assert "expected the silo's host:port" in capsys.readouterr().err
     assert main(["drain", "10.0.0.5:11111", "--cluster", "c"]) == ExitCode.BAD_CONFIGURATION
     assert "or --insecure for a plaintext silo" in capsys.readouterr().err
+
+
+def test_sigterm_while_the_first_table_read_hangs_exits_at_once(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    """The table is frozen from the start, so the silo's first read (the generation, before it binds)
+    hangs: SIGTERM still ends the process at once, with code 0 and nothing logged as an error."""
+    direct = postgres_server.create_database(f"silo_{uuid.uuid4().hex[:12]}")
+    with FreezingProxy("127.0.0.1", postgres_server.port) as proxy:
+        proxy.freeze()
+        cluster = Cluster(tmp_path, direct.replace(f":{postgres_server.port}/", f":{proxy.port}/"), "early")
+        try:
+            silo = cluster.launch()
+            time.sleep(3)  # the process has started and waits for the table
+            assert silo.running, silo.log_tail()
+            silo.send(signal.SIGTERM)
+            assert silo.wait_exit(EXIT_GRACE + LOAD_SLACK) == ExitCode.OK
+        finally:
+            cluster.close()
+    assert "signalled while reading the table at start-up" in silo.log_text(), silo.log_tail()
+    assert_quiet(silo)
