@@ -295,10 +295,11 @@ class MembershipServer:
                     await _refuse_cluster(handler, clip(request.header.cluster_id), sender, context, method)
                 yield handler, request
         except asyncio.CancelledError:
-            if not self._closing:
+            if not self._closing or stream is None:
                 raise
             # ``stop()`` ends the stream while it waits for the next request: the call ends with OK
             # (the peer's stream reports it ended), not with a cancellation gRPC logs as an error
+            stream.uncancel()
         finally:
             self._streams.discard(stream)
 
