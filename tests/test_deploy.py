@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from argparse import Namespace
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,26 @@ def test_the_pod_template_runs_a_valid_silo_that_the_executor_names_as_its_sidec
     argv = [substitute(arg, values, r"\$\((\w+)\)") for arg in [*silo["command"][1:], *silo["args"]]]
     args = build_parser().parse_args(argv)
     assert (args.command, args.host, args.port) == ("run", "10.1.2.3", 11111)
-    assert silo["startupProbe"]["grpc"]["port"] == args.port
+    assert_runs_tls_and_probes_over_http(pod, silo, args)
     (executor,) = pod["spec"]["containers"]
     env = {variable["name"]: variable.get("value") for variable in executor["env"]}
     assert substitute(env[SIDECAR_ENV], values, r"\$\((\w+)\)") == f"{args.host}:{args.port}"
+
+
+def assert_runs_tls_and_probes_over_http(pod: dict[str, Any], silo: dict[str, Any], args: Namespace) -> None:
+    """Mutual TLS on the silo port with files from the mounted Secret; the kubelet probes the plain-HTTP
+    health port (startup and readiness on /readyz, liveness on /livez); the drain fits the pod's grace."""
+    assert not args.insecure
+    mounts = {mount["name"]: Path(mount["mountPath"]) for mount in silo["volumeMounts"]}
+    volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
+    for path in (args.tls_cert, args.tls_key, args.tls_ca):
+        (name,) = [name for name, mounted in mounts.items() if Path(path).parent == mounted]
+        assert Path(path).name in {item["path"] for item in volumes[name]["secret"]["items"]}
+    ports = {port["name"]: port["containerPort"] for port in silo["ports"]}
+    assert ports["health"] == args.health_port != args.port
+    for probe, path in (("startupProbe", "/readyz"), ("readinessProbe", "/readyz"), ("livenessProbe", "/livez")):
+        assert silo[probe]["httpGet"] == {"path": path, "port": "health"}, probe
+    assert args.shutdown_grace < pod["spec"]["terminationGracePeriodSeconds"]
 
 
 def test_the_systemd_unit_runs_a_valid_silo_and_spark_env_names_it() -> None:
@@ -52,6 +69,12 @@ def test_the_systemd_unit_runs_a_valid_silo_and_spark_env_names_it() -> None:
     spark_env = (DEPLOY / "systemd" / "spark-env.sh").read_text()
     assert f'export {SIDECAR_ENV}="${{SILO_HOST}}:${{SILO_PORT}}"' in spark_env
     assert "RestartPreventExitStatus=2" in unit  # a configuration error is not retried
+    assert args.tls_cert
+    assert not args.insecure
+    assert args.health_port == 8080
+    assert "Type=notify" in unit  # READY=1 once Active: the Spark worker ordered after it waits for that
+    (stop_timeout,) = re.findall(r"^TimeoutStopSec=(\d+)$", unit, re.MULTILINE)
+    assert args.shutdown_grace < int(stop_timeout)
 
 
 def test_the_grafana_dashboard_queries_only_exported_metrics_and_uses_every_family() -> None:

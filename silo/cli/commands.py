@@ -4,7 +4,8 @@
 or declared dead (exit 3); ``silo status`` prints a cluster's membership table;
 ``silo dashboard`` serves a read-only web page of the cluster; ``silo certs`` makes a
 development CA and certificates for mutual TLS (``--tls-cert/--tls-key/--tls-ca``);
-``silo table init URI`` creates a store's schema (the only DDL). Bad
+``silo table init URI`` creates a store's schema (the only DDL); ``silo drain ADDRESS`` asks a
+silo to drain and exit, as SIGTERM does. Bad
 arguments, options or table URIs print one ``silo: error: ...`` line and exit 2. See
 ``docs/cli.md``.
 """
@@ -28,6 +29,8 @@ from silo.cli.dashboard import add_arguments as add_dashboard_arguments
 from silo.cli.dashboard import run as run_dashboard
 from silo.cli.demo import add_arguments as add_demo_arguments
 from silo.cli.demo import run as run_demo
+from silo.cli.drain import add_arguments as add_drain_arguments
+from silo.cli.drain import run as run_drain
 from silo.cli.log_format import LOG_FORMATS, configure_logging
 from silo.cli.status import render_json, render_text, status_document
 from silo.cli.status_watch import CLEAR_SCREEN, watch
@@ -40,6 +43,10 @@ from silo.wire.peer_identity import Role
 from silo.work.registry import HandlerRegistry
 
 log = logging.getLogger("silo")
+
+DEFAULT_SHUTDOWN_GRACE = 10.0
+"""``--shutdown-grace`` in seconds: within Kubernetes' default 30 s termination grace and
+systemd's ``TimeoutStopSec``."""
 
 STATUS_FAILED = 1
 """``silo status`` could not read the table (it is unreachable or a row is malformed)."""
@@ -61,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return certs.run(args)
         if args.command == "table":
             return run_table(args)
+        if args.command == "drain":
+            return run_drain(args)
         return _status(args)
     except (OptionsError, MembershipTableError) as exc:
         # Configuration and URI errors; the table being down is handled per command.
@@ -134,6 +143,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PORT",
         help="serve Prometheus metrics at http://HOST:PORT/metrics (0 picks a free port; default: no metrics)",
     )
+    run.add_argument(
+        "--health-port",
+        type=port_number,
+        default=None,
+        metavar="PORT",
+        help="serve /livez and /readyz over plain HTTP at http://HOST:PORT (for orchestrators, also under TLS; "
+        "0 picks a free port; default: none)",
+    )
+    run.add_argument(
+        "--shutdown-grace",
+        type=duration,
+        default=DEFAULT_SHUTDOWN_GRACE,
+        metavar="DURATION",
+        help="on SIGTERM, time to write ShuttingDown, let Work calls in flight finish and write Dead before "
+        f"exiting, e.g. 30s (default {DEFAULT_SHUTDOWN_GRACE:g}s)",
+    )
     repeatable(
         run, "--handler", "handlers", handler_spec, "NAME=MODULE:FUNCTION", "serve a Work handler, e.g. wc=myjobs:count"
     )
@@ -161,6 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
         "dashboard", parents=[common], help="serve a read-only web page of the cluster (see docs/operations.md)"
     )
     add_dashboard_arguments(dashboard)
+
+    drain = commands.add_parser("drain", help="ask one silo to drain and exit, as SIGTERM does")
+    drain.add_argument("--log-level", default="WARNING", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    add_drain_arguments(drain)
 
     table = commands.add_parser("table", help="create a store's schema: silo table init URI (see docs/security.md)")
     add_table_arguments(table)
@@ -213,6 +242,8 @@ def _run(args: argparse.Namespace) -> int:
         table_uri=args.table,
         tls=tls,
         reflection=args.reflection,
+        health_port=args.health_port,
+        shutdown_grace=args.shutdown_grace,
     )
     return int(run_process(table, config))
 

@@ -40,14 +40,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> TlsSettings | None:
     """The TLS settings of ``silo run`` (None = plaintext); ``TlsConfigError`` names what is missing."""
+    plaintext_hint = (
+        f"the {args.preset} preset needs TLS: give --tls-cert, --tls-key and --tls-ca "
+        "(make them with silo certs init DIR and silo certs issue), or --insecure to run in plaintext"
+    )
+    return _settings(args, None if args.preset in PLAINTEXT_PRESETS else plaintext_hint)
+
+
+def caller_settings_from_args(args: argparse.Namespace, command: str) -> TlsSettings | None:
+    """The TLS settings of a command that calls a silo (None = plaintext, only with ``--insecure``)."""
+    return _settings(
+        args,
+        f"{command} calls the silo over mutual TLS: give --tls-cert, --tls-key and --tls-ca (a silo "
+        "certificate of the cluster), or --insecure for a plaintext silo",
+    )
+
+
+def _settings(args: argparse.Namespace, plaintext_refusal: str | None) -> TlsSettings | None:
+    """``plaintext_refusal``: the error when no TLS flag and no ``--insecure`` is given (None: plaintext then)."""
     given = {"--tls-cert": args.tls_cert, "--tls-key": args.tls_key, "--tls-ca": args.tls_ca}
     if not any(given.values()):
-        if args.insecure or args.preset in PLAINTEXT_PRESETS:
+        if args.insecure or plaintext_refusal is None:
             return None
-        raise TlsConfigError(
-            f"the {args.preset} preset needs TLS: give --tls-cert, --tls-key and --tls-ca "
-            "(make them with silo certs init DIR and silo certs issue), or --insecure to run in plaintext"
-        )
+        raise TlsConfigError(plaintext_refusal)
     if args.insecure:
         raise TlsConfigError("--insecure contradicts --tls-cert/--tls-key/--tls-ca; keep one or the other")
     missing = [flag for flag, value in given.items() if not value]

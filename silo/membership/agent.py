@@ -249,14 +249,15 @@ class MembershipAgent:
         if self._heart is not None:
             await self._heart.stop()
 
-    async def leave(self) -> None:
-        """Write ShuttingDown, then Dead; gives up after the detection time (others will notice)."""
-        deadline = self._manager.deadline_in(self._options.detection_time)
+    async def leave(self, status: SiloStatus, deadline: float) -> bool:
+        """Write our own row ``status`` (ShuttingDown, then Dead, on a graceful leave), retrying an
+        unreachable table until ``deadline``; False if the row could not be written."""
         self._manager.mark_leaving()
-        for status in (SiloStatus.SHUTTING_DOWN, SiloStatus.DEAD):
-            if not await self._manager.update_own_status(status, deadline):
-                return
-        logger.info("silo %s left the cluster (Dead)", self._address)
+        if not await self._manager.update_own_status(status, deadline):
+            return False
+        if status is SiloStatus.DEAD:
+            logger.info("silo %s left the cluster (Dead)", self._address)
+        return True
 
 
 def _declare_dead(entry: MembershipEntry) -> MembershipEntry | None:

@@ -1,10 +1,17 @@
-"""Fire-and-forget tasks a role starts and must cancel when it stops."""
+"""Fire-and-forget tasks a role starts and must cancel when it stops, and futures nobody may await."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
 from typing import Any
+
+
+def retrieve_failure(future: asyncio.Future[Any]) -> None:
+    """Mark a future's failure as seen (a lease read, a vote's outcome) when nobody may await it any
+    more: asyncio would log "Future exception was never retrieved" at ERROR. A done callback."""
+    if not future.cancelled():
+        future.exception()
 
 
 class BackgroundTasks:

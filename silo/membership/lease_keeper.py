@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from membership_tables import MembershipTableData, SiloAddress, SiloStatus, TableUnavailableError
+from silo.membership.background import retrieve_failure
 from silo.membership.clock import Periodic, with_timeout
 from silo.membership.lease import MembershipConfirmation, PeerVerdict, judge_confirmations
 from silo.membership.table_view import TableView
@@ -24,12 +25,6 @@ logger = logging.getLogger(__name__)
 
 AskConfirmation = Callable[[SiloAddress, float], Awaitable[MembershipConfirmation]]
 """Ask a peer to read our row from the table (ConfirmMembership) within a timeout; raises if it cannot."""
-
-
-def _retrieve(future: asyncio.Future[MembershipTableData]) -> None:
-    """Mark a lease read's failure as seen: nobody may await it any more."""
-    if not future.cancelled():
-        future.exception()
 
 
 class LeaseKeeper:
@@ -97,7 +92,7 @@ class LeaseKeeper:
             read: asyncio.Future[MembershipTableData] = asyncio.ensure_future(
                 view.access.call(functools.partial(view.table.read_row, silo), None)
             )
-            read.add_done_callback(_retrieve)
+            read.add_done_callback(retrieve_failure)
             pending = self._pending_reads[silo] = (view.clock.monotonic(), read)
         started, future = pending
         try:

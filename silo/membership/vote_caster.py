@@ -32,7 +32,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from membership_tables import MembershipEntry, SiloAddress, SiloStatus, TableUnavailableError
-from silo.membership.background import BackgroundTasks
+from silo.membership.background import BackgroundTasks, retrieve_failure
 from silo.membership.options import SiloOptions
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_view import TableView
@@ -173,6 +173,7 @@ class VoteCaster:
         is cast at once by its own caller.
         """
         ballot = _Ballot(target, others_unheard, settled, asyncio.get_running_loop().create_future())
+        ballot.outcome.add_done_callback(retrieve_failure)  # a voter cancelled by a stop never reads its outcome
         self._ballots.append(ballot)
         if self._casting:
             return await asyncio.shield(ballot.outcome)

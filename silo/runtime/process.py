@@ -1,12 +1,16 @@
 """One silo as an operating-system process: what ``silo run`` does after parsing arguments.
 
-Order matters: the gRPC server binds first (``--port 0`` lets the OS pick), because the
-silo's identity ``host:port@generation`` needs the port; then the silo joins, and the
-health service turns SERVING once it is Active. SIGTERM/SIGINT stop it gracefully
-(ShuttingDown, then Dead, exit 0). If the silo finds itself declared dead it stops
-serving at once and the process exits with ``ExitCode.DECLARED_DEAD``. Once the silo has
-stopped, the process exits within ``EXIT_GRACE`` even if a table call is still blocked in a
-worker thread (see ``_exit_past_blocked_threads``).
+Order matters: the signal handlers come first (a SIGTERM during start-up, even while the
+table is read, stops the process cleanly); the gRPC server binds next (``--port 0`` lets the
+OS pick), because the silo's identity ``host:port@generation`` needs the port; then the
+silo joins, and the health service turns SERVING (``/readyz`` 200, systemd ``READY=1``) once
+it is Active. SIGTERM/SIGINT drain it (``drain_and_stop``): new Work is refused with
+UNAVAILABLE, ShuttingDown is written so routers move its keys, the Work calls in flight
+finish, Dead is written and the process exits 0, all within ``shutdown_grace``. If the silo
+finds itself declared dead it stops serving at once and the process exits with
+``ExitCode.DECLARED_DEAD``. Once the silo has stopped, the process exits within
+``EXIT_GRACE`` even if a table call is still blocked in a worker thread (see
+``_exit_past_blocked_threads``).
 
 ``assemble`` builds the same stack (server, prober, silo) for silos that run inside another
 program, e.g. tests: ``await stack.start()`` ... ``await stack.silo.stop(); await stack.close()``.
@@ -15,6 +19,7 @@ program, e.g. tests: ``await stack.start()`` ... ``await stack.silo.stop(); awai
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -22,10 +27,10 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from membership_tables import MembershipTable, MembershipTableError, SiloAddress, SiloStatus
 from membership_tables.history import JsonLinesSink, RecordingTable
@@ -37,7 +42,9 @@ from silo.membership.options import SiloOptions
 from silo.membership.probing import Prober
 from silo.runtime.claims import ClaimsFile
 from silo.runtime.gc_tuning import freeze_startup_objects, tune_for_silos
+from silo.runtime.health_http import HealthServer
 from silo.runtime.metrics import MetricsExport, MetricsUnavailableError, on_loop
+from silo.runtime.sd_notify import notify
 from silo.runtime.silo import Silo
 from silo.wire.admission import (
     TRANSPORT_PROPERTY,
@@ -52,6 +59,8 @@ from silo.wire.tls import TlsSettings
 from silo.work.registry import HandlerRegistry
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,12 @@ class SiloProcessConfig:
     ``None`` = plaintext. A TLS silo's row says so (property ``transport=tls``)."""
     reflection: bool = True
     """Serve gRPC server reflection on the silo's ports (``--no-reflection`` turns it off)."""
+    health_port: int | None = None
+    """Serve ``/livez`` and ``/readyz`` over plain HTTP on this port of ``host`` (``0`` = a free one,
+    logged; ``silo.runtime.health_http``); ``None`` = no health port."""
+    shutdown_grace: float = 10.0
+    """Seconds a signalled silo has to drain (``--shutdown-grace``): write ShuttingDown, let the Work
+    calls in flight finish, write Dead; past it the process exits without what is left."""
 
 
 EXIT_GRACE = 1.0
@@ -255,37 +270,93 @@ def read_known_silos(table: MembershipTable) -> list[SiloAddress]:
 
 
 async def _serve(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
-    asyncio.get_running_loop().set_default_executor(_UnjoinedExecutor(thread_name_prefix="silo-blocking"))
-    try:
-        stack = assemble(table, config)
-    except (BindError, MetricsUnavailableError, OptionsError) as exc:
-        log.error("%s", exc)
-        return ExitCode.BAD_CONFIGURATION
-    silo, server = stack.silo, stack.server
-    stop_requested = asyncio.Event()
     loop = asyncio.get_running_loop()
+    loop.set_default_executor(_UnjoinedExecutor(thread_name_prefix="silo-blocking"))
+    stop_requested = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop_requested.set)
+    known = await _unless_signalled(asyncio.to_thread(read_known_silos, table), stop_requested)
+    if known is None:
+        log.info("signalled while reading the table at start-up; exiting")
+        return ExitCode.OK
+    health: HealthServer | None = None
+    try:
+        if config.health_port is not None:
+            health = await _open_health(config.host, config.health_port)
+        stack = assemble(table, config, known_silos=known)
+    except (BindError, MetricsUnavailableError, OptionsError) as exc:
+        log.error("%s", exc)
+        if health is not None:
+            await health.close()
+        return ExitCode.BAD_CONFIGURATION
+    silo, server = stack.silo, stack.server
+    server.on_drain = functools.partial(_request_stop, stop_requested)
+    if health is not None:
+        health.readiness = silo.readiness
+        log.info("silo %s serves /livez and /readyz at %s", silo.silo_address, health.url)
     await server.start(silo)
     log.info("silo %s listening (%s)", silo.silo_address, transport_of(stack.tls))
     try:
         try:
-            await stack.admit()
+            admitted = await _unless_signalled(_admit(stack), stop_requested)
         except AdmissionRefusedError as exc:
             log.error("silo %s will not join: %s", silo.silo_address, exc)
             return ExitCode.BAD_CONFIGURATION
-        return await _lifetime(silo, server, stop_requested)
+        if admitted is None:
+            log.info("silo %s signalled while checking its admission; exiting", silo.silo_address)
+            return ExitCode.OK
+        return await _lifetime(stack, stop_requested, config.shutdown_grace)
     finally:
         await stack.close()
+        if health is not None:
+            await health.close()
 
 
-async def _lifetime(silo: Silo, server: MembershipServer, stop_requested: asyncio.Event) -> ExitCode:
+async def _admit(stack: SiloStack) -> bool:
+    await stack.admit()
+    return True
+
+
+def _request_stop(stop_requested: asyncio.Event) -> bool:
+    """A ``Drain`` call: drain as on SIGTERM; True if a stop was requested already."""
+    already = stop_requested.is_set()
+    stop_requested.set()
+    return already
+
+
+async def _open_health(host: str, port: int) -> HealthServer:
+    try:
+        return await HealthServer.open(host, port)
+    except OSError as exc:
+        raise BindError(
+            f"cannot serve health at {host}:{port}: {exc}; pick another --health-port or free this one"
+        ) from exc
+
+
+async def _unless_signalled(work: Awaitable[_T], signalled: asyncio.Event) -> _T | None:
+    """``work``'s result, or None (``work`` cancelled) if a signal comes first."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(signalled.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return None
+    return task.result()
+
+
+async def _lifetime(stack: SiloStack, stop_requested: asyncio.Event, grace: float) -> ExitCode:
+    silo, server = stack.silo, stack.server
     signalled: asyncio.Future[Any] = asyncio.ensure_future(stop_requested.wait())
     try:
-        if not await _join(silo, signalled):
+        if not await _join(silo, signalled, grace):
             return await silo.wait_terminated()
         await server.set_serving(True)
         log.info("silo %s is active", silo.silo_address)
+        notify("READY=1")
         freeze_startup_objects()
         terminated = asyncio.ensure_future(silo.wait_terminated())
         await asyncio.wait({terminated, signalled}, return_when=asyncio.FIRST_COMPLETED)
@@ -294,19 +365,49 @@ async def _lifetime(silo: Silo, server: MembershipServer, stop_requested: asynci
     if terminated.done():
         log.error("silo %s terminated itself: %s", silo.silo_address, silo.termination_reason or "see above")
         return terminated.result()
-    log.info("silo %s stopping (signalled)", silo.silo_address)
-    await server.set_serving(False)
-    await silo.stop()
+    log.info("silo %s draining (shutdown grace %ss)", silo.silo_address, grace)
+    if not await drain_and_stop(stack, grace):
+        terminated.cancel()
+        return ExitCode.OK
     return await terminated
 
 
-async def _join(silo: Silo, signalled: asyncio.Future[Any]) -> bool:
+STOP_ROLES_SECONDS = 2.0
+"""Beyond the shutdown grace, how long a drained silo may take to stop its roles (cancel its
+tasks, close its view) before the process exits without waiting for them."""
+
+
+async def drain_and_stop(stack: SiloStack, grace: float, monotonic: Callable[[], float] = time.monotonic) -> bool:
+    """Drain the silo within ``grace`` seconds: health NOT_SERVING, new Work refused, ShuttingDown
+    written (routers move its keys), the Work calls in flight finished, Dead written, roles
+    stopped. What cannot be done in time (an unreachable table, a handler still running) is
+    logged at WARNING and left out. False if the silo had not stopped in time."""
+    silo, server = stack.silo, stack.server
+    deadline = monotonic() + grace
+    notify("STOPPING=1")
+    await server.set_serving(False)
+    await silo.drain(within=grace)
+    if not await server.work_finished(deadline - monotonic()):
+        log.warning(
+            "silo %s: %d Work call(s) still running after the shutdown grace of %ss; they are cancelled",
+            silo.silo_address, server.work_in_flight, grace,
+        )  # fmt: skip
+    stopping = asyncio.ensure_future(silo.stop(within=max(0.0, deadline - monotonic())))
+    done, _ = await asyncio.wait({stopping}, timeout=max(0.0, deadline - monotonic()) + STOP_ROLES_SECONDS)
+    if not done:
+        log.warning("silo %s did not stop within its shutdown grace of %ss; exiting anyway", silo.silo_address, grace)
+        return False
+    return True
+
+
+async def _join(silo: Silo, signalled: asyncio.Future[Any], grace: float) -> bool:
     """Join the cluster; False if the join failed or a signal interrupted it (the silo is then stopped)."""
     joining: asyncio.Future[Any] = asyncio.ensure_future(silo.start())
     await asyncio.wait({joining, signalled}, return_when=asyncio.FIRST_COMPLETED)
     if not joining.done():
         log.info("silo %s signalled while joining; leaving", silo.silo_address)
-        await silo.stop()
+        notify("STOPPING=1")
+        await silo.stop(within=grace)
     try:
         await joining
     except SiloError as exc:

@@ -27,9 +27,9 @@ from membership_tables import (
     MembershipEntry,
     MembershipTable,
     MembershipTableData,
+    MembershipTableError,
     SiloAddress,
     SiloStatus,
-    TableUnavailableError,
 )
 from silo.errors import SiloError
 from silo.exit_codes import ExitCode
@@ -150,6 +150,9 @@ class Silo:
         self._status = SiloStatus.CREATED
         self._started = False
         self._stopping = False
+        self._draining = False
+        self._own_writes = asyncio.Lock()
+        """Orders our departure writes: a Dead never overtaken by a ShuttingDown still in flight."""
         self._done = asyncio.Event()
         self._exit_code = ExitCode.OK
         self._finishing: asyncio.Future[None] | None = None
@@ -258,8 +261,27 @@ class Silo:
         fenced before it serves anything."""
         return self._status is SiloStatus.ACTIVE and not self._manager.lease.valid()
 
+    @property
+    def draining(self) -> bool:
+        """True from ``drain()`` (or ``stop()``) on: the silo takes no new work and is not ready."""
+        return self._draining
+
+    def readiness(self) -> str | None:
+        """Why an orchestrator must not count this silo as ready (``/readyz``); None if it may: Active
+        in its own view, its lease valid (not fenced), the table reachable, and not draining."""
+        refusal = self.work_refusal()
+        if refusal is not None:
+            return refusal
+        if self._manager.snapshot.status_of(self._address) is not SiloStatus.ACTIVE:
+            return f"silo {self._address} is not Active in its own view of the table yet"
+        if self._manager.table_down:
+            return f"silo {self._address} cannot reach the membership table"
+        return None
+
     def work_refusal(self) -> str | None:
         """Why this silo must not serve work right now (None: it may)."""
+        if self._draining:
+            return f"silo {self._address} is draining (shutting down); send the batch to another silo"
         if self._status is not SiloStatus.ACTIVE:
             return f"silo {self._address} is {self._status.name}, not ACTIVE; send the batch to another silo"
         if self.fenced:
@@ -333,24 +355,68 @@ class Silo:
     def _on_joining(self) -> None:
         self._status = SiloStatus.JOINING
 
-    async def stop(self) -> None:
-        """Leave gracefully (ShuttingDown, then Dead) and stop every role. Idempotent."""
+    async def drain(self, within: float | None = None) -> None:
+        """Start a graceful leave: refuse new work at once, then write ShuttingDown, so routers move
+        our keys to the other silos while the calls in flight finish; ``stop()`` writes Dead later.
+        ``within``: seconds the write may take (default ``detection_time``; an unreachable table is
+        retried until then, and a failure is logged at WARNING). Idempotent."""
+        deadline = self._clock.monotonic() + (self._options.detection_time if within is None else within)
+        if self._draining or self._stopping or self._done.is_set():
+            return
+        self._draining = True
+        if self._status is not SiloStatus.ACTIVE or self._manager.terminated.is_set():
+            return  # not a member yet (stop() ends the join) or already leaving for another reason
+        await self._begin_leaving(deadline)
+
+    async def stop(self, within: float | None = None) -> None:
+        """Leave gracefully (ShuttingDown unless ``drain()`` wrote it, then Dead) and stop every role.
+        ``within``: seconds the departure writes may take in all (default ``detection_time``); past
+        them the silo stops without them (logged at WARNING) and the cluster detects its death.
+        Idempotent."""
+        deadline = self._clock.monotonic() + (self._options.detection_time if within is None else within)
         if self._stopping or self._done.is_set():
             await self._done.wait()
             return
         self._stopping = True
+        self._draining = True
         if self._join_task is not None and not self._join_task.done():
             self._join_task.cancel()
             await asyncio.gather(self._join_task, return_exceptions=True)
         if self._status in (SiloStatus.JOINING, SiloStatus.ACTIVE) and not self._manager.terminated.is_set():
-            self._status = SiloStatus.SHUTTING_DOWN
-            self._record_claim()
-            await self._cluster.stop()  # no votes while leaving
-            try:
-                await self._agent.leave()
-            except TableUnavailableError:
-                logger.warning("silo %s could not write its departure; the cluster will detect it", self._address)
+            await self._begin_leaving(deadline)
+        if self._status is SiloStatus.SHUTTING_DOWN and not self._manager.terminated.is_set():
+            await self._write_own(SiloStatus.DEAD, deadline)
         await self._finish(ExitCode.OK)
+
+    async def _begin_leaving(self, deadline: float) -> None:
+        self._status = SiloStatus.SHUTTING_DOWN
+        self._record_claim()
+        await self._cluster.stop()  # no votes while leaving
+        await self._write_own(SiloStatus.SHUTTING_DOWN, deadline)
+
+    async def _write_own(self, status: SiloStatus, deadline: float) -> bool:
+        """Write our own row ``status`` before ``deadline`` (a table call blocked in its driver is
+        abandoned then); a failure is logged at WARNING: the cluster detects the departure instead."""
+        remaining = deadline - self._clock.monotonic()
+        failure = "no time left in the shutdown grace"
+        if remaining > 0:
+            try:
+                if await with_timeout(self._clock, self._leave(status, deadline), remaining):
+                    return True
+                failure = "its row is gone or no longer its own"
+            except TimeoutError:
+                failure = f"the table did not answer within {remaining:.1f}s"
+            except MembershipTableError as exc:
+                failure = f"{type(exc).__name__}: {exc}"
+        logger.warning(
+            "silo %s could not write itself %s (%s); the cluster will detect its departure",
+            self._address, status.name, failure,
+        )  # fmt: skip
+        return False
+
+    async def _leave(self, status: SiloStatus, deadline: float) -> bool:
+        async with self._own_writes:
+            return await self._agent.leave(status, deadline)
 
     async def wait_terminated(self) -> ExitCode:
         """Wait until the silo stopped for any reason and return the process exit code."""

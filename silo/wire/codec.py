@@ -153,6 +153,7 @@ CONFIRM_MEMBERSHIP = Method("ConfirmMembership", pb.ConfirmMembershipRequest, pb
 WATCH_MEMBERSHIP = StreamMethod("WatchMembership", pb.WatchMembershipRequest, pb.MembershipView)
 PING_STREAM = BidiStreamMethod("PingStream", pb.PingRequest, pb.PingResponse)
 GOSSIP_STREAM = BidiStreamMethod("GossipStream", pb.GossipRequest, pb.GossipResponse)
+DRAIN = Method("Drain", pb.DrainRequest, pb.DrainResponse)
 PROCESS = Method("Process", pb.ProcessRequest, pb.ProcessResponse, service=WORK_SERVICE_NAME)
 
 

@@ -43,6 +43,7 @@ RPC_ROLES: Mapping[str, frozenset[Role]] = {
     "GetMembership": frozenset({Role.SILO, Role.CLIENT}),
     "WatchMembership": frozenset({Role.SILO, Role.CLIENT}),
     "Process": frozenset({Role.SILO, Role.CLIENT}),
+    "Drain": frozenset({Role.SILO}),
 }
 """The roles allowed to call each RPC (the authorization table of docs/security.md)."""
 

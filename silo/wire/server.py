@@ -70,6 +70,9 @@ StreamRequest = TypeVar("StreamRequest", pb.PingRequest, pb.GossipRequest)
 FENCING_POLL_SECONDS = 0.2
 """How often a quiet watch stream checks whether its silo fenced itself."""
 
+STREAMS_END_SECONDS = 1.0
+"""How long ``stop()`` waits for the open streams it ended to finish before stopping the server."""
+
 HEALTH_SERVICES = ("", codec.SERVICE_NAME, codec.WORK_SERVICE_NAME)
 """Health is reported for the whole server ("") and for each service."""
 
@@ -153,6 +156,15 @@ class MembershipServer:
         self.handlers = handlers if handlers is not None else HandlerRegistry()
         """The Work handlers served; ``server.handlers.register(name, function)`` adds one."""
         self._work_pool = ThreadPoolExecutor(max_workers=work_threads, thread_name_prefix="silo-work")
+        self.on_drain: Callable[[], bool] | None = None
+        """What a ``Drain`` call does: start the process's drain, returning whether it had started
+        already (``silo.runtime.process`` sets it); None = ``Drain`` is refused (FAILED_PRECONDITION)."""
+        self._work_in_flight = 0
+        self._closing = False
+        self._streams: set[asyncio.Task[Any]] = set()
+        """The tasks of the open PingStream and GossipStream calls (``stop()`` ends them)."""
+        self._work_idle = asyncio.Event()
+        self._work_idle.set()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         self._server.add_generic_rpc_handlers((self._membership_handler(), self._work_handler()))
         if reflection:
@@ -194,8 +206,31 @@ class MembershipServer:
         for service in HEALTH_SERVICES:
             await self._health.set(service, status)
 
+    @property
+    def work_in_flight(self) -> int:
+        """``Work.Process`` calls admitted and not answered yet."""
+        return self._work_in_flight
+
+    async def work_finished(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until no ``Work.Process`` call is in flight (a draining
+        silo refuses new ones); True if none is."""
+        try:
+            async with asyncio.timeout(max(0.0, timeout)):
+                await self._work_idle.wait()
+        except TimeoutError:
+            return False
+        return True
+
     async def stop(self, grace: float | None = None) -> None:
-        """Stop serving; in-flight calls get ``grace`` seconds (None = cancel them at once)."""
+        """Stop serving; in-flight calls get ``grace`` seconds (None = cancel them at once). The
+        PingStream and GossipStream calls, which peers keep open for as long as they probe or
+        gossip with us, are ended first, quietly (``_admitted``)."""
+        self._closing = True
+        streams = list(self._streams)
+        for stream in streams:
+            stream.cancel()
+        if streams:
+            await asyncio.wait(streams, timeout=STREAMS_END_SECONDS)
         await self._health.enter_graceful_shutdown()
         await self._server.stop(grace)
         self._work_pool.shutdown(wait=False, cancel_futures=True)
@@ -214,6 +249,7 @@ class MembershipServer:
             ),
             codec.PING_STREAM.name: _bidi(codec.PING_STREAM, self._ping_stream),
             codec.GOSSIP_STREAM.name: _bidi(codec.GOSSIP_STREAM, self._gossip_stream),
+            codec.DRAIN.name: _unary(codec.DRAIN, self._drain),
         }
         return grpc.method_handlers_generic_handler(codec.SERVICE_NAME, handlers)
 
@@ -268,15 +304,27 @@ class MembershipServer:
         """The requests of a stream, each with our handler: the caller is admitted once, from the first
         request's header; a later request for another cluster or one not decodable ends the stream."""
         handler: SiloRpcHandler | None = None
-        async for request in requests:
-            if isinstance(request, _Undecodable):
-                await _refuse(request, context)
-            if handler is None:
-                handler = await self._admit(request.header, context, method)
-            elif request.header.cluster_id != handler.cluster_id:
-                sender = _describe_sender(request.header)
-                await _refuse_cluster(handler, clip(request.header.cluster_id), sender, context, method)
-            yield handler, request
+        stream = asyncio.current_task()
+        if stream is not None:
+            self._streams.add(stream)
+        try:
+            async for request in requests:
+                if isinstance(request, _Undecodable):
+                    await _refuse(request, context)
+                if handler is None:
+                    handler = await self._admit(request.header, context, method)
+                elif request.header.cluster_id != handler.cluster_id:
+                    sender = _describe_sender(request.header)
+                    await _refuse_cluster(handler, clip(request.header.cluster_id), sender, context, method)
+                yield handler, request
+        except asyncio.CancelledError:
+            if not self._closing or stream is None:
+                raise
+            # ``stop()`` ends the stream while it waits for the next request: the call ends with OK
+            # (the peer's stream reports it ended), not with a cancellation gRPC logs as an error
+            stream.uncancel()
+        finally:
+            self._streams.discard(stream)
 
     async def _probe_indirectly(self, request: pb.ProbeIndirectlyRequest, context: Any) -> pb.ProbeIndirectlyResponse:
         handler = await self._admit(request.header, context, "ProbeIndirectly")
@@ -370,12 +418,38 @@ class MembershipServer:
             context, grpc.StatusCode.UNAVAILABLE, f"silo {handler.silo_address} stopped; watch another gateway"
         )
 
+    async def _drain(self, request: pb.DrainRequest, context: Any) -> pb.DrainResponse:
+        handler = await self._admit(request.header, context, "Drain")
+        if self.on_drain is None:
+            await _abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"silo {handler.silo_address} runs inside another program, not `silo run`: stop it there",
+            )
+        already = self.on_drain()
+        log.info("silo %s asked to drain by %s%s", handler.silo_address, context.peer(), " (already)" * already)
+        return pb.DrainResponse(silo=codec.address_to_proto(handler.silo_address), already_draining=already)
+
     async def _process(self, request: pb.ProcessRequest, context: Any) -> pb.ProcessResponse:
         sender = clip(request.sender) or "an unnamed client"
         silo = await self._admit_cluster(clip(request.cluster_id), lambda: sender, context, "Process")
         refusal = silo.work_refusal()
         if refusal is not None:
             await _abort(context, grpc.StatusCode.UNAVAILABLE, refusal)
+        # in flight from here on: a drain that starts now waits for this call (``work_finished``)
+        self._work_in_flight += 1
+        self._work_idle.clear()
+        try:
+            return await self._run_work(silo, request, sender, context)
+        finally:
+            self._work_in_flight -= 1
+            if self._work_in_flight == 0:
+                self._work_idle.set()
+
+    async def _run_work(
+        self, silo: SiloRpcHandler, request: pb.ProcessRequest, sender: str, context: Any
+    ) -> pb.ProcessResponse:
+        """Run an admitted ``Work.Process`` call's handler in the work pool and answer with its results."""
         work = self.handlers.get(request.handler)
         if work is None:
             await _abort(

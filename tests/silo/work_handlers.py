@@ -79,3 +79,27 @@ def token_sink(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
     assert isinstance(sink, TokenSink)
     token = current_token()
     return [b"stored" if sink.write(key, token, payload) else b"refused" for key, payload in items]
+
+
+def sleep_for_payload(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    """Sleeps for the seconds in the first payload (e.g. ``b"3"``): a call still in flight when a test drains."""
+    import time
+
+    time.sleep(float(items[0][1]) if items else 0.0)
+    return [payload for _, payload in items]
+
+
+CALLS_ENV = "SILO_TEST_CALLS"
+"""A file ``checksum_and_record`` appends one line per call to: the pid, the wall-clock time and the keys."""
+
+
+def checksum_and_record(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    """``example.checksum`` after a short pause (a job that takes a while), recording which silo ran
+    which keys when, so a test can tell which calls reached a draining silo."""
+    import time
+
+    started = time.time()
+    with Path(os.environ[CALLS_ENV]).open("a") as calls:
+        calls.write(json.dumps({"pid": os.getpid(), "at": started, "keys": [key for key, _ in items]}) + "\n")
+    time.sleep(0.02)
+    return checksum_handler(items)

@@ -54,6 +54,7 @@ TYPED_METHODS: list[codec.Method[Any, Any] | codec.StreamMethod[Any, Any] | code
     codec.WATCH_MEMBERSHIP,
     codec.PING_STREAM,
     codec.GOSSIP_STREAM,
+    codec.DRAIN,
     codec.PROCESS,
 ]
 

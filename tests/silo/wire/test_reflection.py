@@ -35,6 +35,7 @@ SERVICES = {
         "WatchMembership",
         "PingStream",
         "GossipStream",
+        "Drain",
     },
     "silo.v1.Work": {"Process"},
     "grpc.health.v1.Health": {method.name for method in health_pb2.DESCRIPTOR.services_by_name["Health"].methods},

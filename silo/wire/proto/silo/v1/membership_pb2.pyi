@@ -264,6 +264,20 @@ class MembershipView(_message.Message):
     events: _containers.RepeatedCompositeFieldContainer[MembershipEvent]
     def __init__(self, version: _Optional[int] = ..., version_etag: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[MembershipRow, _Mapping]]] = ..., responder: _Optional[_Union[SiloAddress, _Mapping]] = ..., events: _Optional[_Iterable[_Union[MembershipEvent, _Mapping]]] = ...) -> None: ...
 
+class DrainRequest(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: RequestHeader
+    def __init__(self, header: _Optional[_Union[RequestHeader, _Mapping]] = ...) -> None: ...
+
+class DrainResponse(_message.Message):
+    __slots__ = ("silo", "already_draining")
+    SILO_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_DRAINING_FIELD_NUMBER: _ClassVar[int]
+    silo: SiloAddress
+    already_draining: bool
+    def __init__(self, silo: _Optional[_Union[SiloAddress, _Mapping]] = ..., already_draining: _Optional[bool] = ...) -> None: ...
+
 class WorkItem(_message.Message):
     __slots__ = ("key", "payload")
     KEY_FIELD_NUMBER: _ClassVar[int]
