@@ -269,6 +269,23 @@ class Silo:
             )
         return None
 
+    def results_guard(self) -> Callable[[], str | None]:
+        """A check for work that starts now, to run when its handler returns: why its results must
+        be withheld (the lease ran out at some moment in between, so the others may have moved
+        its keys and served them), or None if they may be returned."""
+        lease, started = self._manager.lease, self._clock.monotonic()
+
+        def withheld() -> str | None:
+            if lease.held_since(started):
+                return None
+            return (
+                f"silo {self._address} lost its membership lease while the handler ran "
+                f"({self._clock.monotonic() - started:.1f}s; lease_timeout {self._options.lease_timeout}s): "
+                "another silo may own these keys now, so the results are withheld; send the batch to another silo"
+            )
+
+        return withheld
+
     def is_leader(self) -> bool:
         """Whether this silo is the cluster's leader now: the oldest Active silo of its view, not
         fenced (a fenced silo may have been declared Dead and replaced already), and no older silo

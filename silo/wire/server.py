@@ -102,6 +102,11 @@ class SiloRpcHandler(MembershipRpcHandler, Protocol):
         """The keys this silo may serve now and its fencing token (``silo.runtime.ownership``)."""
         ...
 
+    def results_guard(self) -> Callable[[], str | None]:
+        """For work starting now: a check, run when the handler returns, of why its results must be
+        withheld (the lease ran out meanwhile); None if they may be returned."""
+        ...
+
     async def catch_up(self, version: int) -> bool:
         """Bring this silo's view to ``version`` if it can (briefly); True if it is that new."""
         ...
@@ -353,6 +358,7 @@ class MembershipServer:
         refusal = silo.work_refusal()
         if refusal is not None:
             await _abort(context, grpc.StatusCode.UNAVAILABLE, refusal)
+        withheld = silo.results_guard()
         work = self.handlers.get(request.handler)
         if work is None:
             await _abort(
@@ -392,6 +398,12 @@ class MembershipServer:
         except execution.BadResultsError as exc:
             log.error("handler %r: %s", request.handler, exc)
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"handler {request.handler!r} {exc}")
+        reason = withheld()
+        if reason is not None:
+            # the handler outlived the lease (a long call, a pause): its side effects may overlap
+            # the next owner's, but its results must not reach the caller, who retries elsewhere
+            log.warning("handler %r on %s items from %s: %s", request.handler, count, sender, reason)
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, reason)
         return pb.ProcessResponse(
             silo=str(silo.silo_address),
             results=outcome.results,

@@ -68,6 +68,7 @@ log = logging.getLogger(__name__)
 
 K = TypeVar("K")
 
+
 class Send(Protocol):
     """``send(silo, handler, items, view_version=V) -> results``: one result per item, in order.
 
@@ -79,6 +80,7 @@ class Send(Protocol):
     def __call__(
         self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], /, *, view_version: int
     ) -> Sequence[bytes]: ...
+
 
 DEFAULT_BATCH_SIZE = 500
 DEFAULT_MAX_ATTEMPTS = 5

@@ -52,6 +52,8 @@ class FakeHandler:
     """Other silos on the serving ring: keys they own are refused (ABORTED)."""
     fenced: bool = False
     """What the silo says of its lease (a fenced silo ends its watch streams)."""
+    withheld: str | None = None
+    """Why results are withheld when a handler returns (as if the lease ran out during it)."""
     observed_at: datetime | None = None
     """The ``observed_at`` of every snapshot ``snapshots()`` yields (as ``SnapshotPublisher`` stamps it)."""
 
@@ -65,6 +67,9 @@ class FakeHandler:
 
     async def catch_up(self, version: int) -> bool:
         return False
+
+    def results_guard(self) -> Callable[[], str | None]:
+        return lambda: self.withheld
 
     def work_refusal(self) -> str | None:
         if self.status is not SiloStatus.ACTIVE:

@@ -79,3 +79,10 @@ def token_sink(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
     assert isinstance(sink, TokenSink)
     token = current_token()
     return [b"stored" if sink.write(key, token, payload) else b"refused" for key, payload in items]
+
+
+def pause_own_silo(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    """Stops its own silo process (SIGSTOP: every thread, as a long GC pause or a stalled VM would);
+    once the test resumes it (SIGCONT), returns each payload."""
+    os.kill(os.getpid(), signal.SIGSTOP)
+    return [payload for _, payload in items]
