@@ -412,13 +412,15 @@ class MembershipTableManager:
 
     @property
     def newest_version_heard(self) -> int:
-        """The newest table version we know exists: our view's, or one gossip or a lost race announced."""
+        """The newest table version we know exists: our view's, or one gossip, a lost race or a peer's ask announced."""
         return max(self._announced_version, self.snapshot.version)
 
-    async def confirm_member(self, asker: SiloAddress) -> MembershipConfirmation:
+    async def confirm_member(self, asker: SiloAddress, known_version: int = 0) -> MembershipConfirmation:
         """A peer's ``ConfirmMembership``: read its row now (one try), or say what we know.
 
-        Only for silos of our view: a stranger must not make us read the table for it."""
+        Only for silos of our view: a stranger must not make us read the table for it. The
+        asker's ``known_version``, newest it knows of, is taken as heard, as gossip is."""
+        self._announced_version = max(self._announced_version, known_version)
         snapshot = self.snapshot
         if snapshot.entry(asker) is not None and not self.terminated.is_set():
             # within half the asker's wait, so it gets our answer either way

@@ -124,7 +124,10 @@ class Silo:
             run_blocking=run_blocking or run_in_thread,
             on_write=self._gossiper.publish,
             fetch_view=gossip.fetch_membership,
-            ask_confirmation=gossip.confirm_membership,
+            # every ask tells the peer the newest version we know of (a joiner's insert, say)
+            ask_confirmation=lambda target, timeout: gossip.confirm_membership(
+                target, timeout, self._manager.newest_version_heard
+            ),
             observer=observer,
             trusted_gossip=trusted_gossip,
         )
@@ -221,8 +224,8 @@ class Silo:
     def membership_snapshot(self) -> MembershipTableData:
         return self._manager.snapshot.data
 
-    async def confirm_membership(self, asker: SiloAddress) -> MembershipConfirmation:
-        return await self._manager.confirm_member(asker)
+    async def confirm_membership(self, asker: SiloAddress, known_version: int = 0) -> MembershipConfirmation:
+        return await self._manager.confirm_member(asker, known_version)
 
     # --- public API -------------------------------------------------------------------
 

@@ -298,7 +298,7 @@ class MembershipServer:
         asker = _sender(request.header)
         if asker is None:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "ConfirmMembership needs header.sender: the asker")
-        answer = await handler.confirm_membership(asker)
+        answer = await handler.confirm_membership(asker, request.known_version)
         return pb.ConfirmMembershipResponse(
             responder=codec.address_to_proto(answer.responder),
             table_read=answer.table_read,

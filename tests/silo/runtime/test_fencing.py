@@ -262,6 +262,26 @@ async def test_in_a_table_outage_a_silent_member_makes_everyone_fence() -> None:
 
 
 @async_test
+async def test_in_a_table_outage_a_newer_version_one_asker_knows_reaches_every_member_and_nobody_vouches() -> None:
+    """A joiner whose insert's gossip reached nobody asks the members to confirm it: its ask
+    carries the version it knows of, which they take as heard, so they no longer vouch for
+    views without it (they cannot tell whether the joiner took keys), and they pass it on in
+    their own asks."""
+    cluster = await started(3)
+    version = cluster.silos[0].snapshot.version
+    for table in cluster.tables:
+        table.down = True
+    joiner = address(9)  # in nobody's view
+    answer = await cluster.silos[1].confirm_membership(joiner, version + 2)
+    assert (answer.table_read, answer.newest_version_heard) == (False, version + 2)
+    await cluster.advance_until(lambda: all(silo.fenced for silo in cluster.silos), LOCAL.lease_timeout + STEP)
+    # silo 0 heard of it only through silo 1's asks
+    passed_on = await cluster.silos[0].confirm_membership(cluster.silos[2].silo_address)
+    assert passed_on.newest_version_heard == version + 2
+    await cluster.stop()
+
+
+@async_test
 async def test_a_silo_resuming_from_a_pause_longer_than_its_lease_is_fenced_before_anything_runs() -> None:
     cluster = await started(3)
     sleeper = cluster.silos[0]
