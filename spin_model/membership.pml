@@ -63,6 +63,21 @@
  *                                  view was declared Dead (not for a death it learned earlier
  *                                  while a silo between them still owned the key)
  *   MUTANT_LEAVE_WRITES_FIRST      a leaving silo writes its row before it stops serving
+ *   PEERS                          the lease through peers during a table outage (section "The
+ *                                  lease through peers" below): a silo that cannot read the
+ *                                  table renews its lease only when every other non-Dead member
+ *                                  of its view answers at the same view version, having heard
+ *                                  of no newer one and with no write of unknown outcome
+ *   UNSURE                         writes that commit while their writer sees them fail (a
+ *                                  timeout), in all (default 0; with PEERS)
+ *   MUTANT_VOUCH_MAJORITY          a silo renews when the members that answer, with itself, are
+ *                                  a majority (silent members ignored)
+ *   MUTANT_VOUCH_IGNORES_NEWER     a member that knows a newer version than the asker's view
+ *                                  (its own view, or heard of) vouches anyway
+ *   MUTANT_VOUCH_IGNORES_UNSURE    a member with a write of unknown outcome vouches anyway
+ *   VOUCH_WITNESS                  assert that the peers never renew the lease of a silo that
+ *                                  owns the key and whose lease ran out: the counterexample
+ *                                  shows that the vouching does take place
  *   ZOMBIE_WITNESS=1 / =2          assert that a new owner never serves while the silo declared
  *                                  Dead before it, which served the key after that on its
  *                                  lease, still believes it owns the key, hung (1) or running
@@ -100,6 +115,11 @@
 #ifndef DELAYS
 #define DELAYS 0
 #endif
+#ifndef UNSURE
+#define UNSURE 0
+#endif
+#else
+#undef PEERS              /* the lease through peers needs the lease */
 #endif
 
 #define S             2   /* rounds of silence to suspect (num_missed_probes_limit * probe_timeout) */
@@ -173,6 +193,19 @@ byte leavingm;         /* wrote its row as leaving, still to stop serving */
 #endif
 #ifdef ZOMBIE_WITNESS
 byte zservedm;         /* served the key while its row was Dead */
+#endif
+#ifdef PEERS
+/* ---- the lease through peers (see "The lease through peers") ---------------------------- */
+byte tver;             /* the table's version: every committed write adds one */
+byte vver[N];          /* the version of a silo's view (its latest read, or its own write) */
+byte hver[N];          /* the newest version it heard of (its own writes; never below vver) */
+byte vdead[N];         /* its view: every row its latest read showed Dead (bitmask) */
+byte unsurem;          /* silos with a write whose outcome they do not know (not read back) */
+byte rdver;            /* the version of the read in flight */
+byte unsure_left = UNSURE;
+#ifdef VOUCH_WITNESS
+hidden byte no_fenced_owner_vouched;
+#endif
 #endif
 hidden byte hn;
 hidden byte one_server_per_key, no_zombie_takeover;
@@ -454,6 +487,9 @@ inline confirm(me, view, age) {
   :: else -> skip
   fi;
   kdead[me] = (view) & AHEAD(me);
+#ifdef PEERS
+  vdead[me] = (view);
+#endif
   if
   :: KEY_OWNER(me) -> lage[me] = age
   :: else -> lage[me] = 0
@@ -466,13 +502,22 @@ inline confirm(me, view, age) {
 #endif
   hn = 0
 }
+#ifdef PEERS
+/* a read of version v: the view is v, and whatever the silo wrote is in it */
+#define READ_VERSION(me, v) vver[me] = (v); hver[me] = (hver[me] < (v) -> (v) : hver[me]); CLR(unsurem, me)
+#define CONFIRM(me) if :: !DEAD(me) -> confirm(me, deadm, 0); READ_VERSION(me, tver) :: else -> skip fi
+#else
 #define CONFIRM(me) if :: !DEAD(me) -> confirm(me, deadm, 0) :: else -> skip fi
+#endif
 
 /* a crashed or stopped silo serves nothing again: its lease state goes */
 inline lease_forget(x) {
   kdead[x] = 0; lage[x] = 0; lwait[x] = 0;
   if
   :: READING(x) -> rdm = 0; rdage = 0; rdview = 0; rdok = 0
+#ifdef PEERS
+     ; rdver = 0
+#endif
   :: else -> skip
   fi;
 #ifdef MUTANT_NO_LEASE_CHECK_AFTER_PAUSE
@@ -546,12 +591,81 @@ inline leave(me) {
 #endif
   SET(leftm, me); SET(failm, me);   /* gone: it no longer counts for the partition property */
   row_dead(me);
+#ifdef PEERS
+  tver++;
+#endif
   current = 0
 }
+
+#ifdef PEERS
+/* The lease through peers (-DPEERS; silo.membership.lease, "Through peers"): in a round in
+ * which the table is down, a silo renews its lease, anchored at that step and without a new
+ * view, when every other silo that is not Dead in its view answers at the same view version,
+ * having heard of no newer version and with no write of unknown outcome (a write that
+ * committed while its writer saw the call fail), and it heard of nothing newer itself.
+ * Versions are absolute here (tver, vver, hver): the vouch compares them across silos. */
+/* m answers me's ConfirmMembership: same side, running, not stopped (the ask is one step:
+ * a lost ask is a silent member, which only ever refuses) */
+#define ANSWERS(me, m)  (SIDE(me) == SIDE(m) && SERVING(m))
+#define MEMBER(me, m)   ((m) < N && (m) != (me) && !BIT(vdead[me], m))
+/* what a member says of itself: its view's version, and whether it heard of a newer one or
+ * has a write in doubt; the asker needs the same version, nothing newer, nothing in doubt
+ * (lease.judge_confirmations, PeerVerdict.OUTAGE) */
+#ifdef MUTANT_VOUCH_IGNORES_NEWER
+#define SAME_VIEW(me, m) (vver[m] >= vver[me])
+#else
+#define SAME_VIEW(me, m) (vver[m] == vver[me] && hver[m] <= vver[me])
+#endif
+#ifdef MUTANT_VOUCH_IGNORES_UNSURE
+#define SURE(m)         1
+#else
+#define SURE(m)         (!BIT(unsurem, m))
+#endif
+#define AGREES(me, m)   (ANSWERS(me, m) && SAME_VIEW(me, m) && SURE(m))
+#define DISSENTS(me, m) (ANSWERS(me, m) && !(SAME_VIEW(me, m) && SURE(m)))
+#define MB1(me, m)      MEMBER(me, m)
+#define AG1(me, m)      (MEMBER(me, m) && AGREES(me, m))
+#define DS1(me, m)      (MEMBER(me, m) && DISSENTS(me, m))
+#ifdef MUTANT_VOUCH_MAJORITY
+/* no member disagrees, and those that agree are, with the asker, a majority */
+#define VOUCHED(me)     (SUM5(DS1, me) == 0 && 2 * (1 + SUM5(AG1, me)) > 1 + SUM5(MB1, me))
+#else
+/* every member answers and agrees */
+#define VOUCHED(me)     (SUM5(AG1, me) == SUM5(MB1, me))
+#endif
+/* the asker itself heard of nothing newer than its view */
+#define MAY_ASK(me)     (hver[me] <= vver[me] && !BIT(vdead[me], me))
+
+/* the peers vouch for an outage: the lease is renewed, anchored at the ask, the view kept */
+inline vouched(me) {
+#ifdef VOUCH_WITNESS
+  no_fenced_owner_vouched = !(KEY_OWNER(me) && lage[me] >= LEASE_TICKS);
+  CHECK(no_fenced_owner_vouched);
+#endif
+  if
+  :: KEY_OWNER(me) -> lage[me] = 0
+  :: else -> skip
+  fi
+}
+
+/* a committed write: the writer knows it (its view takes it in) unless the call failed on its
+ * side after the commit (a timeout): then it does not know the outcome */
+inline committed(me) {
+  tver++;
+  if
+  :: vver[me] = tver; hver[me] = tver
+  :: unsure_left > 0 -> unsure_left--; SET(unsurem, me)
+  fi
+}
+#define COMMITTED(me)   committed(me)
+#else
+#define COMMITTED(me)   skip
+#endif
 #else
 #define READING(x)      0
 #define CONFIRM(me)     skip
 #define LEASE_FORGET(x)
+#define COMMITTED(me)   skip
 #endif
 
 /* ---- the environment: every choice is optional and bounded -------------------------- */
@@ -743,6 +857,7 @@ inline conditional_write(me) {
         CLR(deadm, ht); votes[ht] = vvotes[me]          /* the row as read, with our vote */
      fi;
      current = 0;                                       /* the version moved on */
+     COMMITTED(me);
      end_vote(me)
 #ifndef MUTANT_BLIND_WRITE
   :: !tdown && !BIT(current, me) && vattempt[me] + 1 < VOTE_ATTEMPTS ->
@@ -797,10 +912,21 @@ end_silo:
 #ifdef MUTANT_LEAVE_WRITES_FIRST
   :: atomic { BIT(leavingm, me) && RUNNING(me) -> stop_serving(me) }
 #endif
+#ifdef PEERS
+  /* the table is down: it asks every other member of its view (ConfirmMembership) */
+  :: atomic {
+       tdown && !BIT(writem, me) && !READING(me) && SERVING(me) && MAY_ASK(me) && VOUCHED(me) ->
+       vouched(me)
+     }
+#endif
   /* a read whose answer takes rounds: it is linearized when sent (the latest anchor it could
    * claim), its answer is taken in when it returns; meanwhile the silo reads nothing else */
   :: atomic { delays_left > 0 && rdm == 0 && !BIT(writem, me) && SERVING(me) && !tdown ->
-              delays_left--; rdm = B(me); rdage = 0; rdview = deadm; rdok = !DEAD(me) }
+              delays_left--; rdm = B(me); rdage = 0; rdview = deadm; rdok = !DEAD(me)
+#ifdef PEERS
+              ; rdver = tver
+#endif
+            }
   :: atomic {
        READING(me) && RUNNING(me) ->
        if
@@ -810,6 +936,9 @@ end_silo:
           confirm(me, rdview, 0);
 #else
           confirm(me, rdview, rdage);
+#endif
+#ifdef PEERS
+          READ_VERSION(me, rdver); rdver = 0;
 #endif
           rdm = 0; rdage = 0; rdview = 0; rdok = 0
        fi

@@ -6,6 +6,8 @@
     python spin_model/spin_check.py --n 3 -D MUTANT_BLIND_WRITE    # a mutant: expect a counterexample
     python spin_model/spin_check.py --n 3 --lease                  # the lease and the takeover wait
     python spin_model/spin_check.py --n 3 --lease -D MUTANT_NO_TAKEOVER_WAIT
+    python spin_model/spin_check.py --n 3 --peers                  # ... and the lease through peers
+    python spin_model/spin_check.py --n 3 --peers -D MUTANT_VOUCH_MAJORITY
 
 Each check runs ``spin -a`` on a copy of the model in a temporary directory, compiles
 ``pan.c`` with gcc and runs ``./pan``; the verdict says how many errors pan found, which
@@ -47,10 +49,13 @@ class Bounds:
     """Graceful leaves, in all (lease runs only)."""
     delays: int = 0
     """Reads whose answer arrives rounds after they were sent, in all (lease runs only)."""
+    unsure: int = 0
+    """Writes that commit while their writer sees them fail, in all (runs with the lease through peers)."""
 
     def defines(self) -> list[str]:
         flags = [f"N={self.n}", f"LOSS={self.loss}", f"FAULTS={self.faults}", f"OUTAGES={self.outages}"]
         flags += [f"LEAVES={self.leaves}"] if self.leaves else []
+        flags += [f"UNSURE={self.unsure}"] if self.unsure else []
         return flags + ([f"DELAYS={self.delays}"] if self.delays else [])
 
     def __str__(self) -> str:
@@ -65,6 +70,13 @@ CHECKED = {3: Bounds(3, loss=3, faults=2, outages=1), 4: Bounds(4, loss=3, fault
 
 LEASE_CHECKED = Bounds(3, loss=1, faults=1, outages=1, leaves=1, delays=1)
 """The bounds the test suite proves the lease and the takeover wait under (``-DLEASE``)."""
+
+PEERS_CHECKED = Bounds(3, loss=1, faults=1, outages=2, unsure=1)
+"""The bounds the test suite proves the lease through peers under (``-DLEASE -DPEERS``): two
+table outages, and one write whose writer does not learn that it committed."""
+
+PEERS_MUTANT_BOUNDS = Bounds(3, loss=1, faults=1, outages=1, unsure=1)
+"""Smaller bounds for the lease-through-peers mutants and witness: their counterexamples need one outage."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +156,7 @@ def verify(
     ltl: str | None = None,
     defines: Sequence[str] = (),
     lease: bool = False,
+    peers: bool = False,
     symmetry: bool = True,
     ignore_assertions: bool = False,
     optimize: bool = True,
@@ -158,7 +171,8 @@ def verify(
 
     ``lease`` adds the membership lease, the key and the takeover wait (``-DLEASE``: its
     assertion ``one_server_per_key``; assertions only, without the symmetry reduction, which
-    the key's order of the silos breaks). ``symmetry`` reduces assertion runs by renaming the
+    the key's order of the silos breaks); ``peers`` adds to it the lease through peers during a
+    table outage (``-DPEERS``). ``symmetry`` reduces assertion runs by renaming the
     silos (never for ltl blocks, which name silo 0); ``ignore_assertions`` makes a liveness
     run report the ltl property only (a safety ltl block is itself an assertion of the never
     claim: use ``NO_ASSERTIONS``). ``optimize`` False compiles pan with ``gcc -O0`` (about 1 s
@@ -170,7 +184,8 @@ def verify(
     workdir = Path(tempfile.mkdtemp(prefix="spin-", dir=keep)) if keep else Path(tempfile.mkdtemp(prefix="spin-"))
     try:
         shutil.copy(MODEL, workdir / MODEL.name)
-        flags = [*bounds.defines(), *(["LEASE"] if lease else []), *defines]
+        lease = lease or peers
+        flags = [*bounds.defines(), *(["LEASE"] if lease else []), *(["PEERS"] if peers else []), *defines]
         if ltl is None and symmetry and not lease:
             flags.append("SYMMETRY")
         liveness = ltl is not None and ltl not in SAFETY_LTL
@@ -213,6 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--faults", type=int, help="crashes and hangs (default: the suite's bound for N, else 1)")
     parser.add_argument("--outages", type=int, help="table outages (default: the suite's bound for N, else 1)")
     parser.add_argument("--lease", action="store_true", help="add the lease and the takeover wait (-DLEASE)")
+    parser.add_argument("--peers", action="store_true", help="the lease through peers too (-DLEASE -DPEERS)")
+    parser.add_argument("--unsure", type=int, help="writes of unknown outcome, with --peers (default: 1)")
     parser.add_argument("--leaves", type=int, help="graceful leaves, with --lease (default: 1)")
     parser.add_argument("--delays", type=int, help="reads answered rounds later, with --lease (default: 1)")
     parser.add_argument("--ltl", help="check this ltl block (dead_stops, crash_detected, liveness, dead_terminal)")
@@ -227,9 +244,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if reason:
         print(reason, file=sys.stderr)
         return 2
-    if args.lease and args.ltl:
-        parser.error("--lease checks assertions only")
-    if args.lease:
+    if (args.lease or args.peers) and args.ltl:
+        parser.error("--lease and --peers check assertions only")
+    if args.peers:
+        default = PEERS_CHECKED if args.n == PEERS_CHECKED.n else Bounds(args.n, 1, 1, 2, unsure=1)
+    elif args.lease:
         default = LEASE_CHECKED if args.n == LEASE_CHECKED.n else Bounds(args.n, 1, 1, 1, leaves=1, delays=1)
     else:
         default = CHECKED.get(args.n, Bounds(args.n, 1, 1, 1))
@@ -240,19 +259,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         default.outages if args.outages is None else args.outages,
         default.leaves if args.leaves is None else args.leaves,
         default.delays if args.delays is None else args.delays,
+        default.unsure if args.unsure is None else args.unsure,
     )
     verdict = verify(
         bounds,
         ltl=args.ltl,
         defines=args.defines,
         lease=args.lease,
+        peers=args.peers,
         symmetry=not args.no_symmetry,
         hash_bits=args.hash_bits,
         memory_mb=args.memory_mb,
         bitstate=args.bitstate,
         keep=args.keep,
     )
-    what = f"ltl {args.ltl}" if args.ltl else "assertions" + (" with the lease" if args.lease else "")
+    lease = " with the lease through peers" if args.peers else " with the lease" if args.lease else ""
+    what = f"ltl {args.ltl}" if args.ltl else "assertions" + lease
     what += " (bitstate)" if args.bitstate else ""
     print(f"{bounds} {' '.join('-D' + d for d in args.defines)} {what}: {verdict.summary()}")
     if verdict.workdir is not None:

@@ -19,7 +19,9 @@ owner that learns of the death at ``t >= T`` and waits ``W`` on its own clock, a
 A silo whose lease ran out is *fenced*: it serves no work, is not leader and casts no votes
 until a confirmation comes. The lease is checked before each request rather than by a timer
 alone, so a silo resuming from a pause (GC, SIGSTOP, a stalled VM) is fenced before it serves
-anything.
+anything. It is checked again when the handler returns (``held_since``): a call during which
+the lease ran out at any moment, even if it was renewed since, returns no results, because
+the others may have moved its keys meanwhile and served them.
 
 The lease also vouches for the silo's *view*: a confirmation counts only if the view is at least
 as new as the confirming read, so a silo that missed a change (a join that took some of its
@@ -33,7 +35,9 @@ peer can read the table either, the outage may be everyone's: the asker goes on 
 if **every** other non-Dead member of its view answered that it cannot reach the table, holds
 the same view version, has heard of no newer one and has no write whose outcome it does not
 know. Then no write has been made since that version by any of them, so none declared anyone
-Dead, and a silo that joined meanwhile would have announced its insert to them (its gossip).
+Dead, and a silo that joined meanwhile would have announced its insert to them (its gossip,
+and every ``ConfirmMembership`` carries the newest version its asker knows of, which the asked
+silo takes as heard: a joiner asking during the outage tells them too).
 One member that does not answer (crashed, cut off, or with a newer view) and the asker
 fences: it cannot tell an outage for all from a cut between it and the part that has the
 table. docs/protocol.md, "The membership lease", has the argument.
@@ -63,6 +67,8 @@ class MembershipLease:
         self._timeout = timeout
         self._monotonic = monotonic
         self._anchor: float | None = None
+        self._unbroken_since: float | None = None
+        """When (monotonic) the lease last became good after having run out (or the first confirmation)."""
         self.on_confirm: Callable[[], None] | None = None
         """Called after each confirmation that moved the anchor (a claims recorder)."""
 
@@ -79,6 +85,10 @@ class MembershipLease:
         """A table call started at ``started_at`` showed our row Active; True if that renews the lease."""
         if self._anchor is not None and started_at <= self._anchor:
             return False
+        if not self.valid():
+            # it ran out before this confirmation (the silo was fenced until now): whatever
+            # started before now did not run under an unbroken lease
+            self._unbroken_since = self._monotonic()
         self._anchor = started_at
         if self.on_confirm is not None:
             self.on_confirm()
@@ -97,6 +107,13 @@ class MembershipLease:
     def valid(self) -> bool:
         """Whether the lease is still good now (checked live: a pause cannot skip it)."""
         return self.age() <= self._timeout
+
+    def held_since(self, mark: float) -> bool:
+        """Whether the lease was good at every moment from ``mark`` (monotonic) until now.
+
+        The age only grows between confirmations, so a lease that is good at a confirmation was
+        good all the time since the one before; ``confirm`` notes when it was not."""
+        return self.valid() and self._unbroken_since is not None and self._unbroken_since <= mark
 
     def remaining(self) -> float:
         """Seconds until the lease runs out (negative once it has)."""

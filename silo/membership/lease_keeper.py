@@ -146,11 +146,13 @@ class LeaseKeeper:
         elif verdict is PeerVerdict.NOT_ACTIVE:
             logger.warning("silo %s: a peer read this silo's row as not Active; it stays fenced", view.address)
 
-    async def confirm_member(self, asker: SiloAddress) -> MembershipConfirmation:
+    async def confirm_member(self, asker: SiloAddress, known_version: int = 0) -> MembershipConfirmation:
         """A peer's ``ConfirmMembership``: read its row now (one try), or say what we know.
 
-        Only for silos of our view: a stranger must not make us read the table for it."""
+        Only for silos of our view: a stranger must not make us read the table for it. The
+        asker's ``known_version``, newest it knows of, is taken as heard, as gossip is."""
         view = self._view
+        view.announced_version = max(view.announced_version, known_version)
         snapshot = view.snapshot
         if snapshot.entry(asker) is not None and not view.terminated.is_set():
             # within half the asker's wait, so it gets our answer either way

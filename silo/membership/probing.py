@@ -123,8 +123,11 @@ class GossipSender(Protocol):
         """``target``'s current view of the table (GetMembership); raises if it cannot be had."""
         ...
 
-    async def confirm_membership(self, target: SiloAddress, timeout: float) -> MembershipConfirmation:
-        """Ask ``target`` to read our row from the table (ConfirmMembership); raises if it cannot be asked."""
+    async def confirm_membership(
+        self, target: SiloAddress, timeout: float, known_version: int = 0
+    ) -> MembershipConfirmation:
+        """Ask ``target`` to read our row from the table (ConfirmMembership), telling it the newest
+        table version we know of (``known_version``); raises if it cannot be asked."""
         ...
 
 
@@ -153,6 +156,9 @@ class MembershipRpcHandler(Protocol):
         """The latest table snapshot this silo holds."""
         ...
 
-    async def confirm_membership(self, asker: SiloAddress) -> MembershipConfirmation:
-        """Read ``asker``'s row from the table for it, or say what we know if we cannot (``MembershipConfirmation``)."""
+    async def confirm_membership(self, asker: SiloAddress, known_version: int = 0) -> MembershipConfirmation:
+        """Read ``asker``'s row from the table for it, or say what we know if we cannot (``MembershipConfirmation``).
+
+        ``known_version``: the newest table version the asker knows of; one newer than ours is
+        taken as heard (as from gossip), so we vouch for no silo with an older view."""
         ...

@@ -164,8 +164,8 @@ class MembershipTableManager:
     async def renew_lease(self) -> None:
         await self.lease_keeper.renew_lease()
 
-    async def confirm_member(self, asker: SiloAddress) -> MembershipConfirmation:
-        return await self.lease_keeper.confirm_member(asker)
+    async def confirm_member(self, asker: SiloAddress, known_version: int = 0) -> MembershipConfirmation:
+        return await self.lease_keeper.confirm_member(asker, known_version)
 
     # --- writes ----------------------------------------------------------------------------
 

@@ -109,7 +109,7 @@ class TableView:
 
     @property
     def newest_version_heard(self) -> int:
-        """The newest table version we know exists: our view's, or one gossip or a lost race announced."""
+        """The newest table version we know exists: our view's, or one gossip, a lost race or a peer's ask announced."""
         return max(self.announced_version, self.snapshot.version)
 
     @property

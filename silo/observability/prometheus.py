@@ -285,8 +285,10 @@ class CountingGossipSender:
     async def fetch_membership(self, target: SiloAddress, timeout: float) -> MembershipTableData:
         return await self._inner.fetch_membership(target, timeout)
 
-    async def confirm_membership(self, target: SiloAddress, timeout: float) -> MembershipConfirmation:
-        return await self._inner.confirm_membership(target, timeout)
+    async def confirm_membership(
+        self, target: SiloAddress, timeout: float, known_version: int = 0
+    ) -> MembershipConfirmation:
+        return await self._inner.confirm_membership(target, timeout, known_version)
 
 
 class MetricsServer:

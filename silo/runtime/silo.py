@@ -125,7 +125,10 @@ class Silo:
             run_blocking=run_blocking or run_in_thread,
             on_write=self._gossiper.publish,
             fetch_view=gossip.fetch_membership,
-            ask_confirmation=gossip.confirm_membership,
+            # every ask tells the peer the newest version we know of (a joiner's insert, say)
+            ask_confirmation=lambda target, timeout: gossip.confirm_membership(
+                target, timeout, self._manager.newest_version_heard
+            ),
             observer=observer,
             trusted_gossip=trusted_gossip,
         )
@@ -225,8 +228,8 @@ class Silo:
     def membership_snapshot(self) -> MembershipTableData:
         return self._manager.snapshot.data
 
-    async def confirm_membership(self, asker: SiloAddress) -> MembershipConfirmation:
-        return await self._manager.confirm_member(asker)
+    async def confirm_membership(self, asker: SiloAddress, known_version: int = 0) -> MembershipConfirmation:
+        return await self._manager.confirm_member(asker, known_version)
 
     # --- public API -------------------------------------------------------------------
 
@@ -291,6 +294,23 @@ class Silo:
                 "send the batch to another silo"
             )
         return None
+
+    def results_guard(self) -> Callable[[], str | None]:
+        """A check for work that starts now, to run when its handler returns: why its results must
+        be withheld (the lease ran out at some moment in between, so the others may have moved
+        its keys and served them), or None if they may be returned."""
+        lease, started = self._manager.lease, self._clock.monotonic()
+
+        def withheld() -> str | None:
+            if lease.held_since(started):
+                return None
+            return (
+                f"silo {self._address} lost its membership lease while the handler ran "
+                f"({self._clock.monotonic() - started:.1f}s; lease_timeout {self._options.lease_timeout}s): "
+                "another silo may own these keys now, so the results are withheld; send the batch to another silo"
+            )
+
+        return withheld
 
     def is_leader(self) -> bool:
         """Whether this silo is the cluster's leader now: the oldest Active silo of its view, not

@@ -197,10 +197,13 @@ class GrpcProber:
         """``target``'s current view (raises ``grpc.aio.AioRpcError`` on failure)."""
         return await self._call(target, codec.GET_MEMBERSHIP, pb.GetMembershipRequest(header=self._header()), timeout)
 
-    async def confirm_membership(self, target: SiloAddress, timeout: float) -> MembershipConfirmation:
-        """Ask ``target`` to read our row from the table (raises ``grpc.aio.AioRpcError``, or
-        ``InvalidEntryError`` for an answer naming a bad address)."""
-        request = pb.ConfirmMembershipRequest(header=self._header())
+    async def confirm_membership(
+        self, target: SiloAddress, timeout: float, known_version: int = 0
+    ) -> MembershipConfirmation:
+        """Ask ``target`` to read our row from the table, telling it the newest table version we
+        know of (raises ``grpc.aio.AioRpcError``, or ``InvalidEntryError`` for an answer naming a
+        bad address)."""
+        request = pb.ConfirmMembershipRequest(header=self._header(), known_version=known_version)
         response = await self._call(target, codec.CONFIRM_MEMBERSHIP, request, timeout)
         return MembershipConfirmation(
             responder=codec.address_from_proto(response.responder),

@@ -116,6 +116,11 @@ class SiloRpcHandler(MembershipRpcHandler, Protocol):
         """The keys this silo may serve now and its fencing token (``silo.runtime.ownership``)."""
         ...
 
+    def results_guard(self) -> Callable[[], str | None]:
+        """For work starting now: a check, run when the handler returns, of why its results must be
+        withheld (the lease ran out meanwhile); None if they may be returned."""
+        ...
+
     async def catch_up(self, version: int) -> bool:
         """Bring this silo's view to ``version`` if it can (briefly); True if it is that new."""
         ...
@@ -364,7 +369,7 @@ class MembershipServer:
         asker = _sender(request.header)
         if asker is None:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "ConfirmMembership needs header.sender: the asker")
-        answer = await handler.confirm_membership(asker)
+        answer = await handler.confirm_membership(asker, request.known_version)
         return pb.ConfirmMembershipResponse(
             responder=codec.address_to_proto(answer.responder),
             table_read=answer.table_read,
@@ -450,6 +455,7 @@ class MembershipServer:
         self, silo: SiloRpcHandler, request: pb.ProcessRequest, sender: str, context: Any
     ) -> pb.ProcessResponse:
         """Run an admitted ``Work.Process`` call's handler in the work pool and answer with its results."""
+        withheld = silo.results_guard()
         work = self.handlers.get(request.handler)
         if work is None:
             await _abort(
@@ -489,6 +495,12 @@ class MembershipServer:
         except execution.BadResultsError as exc:
             log.error("handler %r: %s", request.handler, exc)
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"handler {request.handler!r} {exc}")
+        reason = withheld()
+        if reason is not None:
+            # the handler outlived the lease (a long call, a pause): its side effects may overlap
+            # the next owner's, but its results must not reach the caller, who retries elsewhere
+            log.warning("handler %r on %s items from %s: %s", request.handler, count, sender, reason)
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, reason)
         return pb.ProcessResponse(
             silo=str(silo.silo_address),
             results=outcome.results,

@@ -3,7 +3,8 @@
 A ``Router`` is what one Spark task (or any worker) uses: it holds a ``ClusterView``, hashes
 each record's key onto a ``HashRing`` of the view's Active silos, buffers records per owner and
 sends full buffers through a ``Send`` function (in production ``SyncWorkClient.process``; in
-tests, any function). It is pure routing: no Spark, no gRPC.
+tests, any function), with the version of the view the batch was grouped on: a silo behind that
+view catches up before it serves the batch (``view_version``). It is pure routing: no Spark, no gRPC.
 
 **Failover.** When a send raises ``WorkUnavailableError`` (the silo is unreachable, not Active,
 or timed out), the router
@@ -67,9 +68,19 @@ log = logging.getLogger(__name__)
 
 K = TypeVar("K")
 
-Send = Callable[[SiloAddress, str, Sequence[tuple[str, bytes]]], Sequence[bytes]]
-"""``send(silo, handler, items) -> results``: one result per item, in order. Raises
-``WorkUnavailableError`` when the caller should try another silo."""
+
+class Send(Protocol):
+    """``send(silo, handler, items, view_version=V) -> results``: one result per item, in order.
+
+    ``view_version`` is the table version of the router's view when the batch was grouped; pass
+    it on to the silo (``SyncWorkClient.process(..., view_version=...)``), which catches up with
+    that view before it serves, or refuses the keys it does not own there. Raises
+    ``WorkUnavailableError`` when the caller should try another silo."""
+
+    def __call__(
+        self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], /, *, view_version: int
+    ) -> Sequence[bytes]: ...
+
 
 DEFAULT_BATCH_SIZE = 500
 DEFAULT_MAX_ATTEMPTS = 5
@@ -332,7 +343,7 @@ class Router(Generic[K]):
 
         def submit(silo: SiloAddress, shard: _Items[K]) -> _Deferred[Sequence[bytes]]:
             items = [(record.key, record.payload) for record in shard.records]
-            return _Deferred(partial(send, silo, self._handler, items))
+            return _Deferred(partial(send, silo, self._handler, items, view_version=self._view.version))
 
         shards = (_Items(list(chunk)) for chunk in _chunks(records, batch_size))
         for delivery in self.dispatch(shards, submit, batch_size):

@@ -449,8 +449,8 @@ table = open_table(table_uri, cluster_id)
 def view():
     return ClusterView.from_table_data(cluster_id, table.read_all())
 client = SyncWorkClient(cluster_id, sender="routed job")
-def send(silo, name, items):
-    return client.process(silo, name, items, timeout=1.0, view_version=router.view.version)
+def send(silo, name, items, *, view_version):
+    return client.process(silo, name, items, timeout=1.0, view_version=view_version)
 router = Router(view(), handler, send, view)
 print("started", flush=True)
 results = []

@@ -205,7 +205,8 @@ class RecordingGossip:
 
     deliver: Callable[[SiloAddress, GossipMessage], Awaitable[None]] | None = None
     fetch: Callable[[SiloAddress], MembershipTableData] | None = None
-    confirm: Callable[[SiloAddress], Awaitable[MembershipConfirmation]] | None = None
+    confirm: Callable[[SiloAddress, int], Awaitable[MembershipConfirmation]] | None = None
+    """Answers ``confirm_membership(target, timeout, known_version)`` as ``confirm(target, known_version)``."""
     sent: list[tuple[SiloAddress, int]] = field(default_factory=list)
     messages: list[tuple[SiloAddress, GossipMessage]] = field(default_factory=list)
     fetched: list[SiloAddress] = field(default_factory=list)
@@ -222,10 +223,12 @@ class RecordingGossip:
             raise ConnectionError(f"no views to fetch in this test ({target})")
         return self.fetch(target)
 
-    async def confirm_membership(self, target: SiloAddress, timeout: float) -> MembershipConfirmation:
+    async def confirm_membership(
+        self, target: SiloAddress, timeout: float, known_version: int = 0
+    ) -> MembershipConfirmation:
         if self.confirm is None:
             raise ConnectionError(f"no peer confirms anyone in this test ({target})")
-        return await self.confirm(target)
+        return await self.confirm(target, known_version)
 
 
 @dataclass
@@ -257,10 +260,10 @@ class FakeNetwork:
                 raise ConnectionError(f"{target} is unreachable from {source}")
             return self.nodes[target].membership_snapshot()
 
-        async def confirm(target: SiloAddress) -> MembershipConfirmation:
+        async def confirm(target: SiloAddress, known_version: int) -> MembershipConfirmation:
             if not self.connected(source, target):
                 raise ConnectionError(f"{target} is unreachable from {source}")
-            return await self.nodes[target].confirm_membership(source)
+            return await self.nodes[target].confirm_membership(source, known_version)
 
         return RecordingGossip(deliver=deliver, fetch=fetch, confirm=confirm)
 

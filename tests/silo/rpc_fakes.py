@@ -52,6 +52,10 @@ class FakeHandler:
     """Other silos on the serving ring: keys they own are refused (ABORTED)."""
     fenced: bool = False
     """What the silo says of its lease (a fenced silo ends its watch streams)."""
+    known_versions: list[int] = field(default_factory=list)
+    """The ``known_version`` of every ``ConfirmMembership`` asked of it."""
+    withheld: str | None = None
+    """Why results are withheld when a handler returns (as if the lease ran out during it)."""
     observed_at: datetime | None = None
     """The ``observed_at`` of every snapshot ``snapshots()`` yields (as ``SnapshotPublisher`` stamps it)."""
 
@@ -65,6 +69,9 @@ class FakeHandler:
 
     async def catch_up(self, version: int) -> bool:
         return False
+
+    def results_guard(self) -> Callable[[], str | None]:
+        return lambda: self.withheld
 
     def work_refusal(self) -> str | None:
         if self.status is not SiloStatus.ACTIVE:
@@ -81,7 +88,8 @@ class FakeHandler:
     def membership_snapshot(self) -> MembershipTableData:
         return self.snapshot
 
-    async def confirm_membership(self, asker: SiloAddress) -> MembershipConfirmation:
+    async def confirm_membership(self, asker: SiloAddress, known_version: int = 0) -> MembershipConfirmation:
+        self.known_versions.append(known_version)
         version = self.snapshot.version.version
         return MembershipConfirmation(self.silo_address, False, SiloStatus.NONE, version, version, False)
 

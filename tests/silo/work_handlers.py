@@ -103,3 +103,10 @@ def checksum_and_record(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
         calls.write(json.dumps({"pid": os.getpid(), "at": started, "keys": [key for key, _ in items]}) + "\n")
     time.sleep(0.02)
     return checksum_handler(items)
+
+
+def pause_own_silo(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    """Stops its own silo process (SIGSTOP: every thread, as a long GC pause or a stalled VM would);
+    once the test resumes it (SIGCONT), returns each payload."""
+    os.kill(os.getpid(), signal.SIGSTOP)
+    return [payload for _, payload in items]

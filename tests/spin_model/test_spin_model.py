@@ -13,7 +13,9 @@ behaviour:
   silo is declared Dead while a majority of the silos is connected;
 * with the membership lease and the takeover wait (``-DLEASE``): at no serving step can two
   silos serve the one key, while silos hang, are cut off and are declared Dead, leave
-  gracefully, and reads return rounds after they were sent.
+  gracefully, and reads return rounds after they were sent;
+* with the lease through peers too (``-DPEERS``): the same, while silos that cannot read the
+  table renew their leases on their peers' word during table outages.
 
 Each mutant reintroduces one broken rule and must give a counterexample: the model is not
 vacuous and the properties see what they claim to; two witnesses show that the zombie (a silo
@@ -28,7 +30,7 @@ from __future__ import annotations
 import pytest
 
 from spin_model import spin_check
-from spin_model.spin_check import CHECKED, LEASE_CHECKED, Bounds, Verdict
+from spin_model.spin_check import CHECKED, LEASE_CHECKED, PEERS_CHECKED, PEERS_MUTANT_BOUNDS, Bounds, Verdict
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -193,3 +195,40 @@ def test_the_zombie_occurs_while_the_next_owner_serves(witness: int) -> None:
         LEASE_CHECKED, lease=True, defines=[f"ZOMBIE_WITNESS={witness}"], hash_bits=22, optimize=False
     )
     assert verdict.violation == "no_zombie_takeover", describe(verdict)
+
+
+def test_one_silo_serves_the_key_with_the_lease_renewed_through_peers_in_table_outages() -> None:
+    """``-DLEASE -DPEERS``: every assertion holds (N=3: ~0.8M states) while silos that cannot read
+    the table renew their leases when every other member of their view answers at the same view
+    version, having heard of no newer one and with no write of unknown outcome; two outages, and
+    one write that commits while its writer sees it fail."""
+    verdict = spin_check.verify(PEERS_CHECKED, peers=True, hash_bits=24)
+    assert verdict.proved, describe(verdict)
+
+
+@pytest.mark.parametrize(
+    "defines",
+    [
+        # the members that answer, with the asker, are a majority: the silo declared Dead (hung,
+        # resumed in the outage) renews on the word of a member that has not read the death,
+        # while its successor, which did and waited out W, is on the other side of a partition
+        ["MUTANT_VOUCH_MAJORITY"],
+        # a member whose view is newer than the asker's (it read the death) vouches anyway: the
+        # zombie renews on the word of its own successor
+        ["MUTANT_VOUCH_IGNORES_NEWER"],
+    ],
+    ids=["vouch-majority", "vouch-ignores-newer"],
+)
+def test_a_broken_vouching_rule_gives_a_counterexample(defines: list[str]) -> None:
+    verdict = spin_check.verify(PEERS_MUTANT_BOUNDS, peers=True, defines=defines, hash_bits=22, optimize=False)
+    assert verdict.errors > 0, describe(verdict)
+    assert verdict.violation == "one_server_per_key", describe(verdict)
+
+
+def test_the_peers_do_renew_a_lease_that_ran_out() -> None:
+    """Not vacuous: ``no_fenced_owner_vouched`` asserts that vouching never renews the lease of a
+    silo that owns the key and whose lease ran out during an outage, so SPIN must find one."""
+    verdict = spin_check.verify(
+        PEERS_MUTANT_BOUNDS, peers=True, defines=["VOUCH_WITNESS"], hash_bits=22, optimize=False
+    )
+    assert verdict.violation == "no_fenced_owner_vouched", describe(verdict)

@@ -10,12 +10,13 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from membership_tables import SiloStatus
+from membership_tables import SiloAddress, SiloStatus
 from silo.cli.commands import main
 from silo.cli.drain import DRAIN_FAILED
 from silo.client.topology import ClusterView
@@ -75,9 +76,12 @@ def test_a_drain_under_a_routed_job_loses_duplicates_and_misroutes_nothing(
         def refresh() -> ClusterView:
             return ClusterView.from_table_data("drain", cluster.read())
 
-        router: Router[int] = Router(
-            refresh(), "rec", lambda silo, handler, items: client.process(silo, handler, items, 30), refresh
-        )
+        def send(
+            silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], /, *, view_version: int
+        ) -> list[bytes]:
+            return client.process(silo, handler, items, 30, view_version=view_version)
+
+        router: Router[int] = Router(refresh(), "rec", send, refresh)
         signalled = threading.Event()
 
         def drain_mid_job() -> None:

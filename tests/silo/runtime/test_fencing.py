@@ -115,6 +115,23 @@ def test_a_lease_runs_out_lease_timeout_after_the_start_of_its_last_confirmation
     assert lease.valid()
 
 
+def test_a_lease_held_since_a_mark_means_it_never_ran_out_in_between() -> None:
+    now = [100.0]
+    lease = MembershipLease(1.0, lambda: now[0])
+    assert not lease.held_since(100.0), "no lease before the first confirmation"
+    lease.confirm(100.0)
+    now[0] = 100.8
+    assert lease.confirm(100.7)
+    now[0] = 101.5
+    assert lease.held_since(100.0), "renewed in time: unbroken since the first confirmation"
+    now[0] = 101.8
+    assert not lease.held_since(100.0), "ran out and not renewed"
+    assert lease.confirm(101.6)
+    assert lease.valid()
+    assert not lease.held_since(100.0), "valid again, but it ran out between the mark and now"
+    assert lease.held_since(101.8), "unbroken since its renewal"
+
+
 def test_the_takeover_wait_outlasts_the_lease_on_any_two_clocks_within_the_drift() -> None:
     lease, drift = 10.0, 0.01
     wait = takeover_wait(lease, drift)
@@ -245,6 +262,26 @@ async def test_in_a_table_outage_a_silent_member_makes_everyone_fence() -> None:
 
 
 @async_test
+async def test_in_a_table_outage_a_newer_version_one_asker_knows_reaches_every_member_and_nobody_vouches() -> None:
+    """A joiner whose insert's gossip reached nobody asks the members to confirm it: its ask
+    carries the version it knows of, which they take as heard, so they no longer vouch for
+    views without it (they cannot tell whether the joiner took keys), and they pass it on in
+    their own asks."""
+    cluster = await started(3)
+    version = cluster.silos[0].snapshot.version
+    for table in cluster.tables:
+        table.down = True
+    joiner = address(9)  # in nobody's view
+    answer = await cluster.silos[1].confirm_membership(joiner, version + 2)
+    assert (answer.table_read, answer.newest_version_heard) == (False, version + 2)
+    await cluster.advance_until(lambda: all(silo.fenced for silo in cluster.silos), LOCAL.lease_timeout + STEP)
+    # silo 0 heard of it only through silo 1's asks
+    passed_on = await cluster.silos[0].confirm_membership(cluster.silos[2].silo_address)
+    assert passed_on.newest_version_heard == version + 2
+    await cluster.stop()
+
+
+@async_test
 async def test_a_silo_resuming_from_a_pause_longer_than_its_lease_is_fenced_before_anything_runs() -> None:
     cluster = await started(3)
     sleeper = cluster.silos[0]
@@ -255,6 +292,22 @@ async def test_a_silo_resuming_from_a_pause_longer_than_its_lease_is_fenced_befo
     assert not sleeper.is_leader()
     await cluster.advance_until(lambda: not sleeper.fenced, 2 * LOCAL.lease_renew_interval)  # the table confirms it
     assert sleeper.is_leader(), "the oldest Active silo leads again once confirmed"
+    await cluster.stop()
+
+
+@async_test
+async def test_work_during_which_the_lease_ran_out_returns_no_results_even_if_renewed_since() -> None:
+    cluster = await started(3)
+    worker = cluster.silos[0]
+    short = worker.results_guard()
+    await cluster.clock.advance(3 * LOCAL.lease_timeout)  # renewed all along: results may go out
+    assert short() is None
+    paused = worker.results_guard()
+    cluster.clock.jump(LOCAL.lease_timeout + STEP)  # the handler's thread (or the silo) stalled
+    assert "lost its membership lease while the handler ran" in (paused() or "")
+    await cluster.advance_until(lambda: not worker.fenced, 2 * LOCAL.lease_renew_interval)  # the table confirms it
+    assert "lost its membership lease" in (paused() or ""), "a renewal does not undo the gap"
+    assert worker.results_guard()() is None, "work started after the renewal is fine"
     await cluster.stop()
 
 

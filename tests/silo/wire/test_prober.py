@@ -195,13 +195,16 @@ def test_fetch_membership_returns_a_peers_view_as_table_data() -> None:
 
 
 def test_confirm_membership_carries_the_peers_answer_both_ways() -> None:
-    async def scenario() -> tuple[MembershipConfirmation, SiloAddress]:
+    async def scenario() -> tuple[MembershipConfirmation, SiloAddress, list[int]]:
         async with serving(FakeHandler) as (_, handler), GrpcProber(CLUSTER, ME) as prober:
             handler.snapshot = MembershipTableData((), TableVersion(7, "v7"))
-            return await prober.confirm_membership(handler.silo_address, 2.0), handler.silo_address
+            answer = await prober.confirm_membership(handler.silo_address, 2.0, 9)
+            await prober.confirm_membership(handler.silo_address, 2.0)
+            return answer, handler.silo_address, handler.known_versions
 
-    answer, responder = run(scenario())
+    answer, responder, known = run(scenario())
     assert answer == MembershipConfirmation(responder, False, SiloStatus.NONE, 7, 7, False)
+    assert known == [9, 0], "the asker's newest known version reaches the peer (0: not said)"
 
 
 def test_confirm_membership_needs_the_asker_in_the_header() -> None:

@@ -515,6 +515,22 @@ def test_process_refuses_keys_another_silo_owns_and_a_view_newer_than_the_silos_
     assert "has not caught up with view version 9" in behind.details()
 
 
+def test_results_of_a_handler_that_outlived_the_lease_are_withheld_with_unavailable() -> None:
+    ran: list[int] = []
+
+    def handler(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+        ran.append(len(items))
+        return [b"done" for _ in items]
+
+    registry = HandlerRegistry({"effect": handler})
+    reason = "silo lost its membership lease while the handler ran"
+    with pytest.raises(grpc.aio.AioRpcError) as failure:
+        run(process_on(registry, process_request("effect", "k1", "k2"), withheld=reason))
+    assert failure.value.code() == grpc.StatusCode.UNAVAILABLE, "the router sends the batch to another silo"
+    assert failure.value.details() == reason
+    assert ran == [2], "the handler ran; only its results are withheld"
+
+
 def test_get_membership_follows_the_handlers_view_from_one_pull_to_the_next() -> None:
     """The answer is built once per view (peers that fell behind pull the same view at once), and
     never outlives it."""

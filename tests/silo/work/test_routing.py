@@ -40,9 +40,13 @@ class FakeSilos:
     def __init__(self, down: Sequence[SiloAddress] = ()) -> None:
         self.down = set(down)
         self.calls: list[tuple[SiloAddress, int]] = []
+        self.view_versions: list[int] = []
 
-    def send(self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    def send(
+        self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], *, view_version: int = 0
+    ) -> list[bytes]:
         self.calls.append((silo, len(items)))
+        self.view_versions.append(view_version)
         if silo in self.down:
             raise WorkUnavailableError(f"{silo} is gone", silo=silo, handler=handler)
         return checksum_handler(items)
@@ -121,6 +125,15 @@ def test_a_newer_view_is_adopted_and_an_older_one_ignored() -> None:
     assert all(ring.owner(f"key-{routed.key}") == D and routed.rerouted for routed in joined)
 
 
+def test_every_call_carries_the_version_of_the_view_its_batch_was_grouped_on() -> None:
+    silos = FakeSilos(down=[B])
+    routing, _ = router(view(7, A, B, C), silos, refresh=lambda: view(9, A, C, D))
+    check_complete(list(routing.route(records(2000), batch_size=50)), 2000)
+    first_failure = next(index for index, (silo, _) in enumerate(silos.calls) if silo == B)
+    assert set(silos.view_versions[: first_failure + 1]) == {7}
+    assert set(silos.view_versions[first_failure + 1 :]) == {9}, "calls after the failover carry the adopted view"
+
+
 def test_a_table_outage_while_failing_over_keeps_the_current_view() -> None:
     def unreachable() -> ClusterView:
         raise TableUnavailableError("the table is down")
@@ -166,7 +179,9 @@ def test_an_empty_view_that_stays_empty_names_the_problem() -> None:
 
 
 def test_handler_errors_propagate_without_failing_over() -> None:
-    def broken(silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    def broken(
+        silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], *, view_version: int
+    ) -> list[bytes]:
         raise WorkError("handler raised", silo=silo, handler=handler, code="INTERNAL")
 
     routing: Router[int] = Router(view(1, A, B), HANDLER, broken, lambda: view(1, A, B))
@@ -176,7 +191,9 @@ def test_handler_errors_propagate_without_failing_over() -> None:
 
 
 def test_a_wrong_number_of_results_is_an_error() -> None:
-    routing: Router[int] = Router(view(1, A), HANDLER, lambda silo, handler, items: [b"x"], lambda: view(1, A))
+    routing: Router[int] = Router(
+        view(1, A), HANDLER, lambda silo, handler, items, *, view_version: [b"x"], lambda: view(1, A)
+    )
     with pytest.raises(WorkError, match="returned 1 results for 5 items"):
         list(routing.route(records(5)))
 
@@ -288,7 +305,9 @@ def test_a_handler_error_cancels_the_calls_in_flight() -> None:
     pending: list[Later] = []
 
     class Broken(FakeSilos):
-        def send(self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+        def send(
+            self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], *, view_version: int = 0
+        ) -> list[bytes]:
             raise WorkError("handler raised", silo=silo, handler=handler, code="INTERNAL")
 
     silos = Broken()
@@ -312,12 +331,14 @@ class MovingCluster(FakeSilos):
         self.moved = False
         self.refused = 0
 
-    def send(self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    def send(
+        self, silo: SiloAddress, handler: str, items: Sequence[tuple[str, bytes]], *, view_version: int = 0
+    ) -> list[bytes]:
         owners = HashRing([A, B, C])
         if silo not in self.down and not self.moved and any(owners.owner(key) == A for key, _ in items):
             self.refused += 1
             raise WorkNotOwnedError(f"{silo}: A's keys are held until its lease ran out", silo=silo, handler=handler)
-        return super().send(silo, handler, items)
+        return super().send(silo, handler, items, view_version=view_version)
 
 
 def test_keys_a_silo_does_not_serve_yet_wait_for_the_cluster_instead_of_failing_over_again() -> None:

@@ -137,10 +137,12 @@ class GetMembershipRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[RequestHeader, _Mapping]] = ...) -> None: ...
 
 class ConfirmMembershipRequest(_message.Message):
-    __slots__ = ("header",)
+    __slots__ = ("header", "known_version")
     HEADER_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_VERSION_FIELD_NUMBER: _ClassVar[int]
     header: RequestHeader
-    def __init__(self, header: _Optional[_Union[RequestHeader, _Mapping]] = ...) -> None: ...
+    known_version: int
+    def __init__(self, header: _Optional[_Union[RequestHeader, _Mapping]] = ..., known_version: _Optional[int] = ...) -> None: ...
 
 class ConfirmMembershipResponse(_message.Message):
     __slots__ = ("responder", "table_read", "asker_status", "version", "newest_version_heard", "unconfirmed_writes")
