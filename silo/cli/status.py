@@ -4,7 +4,7 @@ The JSON document is a stable interface for scripts::
 
     {"cluster": ..., "version": N, "silos": [{"address": "host:port@gen", "name": ...,
      "status": "ACTIVE", "proxy_port": ..., "start_time": ISO, "i_am_alive_time": ISO,
-     "suspicions": [{"by": "host:port@gen", "at": ISO}]}],
+     "suspicions": [{"by": "host:port@gen", "at": ISO}], "properties": {"key": "value"}}],
      "malformed": [{"key": ..., "reason": ...}]}
 
 ``malformed`` (present only when there are some) lists the stored rows the read skipped
@@ -21,7 +21,7 @@ from typing import Any
 from membership_tables import MembershipEntry, MembershipTableData
 from membership_tables.codec import format_time, votes_to_json
 
-COLUMNS = ("ADDRESS", "NAME", "STATUS", "LAST I-AM-ALIVE", "SUSPICIONS")
+COLUMNS = ("ADDRESS", "NAME", "STATUS", "LAST I-AM-ALIVE", "PROPERTIES", "SUSPICIONS")
 
 
 def status_document(cluster_id: str, snapshot: MembershipTableData) -> dict[str, Any]:
@@ -87,13 +87,22 @@ def _silo_document(entry: MembershipEntry) -> dict[str, Any]:
         "start_time": format_time(entry.start_time),
         "i_am_alive_time": format_time(entry.i_am_alive_time),
         "suspicions": votes_to_json(entry),
+        "properties": dict(entry.properties),
     }
 
 
-def _row(entry: MembershipEntry, now: datetime) -> tuple[str, str, str, str, str]:
+def _row(entry: MembershipEntry, now: datetime) -> tuple[str, str, str, str, str, str]:
     alive = _time_and_age(entry.i_am_alive_time, now)
+    properties = ",".join(f"{key}={value}" for key, value in sorted(entry.properties.items()))
     suspicions = ", ".join(f"{voter} at {_time_and_age(when, now)}" for voter, when in entry.suspect_times)
-    return str(entry.silo_address), entry.silo_name or "-", entry.status.name, alive, suspicions or "-"
+    return (
+        str(entry.silo_address),
+        entry.silo_name or "-",
+        entry.status.name,
+        alive,
+        properties or "-",
+        suspicions or "-",
+    )
 
 
 def _time_and_age(when: datetime, now: datetime) -> str:

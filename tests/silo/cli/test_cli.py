@@ -40,7 +40,7 @@ def test_status_prints_the_table(memory_uri: str, capsys: pytest.CaptureFixture[
     assert main(["status", "--table", memory_uri, "--cluster", CLUSTER]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"cluster {CLUSTER}  version 1  (1 active)"
-    assert lines[1].split() == ["ADDRESS", "NAME", "STATUS", "LAST", "I-AM-ALIVE", "SUSPICIONS"]
+    assert lines[1].split() == ["ADDRESS", "NAME", "STATUS", "LAST", "I-AM-ALIVE", "PROPERTIES", "SUSPICIONS"]
     assert lines[2].split()[:3] == ["127.0.0.1:40123@1767225600123", "alpha", "ACTIVE"]
 
 
@@ -59,6 +59,7 @@ def test_status_json_is_the_documented_document(memory_uri: str, capsys: pytest.
         "start_time",
         "i_am_alive_time",
         "suspicions",
+        "properties",
     }
 
 
