@@ -220,10 +220,11 @@ def _file_values(path: str, command: str, parsers: Mapping[str, argparse.Argumen
             continue
         _check_key(_normal(key), anywhere, path, "")
         values[_normal(key)] = value
-    table = document.get(command, {})
-    for key, value in table.items():
-        _check_key(_normal(key), known[command], path, f"[{command}] ")
-        values[_normal(key)] = value
+    for name in CONFIGURED_COMMANDS:  # every table is checked, so a typo shows whichever command runs
+        for key, value in document.get(name, {}).items():
+            _check_key(_normal(key), known[name], path, f"[{name}] ")
+            if name == command:
+                values[_normal(key)] = value
     return {key: value for key, value in values.items() if key in known[command]}
 
 
