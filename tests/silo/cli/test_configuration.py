@@ -101,7 +101,9 @@ def test_a_missing_config_file_is_a_clear_error(tmp_path: Path, capsys: pytest.C
     assert "cannot read the configuration file" in capsys.readouterr().err
 
 
-def test_config_show_prints_values_sources_and_masks_secrets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_show_prints_values_sources_and_masks_secrets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = write(tmp_path, '[run]\nport = 1234\ntable_option = ["token=tok3n"]\n')
     environ = {"SILO_TABLE": "postgresql://silo:hunter2@db/m", "SILO_TABLE_PASSWORD": "pw-from-env"}
     assert main(["config", "show", "run", "--cluster", "c", "--config", config, "--name", "n1"], environ) == 0
@@ -130,7 +132,9 @@ def test_every_option_is_configurable_except_the_config_file_itself() -> None:
 
 def test_the_configuration_reference_in_the_docs_is_the_parsers() -> None:
     text = DOCS.read_text()
-    match = re.search(r"<!-- configuration reference: begin -->\n(.*?)<!-- configuration reference: end -->", text, re.S)
+    match = re.search(
+        r"<!-- configuration reference: begin -->\n(.*?)<!-- configuration reference: end -->", text, re.S
+    )
     assert match is not None, "docs/operations.md lost its generated configuration reference"
     assert match.group(1).strip() == reference(build_parser).strip(), (
         "docs/operations.md is out of date: regenerate the reference with "
