@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml  # type: ignore[import-untyped]  # PyYAML comes with moto[server] (test extra)
-
 from sqlalchemy.engine import make_url
 
 from silo.cli.commands import build_parser
@@ -41,7 +40,8 @@ def test_the_pod_template_runs_a_valid_silo_that_the_executor_names_as_its_sidec
     (mount,) = silo["volumeMounts"]
     assert args.table_password_file == f"{mount['mountPath']}/password"
     (volume,) = pod["spec"]["volumes"]
-    assert volume["name"] == mount["name"] and volume["secret"]["items"] == [{"key": "password", "path": "password"}]
+    assert volume["name"] == mount["name"]
+    assert volume["secret"]["items"] == [{"key": "password", "path": "password"}]
     (executor,) = pod["spec"]["containers"]
     executor_env = {variable["name"]: variable.get("value") for variable in executor["env"]}
     assert substitute(executor_env[SIDECAR_ENV], values, r"\$\((\w+)\)") == f"{args.host}:{args.port}"

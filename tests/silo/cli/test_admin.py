@@ -70,7 +70,8 @@ def test_kill_refuses_the_last_active_silo_unless_forced(uri: str, capsys: pytes
         version = table.read_all().version
         assert main(["kill", str(A), "--table", uri, "--cluster", CLUSTER], {}) == 1
         assert "is the last Active silo" in capsys.readouterr().err
-        assert table.read_all().version == version and statuses(table)[A] == SiloStatus.ACTIVE
+        assert table.read_all().version == version
+        assert statuses(table)[A] == SiloStatus.ACTIVE
         assert main(["kill", str(A), "--table", uri, "--cluster", CLUSTER, "--force"], {}) == 0
         assert statuses(table)[A] == SiloStatus.DEAD
 

@@ -99,7 +99,8 @@ def test_kill_writes_dead_with_the_reason_and_refuses_the_last_active_silo(store
     assert cli(store, "kill", str(A), "--reason", "host retired") == 0
     data = table.read_all()
     killed = data.get(A)
-    assert killed is not None and killed[0].status == SiloStatus.DEAD
+    assert killed is not None
+    assert killed[0].status == SiloStatus.DEAD
     assert killed[0].properties["kill_reason"] == "host retired"
     assert data.version.version == version + 1
     assert cli(store, "kill", str(B)) == 1  # the last Active silo

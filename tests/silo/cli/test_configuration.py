@@ -93,7 +93,8 @@ def test_a_bad_value_names_its_source(
     config = write(tmp_path, toml)
     assert main([*BASE, "--config", config], environ) == 2
     err = capsys.readouterr().err
-    assert err.startswith("silo: error: ") and message in err, err
+    assert err.startswith("silo: error: "), err
+    assert message in err, err
 
 
 def test_a_missing_config_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -112,7 +113,9 @@ def test_config_show_prints_values_sources_and_masks_secrets(
     assert f"port = 1234  # file {config}" in out
     assert 'name = "n1"  # flag --name' in out
     assert "# advertise_host is not set (default)" in out
-    assert "hunter2" not in out and "tok3n" not in out and "pw-from-env" not in out
+    assert "hunter2" not in out
+    assert "tok3n" not in out
+    assert "pw-from-env" not in out
     assert '# table password = "***"  # env SILO_TABLE_PASSWORD' in out
 
 

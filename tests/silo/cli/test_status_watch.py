@@ -24,7 +24,7 @@ from membership_tables import (
     TableVersion,
     open_table,
 )
-from silo.cli.status_watch import watch
+from silo.cli.status_watch import membership_key, watch
 from tests.services.process import wait_until
 from tests.silo.cluster_harness import ROOT
 from tests.silo.rpc_fakes import T0, entry
@@ -78,6 +78,25 @@ def test_a_malformed_row_appearing_or_going_is_a_change() -> None:
     frames: list[str] = []
     watch(lambda: next(reads), lambda s: f"{len(s.malformed)}", frames.append, lambda _: len(frames) >= 3, 0.1)
     assert frames == ["0", "1", "0"]
+
+
+def test_with_the_membership_key_a_heartbeat_alone_draws_nothing() -> None:
+    """``--watch --json`` without ``--heartbeats``: one line per membership change."""
+    suspected = data(3, 9, B)
+    voted = MembershipTableData(
+        ((suspected.rows[0][0].replace(suspect_times=((B, T0),)), "e3"), suspected.rows[1]), TableVersion(4, "v")
+    )
+    reads = [data(1), data(1, 5), data(1, 9), data(2, 9, B), data(2, 12, B), voted]
+    script = iter(reads)
+    frames: list[str] = []
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> bool:
+        waits.append(seconds)
+        return len(waits) == len(reads)
+
+    watch(lambda: next(script), lambda s: f"v{s.version.version}", frames.append, sleep, 0.1, key=membership_key)
+    assert frames == ["v1", "v2", "v4"]
 
 
 @pytest.fixture
