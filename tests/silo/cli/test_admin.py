@@ -123,3 +123,9 @@ def test_version_is_the_package_metadata() -> None:
     result = subprocess.run([sys.executable, "-m", "silo", "--version"], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"silo {version('silo-membership')}"
+
+
+def test_run_refuses_a_wildcard_host_without_an_advertised_one(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", "--table", "memory://wildcard", "--cluster", CLUSTER, "--preset", "local", "--host", "0.0.0.0"]
+    assert main(argv, {}) == 2
+    assert "give --advertise-host" in capsys.readouterr().err

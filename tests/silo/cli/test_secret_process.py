@@ -49,7 +49,9 @@ def test_a_password_given_by_file_never_appears_in_ps_logs_status_or_errors(
         assert str(secret) in cmdline
         assert PASSWORD not in cmdline
         assert PASSWORD not in Path(f"/proc/{silo.pid}/environ").read_bytes().decode(errors="replace")
-        ps = subprocess.run(["ps", "-ww", "-o", "args=", "-p", str(silo.pid)], capture_output=True, text=True, check=True)
+        ps = subprocess.run(
+            ["ps", "-ww", "-o", "args=", "-p", str(silo.pid)], capture_output=True, text=True, check=True
+        )
         assert "--table-password-file" in ps.stdout
         assert PASSWORD not in ps.stdout
 
