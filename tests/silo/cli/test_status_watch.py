@@ -8,9 +8,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,18 +121,19 @@ def test_the_command_redraws_on_each_change_and_stops_on_sigint(
         process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env)
     try:
 
-        def frames() -> list[dict[str, object]]:
+        def frames() -> list[dict[str, Any]]:
             return [json.loads(line) for line in output.read_text().splitlines() if line.strip()]
+
+        def shows(version: int) -> Callable[[], bool]:
+            return lambda: bool(frames()[-1]["version"] == version)
 
         wait_until(lambda: len(frames()) == 1, 30, "the first frame")
         for version, silo in enumerate((A, B), start=1):
             assert store.insert_row(entry(silo, SiloStatus.JOINING), store.read_all().version.next())
-            wait_until(
-                lambda version=version: frames()[-1]["version"] == version, 30, f"the frame of version {version}"
-            )
+            wait_until(shows(version), 30, f"the frame of version {version}")
         time.sleep(1.0)  # 20 more reads of an unchanged table
         assert [frame["version"] for frame in frames()] == [0, 1, 2]
-        assert [silo["address"] for silo in frames()[-1]["silos"]] == [str(A), str(B)]  # type: ignore[union-attr]
+        assert [silo["address"] for silo in frames()[-1]["silos"]] == [str(A), str(B)]
         process.send_signal(signal.SIGINT)
         assert process.wait(10) == 0
     finally:
