@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if args.command == "demo":
             return run_demo(args)
         if args.command == "dashboard":
-            return run_dashboard(args, build_options, lambda: _open_existing(args, environ))
+            return run_dashboard(args, build_options, lambda: _open_existing(args, environ, read_only=True))
         if args.command == "certs":
             return certs.run(args)
         if args.command == "table":
@@ -100,16 +100,16 @@ class MissingTableError(OptionsError):
     """A command that reads an existing table was given a SQLite file that does not exist."""
 
 
-def _open_existing(args: argparse.Namespace, environ: Mapping[str, str]) -> MembershipTable:
+def _open_existing(args: argparse.Namespace, environ: Mapping[str, str], *, read_only: bool = False) -> MembershipTable:
     """The table of a command that reads (or administers) an existing one: a missing SQLite file is an
-    error, not a new empty database."""
+    error, not a new empty database; ``read_only`` where the backend allows it (``read_only_uri``)."""
     missing = table_access.missing_sqlite_file(args.table)
     if missing is not None:
         raise MissingTableError(
             f"there is no SQLite database at {missing} (from --table {redact(args.table)}); check the path "
             "(a relative one is relative to the current directory: sqlite:////abs/path.db for an absolute one)"
         )
-    return table_access.open_configured_table(args, environ)
+    return table_access.open_configured_table(args, environ, read_only=read_only)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -346,7 +346,7 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 def _status(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
-        table = _open_existing(args, environ)
+        table = _open_existing(args, environ, read_only=True)
     except MissingTableError as exc:
         print(f"silo: error: {exc}", file=sys.stderr)
         return STATUS_FAILED
