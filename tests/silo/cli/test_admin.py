@@ -17,6 +17,8 @@ import pytest
 from membership_tables import MembershipTable, MembershipTableError, SiloAddress, SiloStatus, open_table
 from silo.cli.commands import main
 from silo.cli.table_access import read_only_uri
+from silo.exit_codes import ExitCode
+from tests.silo.cluster_harness import sqlite_cluster
 from tests.silo.rpc_fakes import T0, entry
 
 CLUSTER = "c"
@@ -142,3 +144,17 @@ def test_status_opens_a_sqlite_table_read_only(uri: str, tmp_path: Path, capsys:
             reader.update_i_am_alive(A, T0 + timedelta(days=1))
     assert main(["status", "--table", uri, "--cluster", CLUSTER], {}) == 0
     assert str(A) in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_running_silo_that_is_killed_exits_declared_dead_and_its_peer_stays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with sqlite_cluster(tmp_path, "killed") as cluster:
+        victim, peer = cluster.start_active(2)
+        argv = ["kill", str(victim.address), "--table", cluster.table_uri, "--cluster", "killed", "--reason", "test"]
+        assert main(argv, {}) == 0
+        assert victim.wait_exit(30) == ExitCode.DECLARED_DEAD
+        assert peer.running
+        assert cluster.row(victim).properties["kill_reason"] == "test"
+        assert cluster.row(peer).status == SiloStatus.ACTIVE
