@@ -5,7 +5,9 @@ default (the preset's, for the silo's options).
 Nothing here lists options by hand: the settings are derived from the command's argparse
 parser, so a flag added to a command is configurable the moment it exists. For a flag
 ``--gateway-port`` the environment variable is ``SILO_GATEWAY_PORT`` and the file key
-``gateway_port`` (``gateway-port`` is accepted too). The file (``--config PATH`` or
+``gateway_port`` (``gateway-port`` is accepted too); ``SILO_<COMMAND>_<KEY>`` (``SILO_DASHBOARD_PORT``)
+sets an option of one command only and wins over ``SILO_<KEY>``, which every command that has
+the option reads (``run`` and ``dashboard`` both have ``--port``). The file (``--config PATH`` or
 ``SILO_CONFIG``) holds keys for every command at its top level and keys for one command in a
 table named after it (``[run]``), which win over the top level. A repeatable flag
 (``--property``) takes its values from the first source that gives any: flags replace the
@@ -62,6 +64,10 @@ class Setting:
     @property
     def env(self) -> str:
         return ENV_PREFIX + self.key.upper()
+
+    def env_of(self, command: str) -> str:
+        """The variable for ``command`` alone (``SILO_DASHBOARD_PORT``), which wins over ``env``."""
+        return f"{ENV_PREFIX}{command.upper()}_{self.key.upper()}"
 
     @property
     def repeatable(self) -> bool:
@@ -124,10 +130,10 @@ def resolve(
     for setting in settings:
         if setting.dest in given:
             sources[setting.dest] = f"flag {setting.flag}"
-        elif setting.env in environ:
-            source = f"environment variable {setting.env}"
-            tokens += _tokens(setting, _env_value(setting, environ[setting.env], source), source)
-            sources[setting.dest] = f"env {setting.env}"
+        elif variable := next((name for name in (setting.env_of(command), setting.env) if name in environ), None):
+            source = f"environment variable {variable}"
+            tokens += _tokens(setting, _env_value(setting, environ[variable], source), source)
+            sources[setting.dest] = f"env {variable}"
         elif setting.key in from_file:
             source = f"key {setting.key} of {path}"
             tokens += _tokens(setting, from_file[setting.key], source)

@@ -51,6 +51,14 @@ def test_everything_may_come_from_the_environment_and_the_file_alone(tmp_path: P
     )
 
 
+def test_a_command_specific_variable_wins_over_the_shared_one() -> None:
+    environ = {"SILO_PORT": "11111", "SILO_DASHBOARD_PORT": "8081", "SILO_TABLE": "memory://x", "SILO_CLUSTER": "c"}
+    assert resolve(build_parser, ["run"], environ).args.port == 11111
+    dashboard = resolve(build_parser, ["dashboard"], environ)
+    assert dashboard.args.port == 8081
+    assert dashboard.sources["port"] == "env SILO_DASHBOARD_PORT"
+
+
 def test_a_repeatable_option_comes_whole_from_the_first_source_that_gives_it(tmp_path: Path) -> None:
     config = write(tmp_path, '[run]\nset = ["probe_timeout=9s"]\nproperty = ["zone=file", "rack=file"]\n')
     environ = {"SILO_PROPERTY": "zone=env, rack=env"}
