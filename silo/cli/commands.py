@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if args.command == "demo":
             return run_demo(args)
         if args.command == "dashboard":
-            return run_dashboard(args, build_options, lambda: _open_existing(args, environ, read_only=True))
+            return run_dashboard(args, build_options, lambda: table_access.open_configured_table(args, environ))
         if args.command == "certs":
             return certs.run(args)
         if args.command == "table":
@@ -100,11 +100,15 @@ class MissingTableError(OptionsError):
     """A command that reads an existing table was given a SQLite file that does not exist."""
 
 
-def _open_existing(args: argparse.Namespace, environ: Mapping[str, str], *, read_only: bool = False) -> MembershipTable:
+def _open_existing(
+    args: argparse.Namespace, environ: Mapping[str, str], *, read_only: bool = False, watching: bool = False
+) -> MembershipTable:
     """The table of a command that reads (or administers) an existing one: a missing SQLite file is an
-    error, not a new empty database; ``read_only`` where the backend allows it (``read_only_uri``)."""
+    error, not a new empty database; ``read_only`` where the backend allows it (``read_only_uri``).
+    ``watching`` (``status --watch``: it reads until stopped) accepts a SQLite file that does not exist
+    yet: read-only, it reports it unreadable and retries until a silo creates it."""
     missing = table_access.missing_sqlite_file(args.table)
-    if missing is not None:
+    if missing is not None and not (watching and read_only):
         raise MissingTableError(
             f"there is no SQLite database at {missing} (from --table {redact(args.table)}); check the path "
             "(a relative one is relative to the current directory: sqlite:////abs/path.db for an absolute one)"
@@ -346,7 +350,7 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 def _status(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
-        table = _open_existing(args, environ, read_only=True)
+        table = _open_existing(args, environ, read_only=True, watching=args.watch)
     except MissingTableError as exc:
         print(f"silo: error: {exc}", file=sys.stderr)
         return STATUS_FAILED
