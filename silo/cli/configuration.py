@@ -138,6 +138,11 @@ def resolve(
             source = f"key {setting.key} of {path}"
             tokens += _tokens(setting, from_file[setting.key], source)
             sources[setting.dest] = f"file {path}"
+        elif setting.action.required:
+            raise OptionsError(
+                f"silo {command} needs {setting.flag}: give it, or set {setting.env}, "
+                f"or {setting.key} in a --config file"
+            )
         else:
             sources[setting.dest] = "default"
     at = argv.index(command) + 1

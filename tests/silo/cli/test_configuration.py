@@ -105,6 +105,13 @@ def test_a_bad_value_names_its_source(
     assert message in err, err
 
 
+def test_a_required_option_given_nowhere_names_every_way_to_give_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--table", "memory://x"], {}) == 2
+    assert "silo status needs --cluster: give it, or set SILO_CLUSTER, or cluster in a --config file" in (
+        capsys.readouterr().err
+    )
+
+
 def test_a_missing_config_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*BASE, "--config", str(tmp_path / "nope.toml")], {}) == 2
     assert "cannot read the configuration file" in capsys.readouterr().err
