@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import re
+import signal
+import sys
 from pathlib import Path
 
 import pytest
 
+from membership_tables import SiloStatus, open_table
 from silo.cli.commands import build_parser, main
 from silo.cli.configuration import CONFIGURED_COMMANDS, command_parsers, reference, resolve, settings_of
 from silo.errors import OptionsError
+from tests.services.process import wait_until
+from tests.silo.cluster_harness import SiloProcess
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "operations.md"
 BASE = ["run", "--table", "memory://x", "--cluster", "c"]
@@ -164,3 +169,27 @@ def test_the_configuration_reference_in_the_docs_is_the_parsers() -> None:
 def test_options_error_is_raised_for_environment_values_before_parsing() -> None:
     with pytest.raises(OptionsError, match="SILO_GATEWAY_PORT"):
         resolve(build_parser, BASE, {"SILO_GATEWAY_PORT": "-1"})
+
+
+@pytest.mark.slow
+def test_a_silo_runs_from_a_file_and_the_environment_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real ``silo run`` whose command line names only the file: its row shows the file's settings."""
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    config = write(
+        tmp_path, f'table = "{uri}"\n[run]\npreset = "local"\nname = "from-file"\nproperty = {{zone = "eu-1"}}\n'
+    )
+    monkeypatch.setenv("SILO_CLUSTER", "configured")
+    monkeypatch.setenv("SILO_RUN_PROPERTY", "zone=eu-2,rack=r9")  # the variable's list replaces the file's
+    silo = SiloProcess([sys.executable, "-m", "silo", "run", "--config", config], tmp_path / "silo.log")
+    try:
+        address = silo.wait_listening()
+        with open_table(uri, "configured") as table:
+            wait_until(lambda: any(e.status == SiloStatus.ACTIVE for e in table.read_all().entries), 30, "Active")
+            (row,) = table.read_all().entries
+        assert row.silo_address == address
+        assert row.silo_name == "from-file"
+        assert dict(row.properties) == {"zone": "eu-2", "rack": "r9"}
+        silo.send(signal.SIGTERM)
+        assert silo.wait_exit(30) == 0
+    finally:
+        silo.close()
