@@ -1,8 +1,9 @@
 """``silo kill`` and ``silo cleanup`` through the CLI on every store with a server (real servers, ``tests/services``).
 
-The table's secret goes the way an operator gives it: MariaDB's password (the URI names only
-the user) and Consul's ACL token through ``SILO_TABLE_PASSWORD``, DynamoDB's credentials as
-``--table-option``.
+The table's secret goes the way an operator gives it: MariaDB's password and ZooKeeper's digest
+password (the URI names only the user; the znodes carry that user's digest ACL, so no other
+identity may touch them) and Consul's ACL token through ``SILO_TABLE_PASSWORD``, DynamoDB's
+credentials as ``--table-option``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.slow
 A = SiloAddress("10.0.0.1", 11111, 1)
 B = SiloAddress("10.0.0.2", 11111, 1)
 CONSUL_TOKEN = "5e1c-kill-test-token"
+ZOOKEEPER_PASSWORD = "zk-Digest-6d2f"
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +68,10 @@ def store(request: pytest.FixtureRequest) -> Iterator[Store]:
         made = Store(without, open_table(maria.url, cluster_id), environ={"SILO_TABLE_PASSWORD": str(url.password)})
     elif name == "zookeeper":
         zookeeper: ZooKeeperServer = request.getfixturevalue("zookeeper_server")
-        uri = zookeeper.uri(f"kill-{uuid.uuid4().hex[:8]}")
-        made = Store(uri, open_table(uri, cluster_id))
+        chroot = f"kill-{uuid.uuid4().hex[:8]}"
+        owner = f"zookeeper://silo:{ZOOKEEPER_PASSWORD}@{zookeeper.hosts}/{chroot}"  # its znodes get silo's ACL
+        user_only = f"zookeeper://silo@{zookeeper.hosts}/{chroot}"
+        made = Store(user_only, open_table(owner, cluster_id), environ={"SILO_TABLE_PASSWORD": ZOOKEEPER_PASSWORD})
     elif name == "consul":
         consul = request.getfixturevalue("consul_with_token")
         uri = consul.uri(f"silo-kill-tests/{uuid.uuid4().hex[:8]}")
