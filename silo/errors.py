@@ -10,7 +10,8 @@ tree). Defined here unless a module is named::
     │   ├── TlsConfigError              silo.wire.tls: certificates or keys unusable
     │   ├── AdmissionRefusedError       silo.wire.admission: the cluster would not accept this silo
     │   ├── HandlerSpecError            silo.work.registry: a --handler spec cannot be loaded
-    │   └── CertificateError            silo.cli.dev_ca: the development CA cannot issue
+    │   ├── CertificateError            silo.cli.dev_ca: the development CA cannot issue
+│   └── MissingTableError           silo.cli.commands: a SQLite file to read does not exist
     ├── TableAccessDeniedError          the store refused the silo's credentials or a
     │                                   privilege it needs (e.g. the schema is missing and
     │                                   the role may not create it); exit code 2

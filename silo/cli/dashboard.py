@@ -13,7 +13,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 
-from membership_tables import open_table
+from membership_tables import MembershipTable
 from membership_tables.redaction import redact
 from silo.cli.arguments import duration, key_value, port_number, repeatable
 from silo.dashboard import ClusterMonitor, DashboardServer
@@ -50,10 +50,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace, build_options: Callable[[str, Sequence[tuple[str, str]]], SiloOptions]) -> int:
-    """Serve until SIGINT or SIGTERM; exit code 2 if the port cannot be bound."""
+def run(
+    args: argparse.Namespace,
+    build_options: Callable[[str, Sequence[tuple[str, str]]], SiloOptions],
+    open_table: Callable[[], MembershipTable],
+) -> int:
+    """Serve until SIGINT or SIGTERM; exit code 2 if the port cannot be bound. ``open_table``: the
+    table of ``--table`` and ``--cluster`` (with its secret and options)."""
     options = build_options(args.preset, args.overrides)
-    table = open_table(args.table, args.cluster)
+    table = open_table()
     monitor = ClusterMonitor(table, options, interval=args.interval)
     try:
         server = DashboardServer(monitor, args.host, args.port)

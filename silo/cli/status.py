@@ -4,7 +4,8 @@ The JSON document is a stable interface for scripts::
 
     {"cluster": ..., "version": N, "silo_membership_version": "0.1.0",
      "silos": [{"address": "host:port@gen", "name": ..., "status": "ACTIVE", "proxy_port": ...,
-     "start_time": ISO, "i_am_alive_time": ISO, "suspicions": [{"by": "host:port@gen", "at": ISO}]}],
+     "start_time": ISO, "i_am_alive_time": ISO, "suspicions": [{"by": "host:port@gen", "at": ISO}],
+     "properties": {"key": "value"}}],
      "malformed": [{"key": ..., "reason": ...}]}
 
 ``version`` is the table's version; ``silo_membership_version`` the release of the ``silo``
@@ -23,7 +24,7 @@ from membership_tables import MembershipEntry, MembershipTableData
 from membership_tables.codec import format_time, votes_to_json
 from silo import __version__
 
-COLUMNS = ("ADDRESS", "NAME", "STATUS", "LAST I-AM-ALIVE", "SUSPICIONS")
+COLUMNS = ("ADDRESS", "NAME", "STATUS", "LAST I-AM-ALIVE", "PROPERTIES", "SUSPICIONS")
 
 
 def status_document(cluster_id: str, snapshot: MembershipTableData) -> dict[str, Any]:
@@ -90,13 +91,22 @@ def _silo_document(entry: MembershipEntry) -> dict[str, Any]:
         "start_time": format_time(entry.start_time),
         "i_am_alive_time": format_time(entry.i_am_alive_time),
         "suspicions": votes_to_json(entry),
+        "properties": dict(entry.properties),
     }
 
 
-def _row(entry: MembershipEntry, now: datetime) -> tuple[str, str, str, str, str]:
+def _row(entry: MembershipEntry, now: datetime) -> tuple[str, str, str, str, str, str]:
     alive = _time_and_age(entry.i_am_alive_time, now)
+    properties = ",".join(f"{key}={value}" for key, value in sorted(entry.properties.items()))
     suspicions = ", ".join(f"{voter} at {_time_and_age(when, now)}" for voter, when in entry.suspect_times)
-    return str(entry.silo_address), entry.silo_name or "-", entry.status.name, alive, suspicions or "-"
+    return (
+        str(entry.silo_address),
+        entry.silo_name or "-",
+        entry.status.name,
+        alive,
+        properties or "-",
+        suspicions or "-",
+    )
 
 
 def _time_and_age(when: datetime, now: datetime) -> str:

@@ -2,15 +2,17 @@
 
 Version-driven, not a busy loop: the table is read every ``--interval`` (a sleep in between),
 and a frame is drawn only when the version moved or a row changed (a heartbeat counts: the
-IAmAlive column moves), or when the table's reachability changed. On a terminal each frame
-replaces the previous one; piped, frames follow each other separated by a blank line (with
-``--json``, one JSON document per line).
+IAmAlive column moves), or when the table's reachability changed. With ``--json`` a heartbeat
+alone draws nothing (``membership_key``: one line per membership change, for scripts and log
+shippers) unless ``--heartbeats``. On a terminal each frame replaces the previous one; piped,
+frames follow each other separated by a blank line (with ``--json``, one JSON document per line).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from membership_tables import MembershipTableData, MembershipTableError
 
@@ -30,6 +32,13 @@ def frame_key(data: MembershipTableData) -> Hashable:
     return data.version.version, data.entries, data.malformed
 
 
+def membership_key(data: MembershipTableData) -> Hashable:
+    """What must change for a redraw when heartbeats do not count: ``frame_key`` without IAmAlive times."""
+    epoch = datetime.fromtimestamp(0, UTC)
+    entries = tuple(entry.with_i_am_alive_time(epoch) for entry in data.entries)
+    return data.version.version, entries, data.malformed
+
+
 def watch(
     read: Callable[[], MembershipTableData],
     render: Callable[[MembershipTableData], str],
@@ -37,8 +46,12 @@ def watch(
     sleep: Callable[[float], bool],
     interval: float,
     describe_error: Callable[[MembershipTableError], str] = str,
+    key: Callable[[MembershipTableData], Hashable] | None = None,
 ) -> int:
-    """Read, draw on change, ``sleep(interval)``; until ``sleep`` returns True (stop). Returns frames drawn."""
+    """Read, draw on change, ``sleep(interval)``; until ``sleep`` returns True (stop). Returns frames drawn.
+
+    ``key`` says what counts as a change (default ``frame_key``: heartbeats included)."""
+    key = key or frame_key
     last: Frame | None = None
     drawn = 0
     while True:
@@ -47,7 +60,7 @@ def watch(
         except MembershipTableError as exc:
             frame = Frame(("error", describe_error(exc)), describe_error(exc))
         else:
-            frame = Frame(frame_key(data), render(data))
+            frame = Frame(key(data), render(data))
         if last is None or frame.key != last.key:
             write(frame.text)
             drawn += 1

@@ -2,7 +2,8 @@
 
 A silo is a member only as long as the table says so, and the others may declare it Dead at
 any moment. The lease bounds how long it can go on serving after that without knowing: it
-is *confirmed* by every table call that shows this silo's own row Active, and it runs out
+is *confirmed* by every table call that shows this silo's own row Active (or ShuttingDown: a
+draining silo's keys stay held until it writes itself Dead), and it runs out
 ``lease_timeout`` seconds (on this silo's monotonic clock) after the **start** of the last such
 call. A confirmation is anchored at the call's start, not its end, because the call may have
 been linearized anywhere in between: anchored at the start, the anchor precedes a moment at
@@ -51,7 +52,17 @@ from dataclasses import dataclass
 
 from membership_tables import SiloAddress, SiloStatus
 
-__all__ = ["MembershipConfirmation", "MembershipLease", "PeerVerdict", "judge_confirmations", "takeover_wait"]
+__all__ = [
+    "LEASE_STATUSES",
+    "MembershipConfirmation",
+    "MembershipLease",
+    "PeerVerdict",
+    "judge_confirmations",
+    "takeover_wait",
+]
+
+LEASE_STATUSES = (SiloStatus.ACTIVE, SiloStatus.SHUTTING_DOWN)
+"""The statuses of our own row that confirm the lease: a member, or one draining its calls in flight."""
 
 
 def takeover_wait(lease_timeout: float, max_clock_drift: float) -> float:
@@ -161,7 +172,7 @@ def judge_confirmations(
     """The verdict of ``answers`` (by responder) for a silo whose view is at ``version`` and who has
     heard of ``newest_heard``; ``members``: every other non-Dead silo of that view."""
     reads = [answer for answer in answers.values() if answer.table_read]
-    if any(answer.asker_status is not SiloStatus.ACTIVE for answer in reads):
+    if any(answer.asker_status not in LEASE_STATUSES for answer in reads):
         return PeerVerdict.NOT_ACTIVE
     if any(answer.version <= version for answer in reads):
         return PeerVerdict.CONFIRMED  # read Active, and our view is at least as new as that read

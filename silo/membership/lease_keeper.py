@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from membership_tables import MembershipTableData, SiloAddress, SiloStatus, TableUnavailableError
 from silo.membership.background import retrieve_failure
 from silo.membership.clock import Periodic, with_timeout
-from silo.membership.lease import MembershipConfirmation, PeerVerdict, judge_confirmations
+from silo.membership.lease import LEASE_STATUSES, MembershipConfirmation, PeerVerdict, judge_confirmations
 from silo.membership.table_view import TableView
 
 logger = logging.getLogger(__name__)
@@ -53,10 +53,10 @@ class LeaseKeeper:
         just leaves the lease to run out: the runtime fences on its own."""
         view = self._view
         interval = view.options.lease_renew_interval
-        if view.lease.age() < interval or view.terminated.is_set() or view.leaving:
+        if view.lease.age() < interval or view.terminated.is_set():
             return
-        if view.snapshot.status_of(view.address) is not SiloStatus.ACTIVE:
-            return  # not a member yet (joining) or not any more (leaving)
+        if view.snapshot.status_of(view.address) not in LEASE_STATUSES:
+            return  # not a member yet (joining) or not any more (Dead)
         pending = self._pending_reads.get(view.address)
         if pending is not None and not pending[1].done():
             # our last read still hangs (a store whose packets are dropped): go to the peers at

@@ -30,7 +30,7 @@ from membership_tables import (
     TableUnavailableError,
 )
 from silo.membership.clock import Clock, with_timeout
-from silo.membership.lease import MembershipLease
+from silo.membership.lease import LEASE_STATUSES, MembershipLease
 from silo.membership.liveness import LivenessTracker
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
@@ -142,9 +142,10 @@ class TableView:
         keys the newcomer took before the newcomer starts (``silo.runtime.ownership``).
 
         Only our own row matters: a read of other rows (a vote's read of its target) says
-        nothing of ours, however new its version."""
+        nothing of ours, however new its version. A draining silo (ShuttingDown) keeps its lease:
+        the others hold its keys for it until it writes itself Dead (``silo.runtime.ownership``)."""
         found = data.get(self.address)
-        if found is not None and found[0].status is SiloStatus.ACTIVE and self.snapshot.version >= data.version.version:
+        if found is not None and found[0].status in LEASE_STATUSES and self.snapshot.version >= data.version.version:
             self.lease.confirm(started)
 
     async def accept(self, data: MembershipTableData) -> MembershipSnapshot:

@@ -9,8 +9,11 @@ certainly stopped serving (docs/protocol.md, "Takeover after fencing"):
   a ghost on our ring, for ``takeover_wait`` from when we learned of the death, unless it
   provably cannot serve: its endpoint refuses connections (nothing listens) or another
   incarnation answers there. Then they are released at once.
-* **A silo that left** (Dead without votes, or ShuttingDown) stopped serving before it wrote
-  that: no wait.
+* **A silo that drains** (ShuttingDown or Stopping after it was Active) refuses new work but
+  finishes the calls in flight: its keys stay held by it until it writes itself Dead (it left:
+  no wait then), unless its endpoint refuses connections (it exited without that write). Routers
+  move its keys at once and the new owners refuse them until then ("draining"), so no key has two
+  owners during a drain either.
 * **Our own join** takes keys from live owners that learn of it by gossip or, at the latest, at
   their next lease renewal (the lease needs a current view): we serve nothing for
   ``takeover_wait`` after we turned Active, unless we were alone.
@@ -35,6 +38,8 @@ from silo.work.ownership import OwnershipCheck
 __all__ = ["OwnershipGuard"]
 
 logger = logging.getLogger(__name__)
+
+_DRAINING = (SiloStatus.SHUTTING_DOWN, SiloStatus.STOPPING)
 
 ProvablyGone = Callable[[SiloAddress], Awaitable[bool]]
 """Whether a silo provably cannot serve (connection refused, another incarnation answers)."""
@@ -61,6 +66,8 @@ class OwnershipGuard:
         self._active: frozenset[SiloAddress] = frozenset()
         self._ghosts: dict[SiloAddress, float] = {}
         """Silos declared Dead whose keys we may not serve yet, with the time they are released."""
+        self._leavers: set[SiloAddress] = set()
+        """Silos that were Active and are draining (ShuttingDown, Stopping): they hold their keys until Dead."""
         self._own_hold_until: float | None = None
         self._ring = HashRing((), virtual_nodes)
         self._ring_silos: frozenset[SiloAddress] = frozenset()
@@ -82,12 +89,17 @@ class OwnershipGuard:
             return
         now = self._monotonic()
         active = frozenset(snapshot.active_silos)
-        for silo in self._active - active:
+        leavers = set()
+        for silo in (self._active | self._leavers) - active:
             entry = snapshot.entry(silo)
-            if entry is not None and entry.status is SiloStatus.DEAD and entry.suspect_times:
+            if entry is not None and entry.status in _DRAINING:
+                leavers.add(silo)
+                if silo not in self._leavers:
+                    self._spawn_release_if_gone(silo)
+            elif entry is not None and entry.status is SiloStatus.DEAD and entry.suspect_times:
                 self._ghosts.setdefault(silo, now + self._wait)
-                if self._provably_gone is not None:
-                    self._probes.spawn(self._release_if_gone(silo))
+                self._spawn_release_if_gone(silo)
+        self._leavers = leavers
         for silo in active & set(self._ghosts):
             del self._ghosts[silo]  # cannot happen (Dead is terminal); a bogus view must not wedge keys
         joined = self._address in active and self._address not in self._active and self._own_hold_until is None
@@ -97,6 +109,10 @@ class OwnershipGuard:
         if not self._rebuild() and joined and self.on_change is not None:
             self.on_change()
 
+    def _spawn_release_if_gone(self, silo: SiloAddress) -> None:
+        if self._provably_gone is not None and silo != self._address:
+            self._probes.spawn(self._release_if_gone(silo))
+
     async def _release_if_gone(self, silo: SiloAddress) -> None:
         assert self._provably_gone is not None
         try:
@@ -104,7 +120,11 @@ class OwnershipGuard:
         except Exception as exc:
             logger.debug("could not tell whether %s is gone: %r", silo, exc)
             return
-        if gone and self._ghosts.pop(silo, None) is not None:
+        if not gone:
+            return
+        held = self._ghosts.pop(silo, None) is not None or silo in self._leavers
+        self._leavers.discard(silo)
+        if held:
             logger.info("silo %s: %s refuses connections; its keys are taken over now", self._address, silo)
             self._rebuild()
 
@@ -118,7 +138,7 @@ class OwnershipGuard:
 
     def _rebuild(self) -> bool:
         """Rebuild the ring if its silos changed; True if they did."""
-        silos = self._active | set(self._ghosts)
+        silos = self._active | set(self._ghosts) | self._leavers
         if silos == self._ring_silos:
             return False
         self._ring = HashRing(silos, self._virtual_nodes)
@@ -139,7 +159,9 @@ class OwnershipGuard:
         now = self._monotonic()
         hold = max(0.0, self._own_hold_until - now) if self._own_hold_until is not None else 0.0
         held = {silo: until - now for silo, until in self._ghosts.items()}
-        return OwnershipCheck(self._address, self._ring, self._index, self._version, self.token, hold, held)
+        return OwnershipCheck(
+            self._address, self._ring, self._index, self._version, self.token, hold, held, frozenset(self._leavers)
+        )
 
     async def close(self) -> None:
         await self._probes.cancel_all()

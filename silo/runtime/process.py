@@ -67,8 +67,17 @@ _T = TypeVar("_T")
 class SiloProcessConfig:
     cluster_id: str
     host: str = "127.0.0.1"
+    """The address the gRPC server binds (``--host``); also the one advertised unless ``advertise_host``."""
     port: int = 0
-    gateway_port: int = 0
+    """The port bound (``--port``; 0 = a free one)."""
+    gateway_port: int | None = None
+    """An extra client gateway port (``--gateway-port``; 0 = a free one); ``None`` = no gateway."""
+    advertise_host: str | None = None
+    """The host in the silo's identity and row, that peers and clients reach it at (``--advertise-host``),
+    when it differs from the bound ``host`` (NAT, containers, a wildcard bind); ``None`` = ``host``."""
+    advertise_port: int | None = None
+    """The port advertised (``--advertise-port``), when something forwards it to the bound one; ``None`` =
+    the bound port."""
     name: str | None = None
     """Silo name; ``None`` = ``silo-PORT``."""
     options: SiloOptions = field(default_factory=SiloOptions.production)
@@ -221,14 +230,15 @@ def assemble(
         server = MembershipServer(
             config.host, config.port, handlers=config.handlers, tls=config.tls, reflection=config.reflection
         )
-        gateway_port = server.add_port(config.gateway_port) if config.gateway_port else 0
+        gateway_port = server.add_port(config.gateway_port) if config.gateway_port is not None else 0
     except BaseException:
         if metrics is not None:
             metrics.close()
         raise
     known = read_known_silos(table) if known_silos is None else known_silos
-    generation = next_generation(time.time_ns() // 1_000_000, config.host, server.port, known)
-    address = SiloAddress(config.host, server.port, generation=generation)
+    host, port = config.advertise_host or config.host, config.advertise_port or server.port
+    generation = next_generation(time.time_ns() // 1_000_000, host, port, known)
+    address = SiloAddress(host, port, generation=generation)
     timeout = config.options.probe_timeout
     prober = GrpcProber(config.cluster_id, address, gossip_timeout=timeout, tls=config.tls, connect_timeout=timeout)
     joined_table = table
@@ -295,7 +305,7 @@ async def _serve(table: MembershipTable, config: SiloProcessConfig) -> ExitCode:
         health.readiness = silo.readiness
         log.info("silo %s serves /livez and /readyz at %s", silo.silo_address, health.url)
     await server.start(silo)
-    log.info("silo %s listening (%s)", silo.silo_address, transport_of(stack.tls))
+    log.info("silo %s listening on %s:%d (%s)", silo.silo_address, config.host, server.port, transport_of(stack.tls))
     try:
         try:
             admitted = await _unless_signalled(_admit(stack), stop_requested)

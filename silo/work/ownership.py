@@ -36,6 +36,8 @@ class OwnershipCheck:
     """Seconds until our own join's takeover wait ends (0: over)."""
     held: Mapping[SiloAddress, float]
     """Ghosts: Dead silos still holding their keys, with the seconds left."""
+    draining: frozenset[SiloAddress] = frozenset()
+    """Silos finishing their calls in flight before they write themselves Dead: they hold their keys until then."""
 
     def refusal(self, keys: Sequence[str] | Sequence[bytes]) -> str | None:
         """Why we must not serve some of ``keys`` (None: we own them all)."""
@@ -59,6 +61,13 @@ class OwnershipCheck:
             return (
                 f"{count} of {len(keys)} keys belong to silos declared Dead that may still be serving until their "
                 f"membership lease runs out ({waits}); silo {self.address} takes them over then; retry"
+            )
+        draining = {self.ring.addresses[int(index)] for index in np.unique(owners[foreign])} & self.draining
+        if draining:
+            return (
+                f"{count} of {len(keys)} keys belong to draining silos finishing their calls in flight "
+                f"({', '.join(map(str, sorted(draining)))}); silo {self.address} takes them over once they are "
+                "Dead; retry"
             )
         return (
             f"{count} of {len(keys)} keys are not owned by silo {self.address} at view version {self.version}; "

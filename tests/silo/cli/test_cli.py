@@ -40,7 +40,7 @@ def test_status_prints_the_table(memory_uri: str, capsys: pytest.CaptureFixture[
     assert main(["status", "--table", memory_uri, "--cluster", CLUSTER]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"cluster {CLUSTER}  version 1  (1 active)"
-    assert lines[1].split() == ["ADDRESS", "NAME", "STATUS", "LAST", "I-AM-ALIVE", "SUSPICIONS"]
+    assert lines[1].split() == ["ADDRESS", "NAME", "STATUS", "LAST", "I-AM-ALIVE", "PROPERTIES", "SUSPICIONS"]
     assert lines[2].split()[:3] == ["127.0.0.1:40123@1767225600123", "alpha", "ACTIVE"]
 
 
@@ -59,6 +59,7 @@ def test_status_json_is_the_documented_document(memory_uri: str, capsys: pytest.
         "start_time",
         "i_am_alive_time",
         "suspicions",
+        "properties",
     }
 
 
@@ -76,14 +77,12 @@ def test_status_of_an_unreachable_table_fails_clearly_without_leaking_the_passwo
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["run", "--cluster", "c"], "the following arguments are required: --table"),
         (["run", "--table", "memory://x", "--cluster", "c", "--port", "70000"], "port must be in 0..65535"),
         (["run", "--table", "memory://x", "--cluster", "c", "--port", "abc"], "expected a port number"),
         (["run", "--table", "memory://x", "--cluster", "c", "--preset", "fast"], "invalid choice: 'fast'"),
         (["run", "--table", "memory://x", "--cluster", "c", "--set", "probe_timeout"], "expected OPTION=VALUE"),
         (["run", "--table", "memory://x", "--cluster", "c", "--property", "zone"], "expected KEY=VALUE"),
         (["run", "--table", "memory://x", "--cluster", "c", "--handler", "wc=mod"], "expected NAME=module:function"),
-        (["status", "--table", "memory://x"], "the following arguments are required: --cluster"),
         (["launch"], "invalid choice: 'launch'"),
     ],
 )
@@ -111,6 +110,8 @@ RUN = ["run", "--table", "memory://cli-config", "--cluster", "c"]
         ([*RUN, "--handler", "example.checksum=tests.silo.work_handlers:reverse"], "registered twice"),
         ([*RUN, "--property", "zone=a", "--property", "zone=b"], "--property zone is given twice"),
         (["status", "--table", "sqlite-file.db", "--cluster", "c"], "table URI must be a string like"),
+        (["run", "--cluster", "c"], "silo run needs --table: give it, or set SILO_TABLE, or table in a --config"),
+        (["status", "--table", "memory://x"], "silo status needs --cluster"),
     ],
 )
 def test_bad_configuration_exits_2_with_one_error_line(

@@ -17,7 +17,14 @@ B = SiloAddress("127.0.0.1", 40124, 1767225600456)
 
 
 def snapshot() -> MembershipTableData:
-    active = entry(A, SiloStatus.ACTIVE, silo_name="alpha", proxy_port=30000, i_am_alive_time=T0 + timedelta(seconds=9))
+    active = entry(
+        A,
+        SiloStatus.ACTIVE,
+        silo_name="alpha",
+        proxy_port=30000,
+        i_am_alive_time=T0 + timedelta(seconds=9),
+        properties={"zone": "eu-1", "rack": "r7"},
+    )
     dead = entry(
         B,
         SiloStatus.DEAD,
@@ -41,6 +48,7 @@ def test_json_has_exactly_the_documented_shape() -> None:
                 "start_time": "2026-01-01T00:00:00.000000+00:00",
                 "i_am_alive_time": "2026-01-01T00:00:09.000000+00:00",
                 "suspicions": [],
+                "properties": {"zone": "eu-1", "rack": "r7"},
             },
             {
                 "address": "127.0.0.1:40124@1767225600456",
@@ -50,6 +58,7 @@ def test_json_has_exactly_the_documented_shape() -> None:
                 "start_time": "2026-01-01T00:00:00.000000+00:00",
                 "i_am_alive_time": "2026-01-01T00:00:00.000000+00:00",
                 "suspicions": [{"by": "127.0.0.1:40123@1767225600123", "at": "2026-01-01T00:00:08.250000+00:00"}],
+                "properties": {},
             },
         ],
     }
@@ -59,9 +68,9 @@ def test_text_is_aligned_columns_with_ages_and_who_suspected_whom() -> None:
     text = render_text("prod", snapshot(), now=T0 + timedelta(seconds=10))
     assert text.splitlines() == [
         "cluster prod  version 7  (1 active, 1 dead)",
-        "ADDRESS                        NAME   STATUS  LAST I-AM-ALIVE            SUSPICIONS",
-        "127.0.0.1:40123@1767225600123  alpha  ACTIVE  00:00:09.000Z (1.0s ago)   -",
-        "127.0.0.1:40124@1767225600456  beta   DEAD    00:00:00.000Z (10.0s ago)  "
+        "ADDRESS                        NAME   STATUS  LAST I-AM-ALIVE            PROPERTIES         SUSPICIONS",
+        "127.0.0.1:40123@1767225600123  alpha  ACTIVE  00:00:09.000Z (1.0s ago)   rack=r7,zone=eu-1  -",
+        "127.0.0.1:40124@1767225600456  beta   DEAD    00:00:00.000Z (10.0s ago)  -                  "
         "127.0.0.1:40123@1767225600123 at 00:00:08.250Z (1.8s ago)",
     ]
 

@@ -8,9 +8,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from membership_tables import (
     TableVersion,
     open_table,
 )
-from silo.cli.status_watch import watch
+from silo.cli.status_watch import membership_key, watch
 from testbed.cluster_harness import ROOT
 from testbed.services.process import wait_until
 from tests.silo.rpc_fakes import T0, entry
@@ -80,6 +81,25 @@ def test_a_malformed_row_appearing_or_going_is_a_change() -> None:
     assert frames == ["0", "1", "0"]
 
 
+def test_with_the_membership_key_a_heartbeat_alone_draws_nothing() -> None:
+    """``--watch --json`` without ``--heartbeats``: one line per membership change."""
+    suspected = data(3, 9, B)
+    voted = MembershipTableData(
+        ((suspected.rows[0][0].replace(suspect_times=((B, T0),)), "e3"), suspected.rows[1]), TableVersion(4, "v")
+    )
+    reads = [data(1), data(1, 5), data(1, 9), data(2, 9, B), data(2, 12, B), voted]
+    script = iter(reads)
+    frames: list[str] = []
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> bool:
+        waits.append(seconds)
+        return len(waits) == len(reads)
+
+    watch(lambda: next(script), lambda s: f"v{s.version.version}", frames.append, sleep, 0.1, key=membership_key)
+    assert frames == ["v1", "v2", "v4"]
+
+
 @pytest.fixture
 def table(tmp_path: Path) -> Iterator[tuple[str, MembershipTable]]:
     uri = f"sqlite:///{tmp_path / 'm.db'}"
@@ -101,18 +121,19 @@ def test_the_command_redraws_on_each_change_and_stops_on_sigint(
         process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env)
     try:
 
-        def frames() -> list[dict[str, object]]:
+        def frames() -> list[dict[str, Any]]:
             return [json.loads(line) for line in output.read_text().splitlines() if line.strip()]
+
+        def shows(version: int) -> Callable[[], bool]:
+            return lambda: bool(frames()[-1]["version"] == version)
 
         wait_until(lambda: len(frames()) == 1, 30, "the first frame")
         for version, silo in enumerate((A, B), start=1):
             assert store.insert_row(entry(silo, SiloStatus.JOINING), store.read_all().version.next())
-            wait_until(
-                lambda version=version: frames()[-1]["version"] == version, 30, f"the frame of version {version}"
-            )
+            wait_until(shows(version), 30, f"the frame of version {version}")
         time.sleep(1.0)  # 20 more reads of an unchanged table
         assert [frame["version"] for frame in frames()] == [0, 1, 2]
-        assert [silo["address"] for silo in frames()[-1]["silos"]] == [str(A), str(B)]  # type: ignore[union-attr]
+        assert [silo["address"] for silo in frames()[-1]["silos"]] == [str(A), str(B)]
         process.send_signal(signal.SIGINT)
         assert process.wait(10) == 0
     finally:

@@ -89,6 +89,53 @@ def test_a_silo_that_left_by_itself_hands_its_keys_over_at_once() -> None:
     assert guard.check().refusal(keys_of(A, A, B)) is None
 
 
+def test_a_draining_silo_keeps_its_keys_until_it_writes_itself_dead() -> None:
+    """ShuttingDown: routers move the keys at once, but the new owner refuses them while the
+    calls in flight finish; the Dead write (no votes: it left) hands them over."""
+    clock = Clock()
+    guard = guard_of(B, clock)
+    started(guard, clock, A, B)
+    guard.observe(view(row(A, SiloStatus.SHUTTING_DOWN), row(B), version=2))
+    refusal = guard.check().refusal(keys_of(A, A, B))
+    assert refusal is not None
+    assert "draining" in refusal
+    clock.now += 10 * WAIT  # however long the drain takes
+    assert guard.check().refusal(keys_of(A, A, B)) is not None
+    guard.observe(view(dead(A, voted=False), row(B), version=3))
+    assert guard.check().refusal(keys_of(A, A, B)) is None
+
+
+def test_a_draining_silo_declared_dead_by_votes_is_a_ghost_for_the_takeover_wait() -> None:
+    clock = Clock()
+    guard = guard_of(B, clock)
+    started(guard, clock, A, B, C)
+    guard.observe(view(row(A, SiloStatus.SHUTTING_DOWN), row(B), row(C), version=2))
+    guard.observe(view(dead(A), row(B), row(C), version=3))
+    assert guard.pending_ghosts() == {A}
+    clock.now += WAIT + 0.01
+    assert guard.check().refusal(keys_of(B, B, C)) is None
+
+
+def test_a_draining_silo_keeps_serving_the_keys_it_owned() -> None:
+    clock = Clock()
+    guard = guard_of(A, clock)
+    started(guard, clock, A, B)
+    guard.observe(view(row(A, SiloStatus.SHUTTING_DOWN), row(B), version=2))
+    assert guard.check().refusal(keys_of(A, A, B)) is None
+
+
+@async_test
+async def test_a_draining_silo_that_exited_without_its_dead_write_is_taken_over_at_once() -> None:
+    clock = Clock()
+    guard = guard_of(B, clock, gone={A: True})
+    started(guard, clock, A, B)
+    guard.observe(view(row(A, SiloStatus.SHUTTING_DOWN), row(B), version=2))
+    await asyncio.sleep(0)  # the probe of A's endpoint
+    await asyncio.sleep(0)
+    assert guard.check().refusal(keys_of(A, A, B)) is None
+    await guard.close()
+
+
 @async_test
 async def test_a_dead_silo_whose_endpoint_refuses_connections_is_taken_over_at_once() -> None:
     clock = Clock()

@@ -253,3 +253,22 @@ async def test_a_host_of_many_silos_reads_the_table_once_for_their_generations()
         assert table.calls == ["read_all"]
     finally:
         await stack.close()
+
+
+@async_test
+async def test_the_row_carries_the_advertised_address_and_the_server_binds_the_given_one() -> None:
+    port = free_port()
+    config = SiloProcessConfig(CLUSTER, port=port, advertise_host="10.9.8.7", advertise_port=4242, gateway_port=0)
+    stack = assemble(memory_table(), config)
+    try:
+        assert (stack.silo.silo_address.host, stack.silo.silo_address.port) == ("10.9.8.7", 4242)
+        assert stack.server.port == port
+        assert stack.gateway_port not in (0, port)  # gateway port 0: a free port, not "no gateway"
+    finally:
+        await stack.close()
+    stack = assemble(memory_table(), SiloProcessConfig(CLUSTER))
+    try:
+        assert stack.gateway_port == 0  # no gateway_port: no gateway
+        assert stack.silo.silo_address.endpoint == f"127.0.0.1:{stack.server.port}"
+    finally:
+        await stack.close()
