@@ -10,7 +10,6 @@ Never ``silo.membership``, ``silo.runtime`` or ``silo.cli``. PySpark itself load
 from silo.spark.jobs import (
     DEFAULT_TIMEOUT,
     OUTPUT_COLUMNS,
-    SIDECAR_ENV,
     RoutingJob,
     ViewSource,
     local_session,
@@ -18,6 +17,7 @@ from silo.spark.jobs import (
     route_to_silos,
     stats_accumulator,
 )
+from silo.spark.sidecar import SIDECAR_ENV
 from silo.spark.streaming import route_stream
 from silo.spark.summary import RoutingSummary, routing_summary
 from silo.work.columnar_routing import RoutingStats

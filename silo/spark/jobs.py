@@ -18,9 +18,11 @@ from the table (a newer version only) and moves that silo's keys to their next o
 idempotent. The output is lazy like any DataFrame: every action on it routes the records
 again, so ``persist()`` it or write it out once.
 
-**Sidecars.** An executor whose environment has ``SILO_SIDECAR_ADDRESS=host:port`` (the
-advertised address of a silo on the same host, e.g. from a Kubernetes pod template or the
-Spark worker's environment) recognises that silo in the view; records it owns go to it
+**Sidecars.** An executor recognises the silo on its own host in the view: the one named by
+``SILO_SIDECAR_ADDRESS=host:port`` in its environment (the silo's advertised address, e.g. from
+a Kubernetes pod template or the Spark worker's environment), else the one that advertises its
+host (``silo.spark.sidecar``: the ``spark.host`` property or the advertised address, so YARN,
+standalone and DaemonSet executors need no per-host setting). Records that silo owns go to it
 without leaving the host, and their rows say ``via_sidecar``.
 """
 
@@ -38,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from membership_tables import open_table
 from silo.client.topology import ClusterView
+from silo.spark.sidecar import executor_sidecar
 from silo.wire.tls import TlsSettings, checked_tls
 from silo.work.client import SyncWorkClient
 from silo.work.columnar_routing import (
@@ -50,6 +53,7 @@ from silo.work.columnar_routing import (
 from silo.work.columns import routing_keys
 from silo.work.hashring import DEFAULT_VIRTUAL_NODES
 from silo.work.routing import DEFAULT_MAX_ATTEMPTS, NoLiveSiloError, Router, check_positive_int
+from silo.work.sidecar import SidecarLocator
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -57,9 +61,6 @@ if TYPE_CHECKING:
     from pyspark.broadcast import Broadcast
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
-
-SIDECAR_ENV = "SILO_SIDECAR_ADDRESS"
-"""Executor environment variable: the local sidecar silo's advertised ``host:port``."""
 
 OUTPUT_COLUMNS = ("silo", "rerouted", "via_sidecar")
 """Columns ``route_to_silos`` adds after the key and result columns."""
@@ -127,9 +128,14 @@ class RoutingJob:
         return ColumnarShard(wire, batch.select([0]))
 
     def route_batches(
-        self, batches: Iterable[pa.RecordBatch], sidecar: str | None, stats: RoutingStats | None = None
+        self,
+        batches: Iterable[pa.RecordBatch],
+        sidecar: str | SidecarLocator | None,
+        stats: RoutingStats | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """One task: route the rows of ``batches``; yield output batches (key, result, silo, rerouted, via_sidecar)."""
+        """One task: route the rows of ``batches``; yield output batches (key, result, silo, rerouted, via_sidecar).
+
+        ``sidecar``: the local silo's endpoint or a ``SidecarLocator`` (``silo.spark.sidecar``)."""
         import pyarrow as pa
 
         with SyncWorkClient(self.view.cluster_id, tls=self.source.tls) as client:
@@ -241,7 +247,7 @@ def _route_partition(
     routing: RoutingJob = job.value
     figures = RoutingStats()
     try:
-        yield from routing.route_batches(batches, os.environ.get(SIDECAR_ENV) or None, figures)
+        yield from routing.route_batches(batches, executor_sidecar(), figures)
     finally:
         if stats is not None:
             stats.add(figures)

@@ -47,6 +47,7 @@ from silo.client.topology import ClusterView, ViewTracker
 from silo.errors import SiloError
 from silo.work.client import WorkError, WorkNotOwnedError, WorkUnavailableError
 from silo.work.hashring import DEFAULT_VIRTUAL_NODES, HashRing
+from silo.work.sidecar import SidecarLocator
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -263,8 +264,9 @@ class Router(Generic[K]):
     """Routes records of one task to their owners' silos; see the module docstring.
 
     ``sidecar`` is the local silo's advertised ``host:port`` (or ``host:port@generation``),
-    typically from ``SILO_SIDECAR_ADDRESS``: the Active silo of the view at that endpoint is
-    the local sidecar, and records it owns are reported ``via_sidecar``. ``sleep`` and
+    typically from ``SILO_SIDECAR_ADDRESS``, or a ``SidecarLocator`` that finds it by host
+    (``silo.work.sidecar``): the Active silo of the view it names is the local sidecar, and
+    records it owns are reported ``via_sidecar``. ``sleep`` and
     ``backoff`` are injectable so tests never wait.
 
     ``route`` sends ``Record`` items through ``send``, one call at a time; ``dispatch`` is the
@@ -278,7 +280,7 @@ class Router(Generic[K]):
         send: Send | None,
         refresh: Callable[[], ClusterView],
         *,
-        sidecar: str | None = None,
+        sidecar: str | SidecarLocator | None = None,
         virtual_nodes: int = DEFAULT_VIRTUAL_NODES,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         backoff: Callable[[int], float] = exponential_backoff,
@@ -297,7 +299,9 @@ class Router(Generic[K]):
         self._handler = handler
         self._send = send
         self._refresh = refresh
-        self._sidecar_name = sidecar
+        if isinstance(sidecar, str):
+            sidecar = SidecarLocator.at(sidecar) if sidecar.strip() else None
+        self._sidecar_locator = sidecar
         self._virtual_nodes = virtual_nodes
         self._max_attempts = max_attempts
         self._backoff = backoff
@@ -527,11 +531,7 @@ class Router(Generic[K]):
         self._ring = self._first_ring if ring == self._first_ring else ring
 
     def _find_sidecar(self) -> SiloAddress | None:
-        name = self._sidecar_name
-        if not name:
-            return None
-        matches = [address for address in self._view.addresses if name in (str(address), address.endpoint)]
-        return max(matches, key=lambda address: address.generation, default=None)
+        return None if self._sidecar_locator is None else self._sidecar_locator.find(self._view)
 
 
 def _chunks(records: Iterable[Record[K]], size: int) -> Iterator[tuple[Record[K], ...]]:
