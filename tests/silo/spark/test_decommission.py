@@ -16,7 +16,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,8 @@ CLUSTER = "decommission"
 RECORDS = 6000
 PARTITIONS = 12
 BATCH = 20
+PACE = 0.004
+"""Seconds each task waits per record it feeds: the job runs about 12 s, in a steady stream of batches."""
 CALLS_BEFORE = 10
 """Calls worker 0's silo has run when the test decommissions the worker: the job is under way."""
 SCRIPT = Path(__file__).resolve().parents[3] / "deploy" / "spark" / "decommission-worker.sh"
@@ -110,20 +114,32 @@ def test_a_decommissioned_worker_drains_its_sidecar_first_and_the_job_loses_noth
                 )
 
             trigger = threading.Thread(target=decommission_mid_job, daemon=True)
-            conf = {"spark.decommission.enabled": "true"}
+            # Arrow batches of 100 rows reach the router while the task still feeds the rest.
+            conf = {"spark.decommission.enabled": "true", "spark.sql.execution.arrow.maxRecordsPerBatch": "100"}
+            pace = PACE
+
+            def paced(numbers: Iterable[int]) -> Iterator[tuple[str, int]]:
+                for number in numbers:
+                    time.sleep(pace)
+                    yield f"k{number}", number
+
             with spark_session(spark_cluster, "decommission-test", conf) as spark:
-                frame = spark.range(RECORDS, numPartitions=PARTITIONS).selectExpr("concat('k', id) AS key", "id AS n")
+                rows = spark.sparkContext.parallelize(range(RECORDS), PARTITIONS).mapPartitions(paced)
+                frame = spark.createDataFrame(rows, "key string, n long")
                 trigger.start()
                 out = route_to_silos(
                     frame, "key", "rec", table=silos.table_uri, cluster=CLUSTER, batch_size=BATCH, tls=job_tls
                 ).collect()
                 trigger.join(120)
-            states = [entry["state"] for entry in spark_cluster.state()["workers"]]
+
+            def states() -> list[str]:
+                return sorted(entry["state"] for entry in spark_cluster.state()["workers"])
+
+            wait_until(lambda: states() == ["ALIVE", "DECOMMISSIONED"], 60, f"worker 0 to decommission: {states()}")
         script = outcome["script"]
         assert script.returncode == 0, f"{script.stdout}\n{script.stderr}"
         assert "has exited" in script.stdout
         assert script.stdout.index("has exited") < script.stdout.index("decommission-worker: kill")
-        assert sorted(states) == ["ALIVE", "DECOMMISSIONED"], states
         assert silos.statuses([victim]) == [SiloStatus.DEAD]
     finally:
         silos.close()
@@ -141,6 +157,6 @@ def test_a_decommissioned_worker_drains_its_sidecar_first_and_the_job_loses_noth
 
 
 def _calls_by(calls: Path, pid: int) -> int:
-    if not calls.exists():
-        return 0
-    return sum(1 for line in calls.read_text().splitlines() if line.strip() and json.loads(line)["pid"] == pid)
+    """Calls ``pid`` has recorded (complete lines only: the silos append while the test reads)."""
+    text = calls.read_text() if calls.exists() else ""
+    return sum(1 for line in text[: text.rfind("\n") + 1].splitlines() if json.loads(line)["pid"] == pid)
