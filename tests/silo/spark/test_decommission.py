@@ -154,6 +154,9 @@ def test_a_decommissioned_worker_drains_its_sidecar_first_and_the_job_loses_noth
     late = [line for line in lines if line["pid"] == victim.pid and line["at"] > shutting_down]
     assert len(late) <= EXECUTORS * DEFAULT_IN_FLIGHT, late  # admitted before the drain began, at most
     assert 0 < sum(row["silo"].startswith(f"{victim_endpoint}@") for row in out) < RECORDS
+    moved = sum(row["rerouted"] for row in out)  # the drained silo's keys, sent on to their next owners
+    assert moved > 0, "the drain came after the job had sent every key it owned: it did not land mid-job"
+    print(f"{moved} of {RECORDS} records rerouted; {len(late)} calls began on the silo after its ShuttingDown row")
 
 
 def _calls_by(calls: Path, pid: int) -> int:
