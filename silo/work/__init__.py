@@ -6,7 +6,7 @@ their items), ``execution`` (a handler run on one request, either form), ``servi
 serving half: the ``Work`` gRPC service a silo's server runs through its seam), ``client``
 (``WorkClient``/``SyncWorkClient`` over gRPC, columnar calls in flight), ``hashring`` (the
 consistent-hash ring over live silos), ``routing`` (``Router``: batches, failover to the next
-owner when a silo dies) and ``columnar_routing`` (the router with Arrow batches, pipelined).
+owner when a silo dies; what it moves: ``shards``) and ``columnar_routing`` (the router with Arrow batches, pipelined).
 
 May import: ``membership_tables``, ``silo.client`` (views), ``silo.wire``, ``silo.errors``;
 numpy, and pyarrow only lazily (the ``spark`` extra), so a silo without it serves item batches.
