@@ -3,7 +3,8 @@
 One subpackage per part; an arrow is "may import" (``tests/test_layout.py`` keeps the rule)::
 
     cli ──> runtime ──> membership ──> membership_tables (contract only, never a backend)
-     │         └──────> wire ───────> membership (the seams it implements)
+     │         ├──────> wire ───────> membership (the seams it implements)
+     │         └──────> work (its Work service plugs into the wire's server)
      └──> spark ──> work ──> client ──> wire
                       └─────────────> wire
 

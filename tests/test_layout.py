@@ -1,9 +1,11 @@
 """The dependency rule of the layout, checked from the source (``silo/__init__.py`` draws it).
 
-Every ``import`` statement of ``silo`` and ``membership_tables`` is parsed (function-level
-imports included, ``TYPE_CHECKING`` blocks excluded: they never run), and the rules below
-are checked on the resulting module graph. A rule that fails names the importing module,
-the imported one and, for transitive rules, the chain that leads there.
+Every ``import`` statement of ``silo``, ``membership_tables``, ``testbed`` and ``benchmarks`` is
+parsed (function-level imports and ``TYPE_CHECKING`` blocks included: a type-only import still
+ties two modules together for a reader), and the rules below are checked on the resulting
+module graph and on the graph of the parts (``silo.wire``, ``silo.work``, ...). A rule that
+fails names the importing module, the imported one and, for transitive rules, the chain that
+leads there.
 """
 
 from __future__ import annotations
@@ -40,13 +42,6 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def imports_of(source: str, module: str, is_package: bool) -> set[str]:
     """Absolute names imported by ``source`` (``from a import b`` yields ``a.b`` when that is a module)."""
     found: set[str] = set()
@@ -54,10 +49,6 @@ def imports_of(source: str, module: str, is_package: bool) -> set[str]:
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
-                for orelse in child.orelse:
-                    visit(orelse)
-                continue
             if isinstance(child, ast.Import):
                 found.update(alias.name for alias in child.names)
             elif isinstance(child, ast.ImportFrom):
@@ -186,7 +177,11 @@ def violations(graph: Graph) -> list[Violation]:
         ("silo.membership",),
         (*BACKEND_MODULES, *DRIVERS, "silo.wire", "silo.client", "silo.work", "silo.spark", "silo.runtime", "silo.cli"),
     )
-    direct("the wire imports no runtime, client or CLI", ("silo.wire",), ("silo.runtime", "silo.client", "silo.cli"))
+    direct(
+        "the wire imports no work, runtime, client or CLI",
+        ("silo.wire",),
+        ("silo.work", "silo.runtime", "silo.client", "silo.cli"),
+    )
     direct(
         "observability imports no wire, runtime, client or CLI",
         ("silo.observability",),
@@ -213,7 +208,24 @@ def violations(graph: Graph) -> list[Violation]:
                 Violation("nothing imports the CLI", (module, i)) for i in imported if within(i, ("silo.cli",))
             )
     found.extend(Violation("import cycle", tuple(cycle)) for cycle in cycles(graph))
+    found.extend(Violation("parts import each other", tuple(cycle)) for cycle in cycles(parts_graph(graph)))
     return found
+
+
+def part_of(module: str) -> str:
+    """The part a module belongs to: ``silo.<part>`` (each top module of ``silo`` is one) or its top package."""
+    names = module.split(".")
+    return ".".join(names[:2]) if names[0] == "silo" else names[0]
+
+
+def parts_graph(graph: Graph) -> dict[str, frozenset[str]]:
+    """The graph of the parts: one part imports another if any of its modules imports one of the other's."""
+    edges: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        edges.setdefault(part_of(module), set()).update(
+            part_of(target) for target in imported if target in graph and part_of(target) != part_of(module)
+        )
+    return {part: frozenset(targets) for part, targets in edges.items()}
 
 
 def test_the_layout_keeps_its_dependency_rule() -> None:
@@ -253,7 +265,20 @@ def test_the_graph_sees_real_imports() -> None:
             "client, work and Spark never load",
         ),
         ({"silo.runtime.silo": frozenset({"silo.cli.status"}), "silo.cli.status": frozenset()}, "nothing imports"),
+        (
+            {"silo.wire.server": frozenset({"silo.work.execution"}), "silo.work.execution": frozenset()},
+            "the wire imports no work",
+        ),
         ({"silo.cli.a": frozenset({"silo.cli.b"}), "silo.cli.b": frozenset({"silo.cli.a"})}, "import cycle"),
+        (
+            {
+                "silo.wire.server": frozenset({"silo.work.execution"}),
+                "silo.work.execution": frozenset(),
+                "silo.work.client": frozenset({"silo.wire.codec"}),
+                "silo.wire.codec": frozenset(),
+            },
+            "parts import each other",
+        ),
         ({"benchmarks.detection": frozenset({"tests"})}, "the test bench and the benchmarks never import the tests"),
         ({"testbed.net_cluster": frozenset({"tests"})}, "the test bench and the benchmarks never import the tests"),
         ({"testbed.net_cluster": frozenset({"benchmarks.common"})}, "the test bench never imports the benchmarks"),

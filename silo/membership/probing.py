@@ -162,3 +162,33 @@ class MembershipRpcHandler(Protocol):
         ``known_version``: the newest table version the asker knows of; one newer than ours is
         taken as heard (as from gossip), so we vouch for no silo with an older view."""
         ...
+
+
+async def probe_for_peer(
+    prober: Prober,
+    clock: Clock,
+    probe_timeout: float,
+    snapshot: MembershipTableData,
+    target: SiloAddress,
+    timeout: float,
+    health_score: int,
+) -> IndirectProbeResult:
+    """Ping ``target`` on a peer's behalf (``ProbeIndirectly``), within ``timeout`` capped by
+    ``bounded_indirect_timeout``; ``health_score`` is ours, reported with the outcome.
+
+    Only silos of the table: a caller must not make us open (and keep) a channel to any endpoint
+    it names, nor use us to scan ports. An honest caller's target is in the table."""
+    if snapshot.get(target) is None:
+        failure = f"{target} is not in this silo's membership table (version {snapshot.version.version}); not probed"
+        return IndirectProbeResult(False, health_score, 0.0, failure)
+    timeout = bounded_indirect_timeout(timeout, probe_timeout)
+    started = clock.monotonic()
+    failure = ""
+    try:
+        outcome = await with_timeout(clock, prober.ping(target, timeout), timeout)
+        answered = outcome is ProbeOutcome.ANSWERED
+    except Exception as exc:
+        answered, failure = False, f"{type(exc).__name__}: {exc}"
+    if not answered and not failure:
+        failure = f"{target} did not answer"
+    return IndirectProbeResult(answered, health_score, clock.monotonic() - started, failure)

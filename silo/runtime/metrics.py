@@ -1,6 +1,6 @@
 """Opt-in Prometheus metrics for a silo process: the runtime side of ``silo.observability``.
 
-Only built when ``SiloProcessConfig.metrics_port`` is set, and only then is
+Only built when ``silo run --metrics-port`` is given, and only then is
 ``prometheus_client`` imported: a silo without metrics measures nothing.
 """
 
@@ -18,7 +18,6 @@ from silo.membership.probing import GossipSender
 
 if TYPE_CHECKING:
     from silo.observability.prometheus import MetricsServer, SiloMetrics
-    from silo.runtime.process import SiloProcessConfig
 
 
 _T = TypeVar("_T")
@@ -63,8 +62,9 @@ class MetricsExport:
     server: MetricsServer
 
     @classmethod
-    def open(cls, table: MembershipTable, config: SiloProcessConfig) -> MetricsExport:
-        """Create the metrics and bind the HTTP server on ``config.host:config.metrics_port``."""
+    def open(cls, table: MembershipTable, *, host: str, port: int, table_uri: str | None) -> MetricsExport:
+        """Create the metrics and bind the HTTP server on ``host:port`` (0: a free port);
+        ``table_uri`` names the backend in the metrics' labels."""
         try:
             from silo.observability.prometheus import (
                 InstrumentedTable,
@@ -76,13 +76,12 @@ class MetricsExport:
             raise MetricsUnavailableError(
                 f"metrics need prometheus-client ({exc}); install the extra: pip install 'silo-membership[metrics]'"
             ) from exc
-        metrics = SiloMetrics(backend_label(config.table_uri, table))
-        port = config.metrics_port or 0
+        metrics = SiloMetrics(backend_label(table_uri, table))
         try:
-            server = MetricsServer(metrics, config.host, port)
+            server = MetricsServer(metrics, host, port)
         except OSError as exc:
             raise MetricsUnavailableError(
-                f"cannot serve metrics on {config.host}:{port}: {exc}; pick a free --metrics-port (0 = any)"
+                f"cannot serve metrics on {host}:{port}: {exc}; pick a free --metrics-port (0 = any)"
             ) from exc
         return cls(metrics, InstrumentedTable(table, metrics), server)
 

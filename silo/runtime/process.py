@@ -57,6 +57,7 @@ from silo.wire.prober import GrpcProber
 from silo.wire.server import BindError, MembershipServer
 from silo.wire.tls import TlsSettings
 from silo.work.registry import HandlerRegistry
+from silo.work.service import WorkService
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +169,8 @@ class SiloStack:
 
     silo: Silo
     server: MembershipServer
+    work: WorkService
+    """The Work service the server runs (its calls in flight are what a drain waits for)."""
     prober: GrpcProber
     gateway_port: int
     """The extra gateway port (``0`` = none); the silo port serves the same services."""
@@ -225,11 +228,13 @@ def assemble(
         raise OptionsError(
             f"property {TRANSPORT_PROPERTY!r} is set by the silo itself (transport=tls under TLS); drop that --property"
         )
-    metrics = MetricsExport.open(table, config) if config.metrics_port is not None else None
+    metrics = (
+        MetricsExport.open(table, host=config.host, port=config.metrics_port, table_uri=config.table_uri)
+        if config.metrics_port is not None
+        else None
+    )
     try:
-        server = MembershipServer(
-            config.host, config.port, handlers=config.handlers, tls=config.tls, reflection=config.reflection
-        )
+        server = MembershipServer(config.host, config.port, tls=config.tls, reflection=config.reflection)
         gateway_port = server.add_port(config.gateway_port) if config.gateway_port is not None else 0
     except BaseException:
         if metrics is not None:
@@ -261,12 +266,19 @@ def assemble(
         claims=ClaimsFile(config.claims_file) if config.claims_file else None,
     )
     silo.on_fencing(lambda fenced: server.set_serving(not fenced))  # health NOT_SERVING while fenced
+
+    async def admit_work(cluster_id: str, sender: Callable[[], str], context: Any, method: str) -> Silo:
+        await server.admit_cluster(cluster_id, sender, context, method)  # aborts the call if not admitted
+        return silo  # the silo the server serves
+
+    work = WorkService(admit_work, config.handlers)
+    server.add_service(work)
     if metrics is not None:
         metrics.metrics.watch(
             lambda: silo.snapshot, on_loop(asyncio.get_running_loop(), silo.health_score), lambda: silo.fenced
         )
         log.info("silo %s serves metrics at %s", address, metrics.server.url)
-    return SiloStack(silo, server, prober, gateway_port, metrics, joined_table, config.tls is not None)
+    return SiloStack(silo, server, work, prober, gateway_port, metrics, joined_table, config.tls is not None)
 
 
 def read_known_silos(table: MembershipTable) -> list[SiloAddress]:
@@ -397,10 +409,10 @@ async def drain_and_stop(stack: SiloStack, grace: float, monotonic: Callable[[],
     notify("STOPPING=1")
     await server.set_serving(False)
     await silo.drain(within=grace)
-    if not await server.work_finished(deadline - monotonic()):
+    if not await stack.work.work_finished(deadline - monotonic()):
         log.warning(
             "silo %s: %d Work call(s) still running after the shutdown grace of %ss; they are cancelled",
-            silo.silo_address, server.work_in_flight, grace,
+            silo.silo_address, stack.work.work_in_flight, grace,
         )  # fmt: skip
     stopping = asyncio.ensure_future(silo.stop(within=max(0.0, deadline - monotonic())))
     done, _ = await asyncio.wait({stopping}, timeout=max(0.0, deadline - monotonic()) + STOP_ROLES_SECONDS)

@@ -47,9 +47,8 @@ from silo.membership.probing import (
     GossipMessage,
     GossipSender,
     IndirectProbeResult,
-    ProbeOutcome,
     Prober,
-    bounded_indirect_timeout,
+    probe_for_peer,
 )
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot
@@ -57,8 +56,8 @@ from silo.membership.table_access import BlockingRunner, run_in_thread
 from silo.membership.table_manager import MembershipTableManager
 from silo.membership.votes import VoteOutcome
 from silo.observability.event_log import log_membership_events
-from silo.runtime.claims import ClaimsFile, ServingClaim
-from silo.runtime.ownership import OwnershipGuard
+from silo.runtime.claims import ClaimsFile
+from silo.runtime.serving import ServingGuard
 from silo.work.ownership import OwnershipCheck
 
 logger = logging.getLogger(__name__)
@@ -163,17 +162,18 @@ class Silo:
         self._watcher: asyncio.Task[None] | None = None
         self._event_log: asyncio.Task[None] | None = None
         self._gossip_tasks = BackgroundTasks()
-        self._lease_watch: asyncio.Task[None] | None = None
-        self._ownership = OwnershipGuard(
-            address, takeover_wait=options.takeover_wait, monotonic=self._clock.monotonic, provably_gone=self._gone
+        self._serving = ServingGuard(
+            address=address,
+            options=options,
+            clock=self._clock,
+            lease=self._manager.lease,
+            status=lambda: self._status,
+            draining=lambda: self._draining,
+            snapshot=lambda: self._manager.snapshot,
+            snapshots=self.snapshots,
+            prober=prober,
+            claims=claims,
         )
-        self._ownership_follower: asyncio.Task[None] | None = None
-        self._claims = claims
-        if claims is not None:
-            self._manager.lease.on_confirm = self._record_claim
-            self._ownership.on_change = self._record_claim
-        self._fenced_since: float | None = None
-        self._fencing_listeners: list[Callable[[bool], Awaitable[None]]] = []
 
     # --- MembershipRpcHandler ---------------------------------------------------------
 
@@ -206,24 +206,10 @@ class Silo:
         self._observer.gossip_received(message.version, applied=self._manager.snapshot.version > before)
 
     async def probe_for_peer(self, target: SiloAddress, timeout: float) -> IndirectProbeResult:
-        snapshot = self._manager.snapshot
-        if snapshot.entry(target) is None:
-            # Only silos of the table: a caller must not make us open (and keep) a channel to any
-            # endpoint it names, nor use us to scan ports. An honest caller's target is in the table.
-            failure = f"{target} is not in this silo's membership table (version {snapshot.version}); not probed"
-            return IndirectProbeResult(False, self.health_score(), 0.0, failure)
-        timeout = bounded_indirect_timeout(timeout, self._options.probe_timeout)
-        started = self._clock.monotonic()
-        failure = ""
-        try:
-            outcome = await with_timeout(self._clock, self._prober.ping(target, timeout), timeout)
-            answered = outcome is ProbeOutcome.ANSWERED
-        except Exception as exc:
-            answered, failure = False, f"{type(exc).__name__}: {exc}"
-        if not answered and not failure:
-            failure = f"{target} did not answer"
-        elapsed = self._clock.monotonic() - started
-        return IndirectProbeResult(answered, self.health_score(), elapsed, failure)
+        return await probe_for_peer(
+            self._prober, self._clock, self._options.probe_timeout, self._manager.snapshot.data, target, timeout,
+            self.health_score(),
+        )  # fmt: skip
 
     def membership_snapshot(self) -> MembershipTableData:
         return self._manager.snapshot.data
@@ -258,11 +244,8 @@ class Silo:
 
     @property
     def fenced(self) -> bool:
-        """True while this Active silo's membership lease has run out (``silo.membership.lease``):
-        the table has not confirmed it Active for ``lease_timeout``, so the others may have
-        declared it Dead and moved its keys. Checked live, so a silo resuming from a pause is
-        fenced before it serves anything."""
-        return self._status is SiloStatus.ACTIVE and not self._manager.lease.valid()
+        """True while this Active silo's membership lease has run out (``silo.runtime.serving``)."""
+        return self._serving.fenced
 
     @property
     def draining(self) -> bool:
@@ -270,47 +253,17 @@ class Silo:
         return self._draining
 
     def readiness(self) -> str | None:
-        """Why an orchestrator must not count this silo as ready (``/readyz``); None if it may: Active
-        in its own view, its lease valid (not fenced), the table reachable, and not draining."""
-        refusal = self.work_refusal()
-        if refusal is not None:
-            return refusal
-        if self._manager.snapshot.status_of(self._address) is not SiloStatus.ACTIVE:
-            return f"silo {self._address} is not Active in its own view of the table yet"
-        if self._manager.table_down:
-            return f"silo {self._address} cannot reach the membership table"
-        return None
+        """Why an orchestrator must not count this silo as ready (``/readyz``); None if it may."""
+        return self._serving.readiness(table_down=self._manager.table_down)
 
     def work_refusal(self) -> str | None:
         """Why this silo must not serve work right now (None: it may)."""
-        if self._draining:
-            return f"silo {self._address} is draining (shutting down); send the batch to another silo"
-        if self._status is not SiloStatus.ACTIVE:
-            return f"silo {self._address} is {self._status.name}, not ACTIVE; send the batch to another silo"
-        if self.fenced:
-            return (
-                f"silo {self._address} is fenced: the membership table has not confirmed it Active for "
-                f"{self._manager.lease.age():.1f}s (lease_timeout {self._options.lease_timeout}s); "
-                "send the batch to another silo"
-            )
-        return None
+        return self._serving.work_refusal()
 
     def results_guard(self) -> Callable[[], str | None]:
-        """A check for work that starts now, to run when its handler returns: why its results must
-        be withheld (the lease ran out at some moment in between, so the others may have moved
-        its keys and served them), or None if they may be returned."""
-        lease, started = self._manager.lease, self._clock.monotonic()
-
-        def withheld() -> str | None:
-            if lease.held_since(started):
-                return None
-            return (
-                f"silo {self._address} lost its membership lease while the handler ran "
-                f"({self._clock.monotonic() - started:.1f}s; lease_timeout {self._options.lease_timeout}s): "
-                "another silo may own these keys now, so the results are withheld; send the batch to another silo"
-            )
-
-        return withheld
+        """For work that starts now: why its results must be withheld when its handler returns
+        (the lease ran out in between), or None (``ServingGuard.results_guard``)."""
+        return self._serving.results_guard()
 
     def is_leader(self) -> bool:
         """Whether this silo is the cluster's leader now: the oldest Active silo of its view, not
@@ -318,13 +271,11 @@ class Silo:
         declared Dead may still be leading (its takeover wait runs, as for its keys)."""
         if self.work_refusal() is not None or cleanup_leader(self._manager.snapshot) != self._address:
             return False
-        self._ownership.observe(self._manager.snapshot)
-        return not any(leader_order(ghost) < leader_order(self._address) for ghost in self._ownership.pending_ghosts())
+        return not any(leader_order(ghost) < leader_order(self._address) for ghost in self._serving.pending_ghosts())
 
     def ownership(self) -> OwnershipCheck:
         """The keys this silo may serve now (its serving ring) and the fencing token, frozen for one request."""
-        self._ownership.observe(self._manager.snapshot)
-        return self._ownership.check()
+        return self._serving.ownership()
 
     async def catch_up(self, version: int) -> bool:
         """Bring our view to ``version`` (a caller's view is newer) within a probe timeout; True if it is."""
@@ -332,7 +283,7 @@ class Silo:
 
     def on_fencing(self, listener: Callable[[bool], Awaitable[None]]) -> None:
         """Await ``listener(True)`` when this silo fences itself and ``listener(False)`` when it unfences."""
-        self._fencing_listeners.append(listener)
+        self._serving.on_fencing(listener)
 
     async def start(self) -> None:
         """Join the cluster; returns once Active.
@@ -365,12 +316,11 @@ class Silo:
         if self._stopping or self._finishing is not None:
             return  # stop() or a termination raced with the last step of the join
         self._status = SiloStatus.ACTIVE
-        self._record_claim()
+        self._serving.record_claim()
         self._agent.start_heartbeat()
         self._cleanup.start()
         self._manager.start_lease_renewal()
-        self._lease_watch = asyncio.create_task(self._watch_lease())
-        self._ownership_follower = asyncio.create_task(self._follow_ownership())
+        self._serving.start()
 
     def _on_joining(self) -> None:
         self._status = SiloStatus.JOINING
@@ -410,7 +360,7 @@ class Silo:
 
     async def _begin_leaving(self, deadline: float) -> None:
         self._status = SiloStatus.SHUTTING_DOWN
-        self._record_claim()
+        self._serving.record_claim()
         await self._cluster.stop()  # no votes while leaving
         await self._write_own(SiloStatus.SHUTTING_DOWN, deadline)
 
@@ -497,75 +447,8 @@ class Silo:
             self._finishing = asyncio.ensure_future(self._stop_roles(code))
         await asyncio.shield(self._finishing)
 
-    async def _watch_lease(self) -> None:
-        """Log and announce each change between fenced and not: sleeps until the lease would run
-        out, then, while fenced, checks every renewal interval whether a confirmation came."""
-        lease = self._manager.lease
-        while True:
-            remaining = lease.remaining()
-            if remaining >= 0:
-                await self._clock.sleep(remaining + self._options.lease_renew_interval / 10)
-                continue
-            if self._fenced_since is None:
-                self._fenced_since = self._clock.monotonic()
-                logger.warning(
-                    "silo %s is fenced: the membership table has not confirmed it Active for %.1fs "
-                    "(lease_timeout %ss); it serves no work, leads nothing and casts no votes until it does",
-                    self._address, lease.age(), self._options.lease_timeout,
-                )  # fmt: skip
-                await self._announce_fencing(True)
-            await self._clock.sleep(self._options.lease_renew_interval / 2)
-            if lease.valid() and self._fenced_since is not None:
-                logger.warning(
-                    "silo %s is no longer fenced: the table confirmed it Active again after %.1fs fenced",
-                    self._address, self._clock.monotonic() - self._fenced_since,
-                )  # fmt: skip
-                self._fenced_since = None
-                await self._announce_fencing(False)
-
-    def _record_claim(self) -> None:
-        """Append what we may serve from now on (``silo.runtime.claims``): called at every change of it."""
-        if self._claims is None:
-            return
-        now = self._clock.monotonic()
-        ring, ghosts, serving_from, token = self._ownership.claim()
-        expires = self._manager.lease.expires_at()
-        valid_until = expires if self._status is SiloStatus.ACTIVE and expires is not None else now
-        self._claims.append(
-            ServingClaim(
-                silo=str(self._address),
-                at=now,
-                ring=tuple(sorted(str(silo) for silo in ring)),
-                ghosts={str(silo): until for silo, until in ghosts.items()},
-                serving_from=serving_from,
-                valid_until=valid_until,
-                token=token,
-            )
-        )
-
-    async def _follow_ownership(self) -> None:
-        """Feed every snapshot to the ownership guard as it comes: a death starts its takeover wait
-        (and the check whether the dead silo's endpoint refuses) when we learn of it."""
-        async for snapshot in self.snapshots():
-            self._ownership.observe(snapshot)
-
-    async def _gone(self, silo: SiloAddress) -> bool:
-        """Whether ``silo`` provably cannot serve: its endpoint refuses, or another incarnation answers."""
-        return await self._prober.ping(silo, self._options.probe_timeout) is ProbeOutcome.REFUSED
-
-    async def _announce_fencing(self, fenced: bool) -> None:
-        for listener in self._fencing_listeners:
-            try:
-                await listener(fenced)
-            except Exception:
-                logger.exception("a fencing listener of silo %s failed", self._address)
-
     async def _stop_roles(self, code: ExitCode) -> None:
-        for task in (self._lease_watch, self._ownership_follower):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        await self._ownership.close()
+        await self._serving.stop()
         await self._gossip_tasks.cancel_all()
         await self._cluster.stop()
         await self._agent.stop_heartbeat()
@@ -578,7 +461,7 @@ class Silo:
         if self._watcher is not None and self._watcher is not asyncio.current_task():
             self._watcher.cancel()
         self._status = SiloStatus.DEAD
-        self._record_claim()
+        self._serving.record_claim()
         self._exit_code = code
         logger.info("silo %s stopped (exit code %d %s)", self._address, code, code.name)
         self._done.set()

@@ -21,10 +21,9 @@ the stream the way ``Ping`` refuses it.
 
 ``WatchMembership`` streams the silo's snapshots (``Silo.snapshots()``): the current one,
 then every newer version; when the silo stops the stream ends with ``UNAVAILABLE`` so a
-client moves to another gateway. ``Work.Process`` runs a handler from the
-``HandlerRegistry`` in a thread pool (never on the event loop), only while the silo is Active,
-on items or on a columnar (Arrow) batch (``silo.work.execution``); a server that cannot read
-columnar batches (no pyarrow) logs a WARNING naming the extra when it starts, not at the first batch.
+client moves to another gateway. Other services are served through a seam (``ServedPart``):
+the Work service (``silo.work.service``) is given to the server by the runtime, so the wire
+never imports the work it serves.
 
 gRPC server reflection (``grpc.reflection.v1alpha.ServerReflection``) is on unless ``reflection=False``
 (``silo run --no-reflection``): ``grpcurl``, ``grpcui`` or Postman list and describe the services
@@ -37,14 +36,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc
-from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection as grpc_reflection
 
@@ -55,12 +52,10 @@ from silo.membership.probing import MembershipRpcHandler
 from silo.membership.snapshot import MembershipSnapshot
 from silo.wire import codec, gossip_codec
 from silo.wire.channels import MESSAGE_SIZE_OPTIONS
-from silo.wire.peer_identity import PeerIdentity, authorize, identity_from_sans
+from silo.wire.peer_identity import authorize
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
+from silo.wire.rpc import Undecodable, abort, bidi, clip, decoded_stream, decoder, peer_identity, refuse, unary
 from silo.wire.tls import TlsSettings, server_credentials
-from silo.work import columns, execution
-from silo.work.ownership import NotOwnedError, OwnershipCheck
-from silo.work.registry import HandlerRegistry
 
 log = logging.getLogger(__name__)
 
@@ -103,26 +98,26 @@ class SiloRpcHandler(MembershipRpcHandler, Protocol):
         """The current snapshot, then every newer one in version order, until the silo stops."""
         ...
 
-    def work_refusal(self) -> str | None:
-        """Why this silo must not serve work now (not Active, or fenced); None if it may."""
-        ...
-
     @property
     def fenced(self) -> bool:
         """Whether this silo's membership lease ran out (its view is unconfirmed)."""
         ...
 
-    def ownership(self) -> OwnershipCheck:
-        """The keys this silo may serve now and its fencing token (``silo.runtime.ownership``)."""
+
+class ServedPart(Protocol):
+    """A gRPC service the server serves beside Membership and health (the Work service), added
+    with ``MembershipServer.add_service``; its calls are admitted with ``admit_cluster`` first."""
+
+    def rpc_handler(self) -> grpc.GenericRpcHandler:
+        """The service's method handlers."""
         ...
 
-    def results_guard(self) -> Callable[[], str | None]:
-        """For work starting now: a check, run when the handler returns, of why its results must be
-        withheld (the lease ran out meanwhile); None if they may be returned."""
+    def starting(self, silo_address: SiloAddress) -> None:
+        """The server starts serving the silo at ``silo_address`` (a chance to warn of what is missing)."""
         ...
 
-    async def catch_up(self, version: int) -> bool:
-        """Bring this silo's view to ``version`` if it can (briefly); True if it is that new."""
+    def close(self) -> None:
+        """The server stopped: release what the service holds (its worker threads)."""
         ...
 
 
@@ -138,14 +133,11 @@ class MembershipServer:
         host: str = "127.0.0.1",
         port: int = 0,
         *,
-        handlers: HandlerRegistry | None = None,
-        work_threads: int | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         tls: TlsSettings | None = None,
         reflection: bool = True,
     ) -> None:
-        """``handlers``: the Work handlers (default: the built-ins); ``work_threads``: the size of the
-        pool they run in (default: Python's ``ThreadPoolExecutor`` default); ``now``: the wall clock
+        """``now``: the wall clock
         that stamps the membership events of watch streams; ``tls``: serve mutual TLS only (every
         caller needs a certificate of this cluster, see ``silo.wire.peer_identity``), else plaintext;
         ``reflection``: serve gRPC server reflection (``REFLECTED_SERVICES``)."""
@@ -158,20 +150,15 @@ class MembershipServer:
         pull the same view at once (N rows each), so it is built once per view."""
         self._server = grpc.aio.server(options=_SERVER_OPTIONS)
         self._health = health.aio.HealthServicer()
-        self.handlers = handlers if handlers is not None else HandlerRegistry()
-        """The Work handlers served; ``server.handlers.register(name, function)`` adds one."""
-        self._work_pool = ThreadPoolExecutor(max_workers=work_threads, thread_name_prefix="silo-work")
+        self._services: list[ServedPart] = []
         self.on_drain: Callable[[], bool] | None = None
         """What a ``Drain`` call does: start the process's drain, returning whether it had started
         already (``silo.runtime.process`` sets it); None = ``Drain`` is refused (FAILED_PRECONDITION)."""
-        self._work_in_flight = 0
         self._closing = False
         self._streams: set[asyncio.Task[Any]] = set()
         """The tasks of the open PingStream and GossipStream calls (``stop()`` ends them)."""
-        self._work_idle = asyncio.Event()
-        self._work_idle.set()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
-        self._server.add_generic_rpc_handlers((self._membership_handler(), self._work_handler()))
+        self._server.add_generic_rpc_handlers((self._membership_handler(),))
         if reflection:
             # the generated module registered silo/v1/membership.proto in the default descriptor pool
             grpc_reflection.enable_server_reflection(REFLECTED_SERVICES, self._server)
@@ -193,15 +180,16 @@ class MembershipServer:
         self.ports.append(bound)
         return bound
 
+    def add_service(self, service: ServedPart) -> None:
+        """Also serve ``service`` (before ``start``): the runtime adds the Work service
+        (``silo.work.service.WorkService``); without it Work calls are UNIMPLEMENTED."""
+        self._server.add_generic_rpc_handlers((service.rpc_handler(),))
+        self._services.append(service)
+
     async def start(self, handler: SiloRpcHandler) -> None:
         """Serve ``handler``; health stays NOT_SERVING until ``set_serving(True)``."""
-        unavailable = columns.columnar_unavailable()
-        if unavailable is not None:
-            log.warning(
-                "silo %s will refuse columnar Work batches (the Spark path) with INVALID_ARGUMENT: %s",
-                handler.silo_address,
-                unavailable,
-            )
+        for service in self._services:
+            service.starting(handler.silo_address)
         self._handler = handler
         await self.set_serving(False)
         await self._server.start()
@@ -210,21 +198,6 @@ class MembershipServer:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         for service in HEALTH_SERVICES:
             await self._health.set(service, status)
-
-    @property
-    def work_in_flight(self) -> int:
-        """``Work.Process`` calls admitted and not answered yet."""
-        return self._work_in_flight
-
-    async def work_finished(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds until no ``Work.Process`` call is in flight (a draining
-        silo refuses new ones); True if none is."""
-        try:
-            async with asyncio.timeout(max(0.0, timeout)):
-                await self._work_idle.wait()
-        except TimeoutError:
-            return False
-        return True
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop serving; in-flight calls get ``grace`` seconds (None = cancel them at once). The
@@ -238,49 +211,48 @@ class MembershipServer:
             await asyncio.wait(streams, timeout=STREAMS_END_SECONDS)
         await self._health.enter_graceful_shutdown()
         await self._server.stop(grace)
-        self._work_pool.shutdown(wait=False, cancel_futures=True)
+        for service in self._services:
+            service.close()
 
     def _membership_handler(self) -> Any:
         handlers = {
-            codec.PING.name: _unary(codec.PING, self._ping),
-            codec.PROBE_INDIRECTLY.name: _unary(codec.PROBE_INDIRECTLY, self._probe_indirectly),
-            codec.GOSSIP.name: _unary(codec.GOSSIP, self._gossip),
-            codec.GET_MEMBERSHIP.name: _unary(codec.GET_MEMBERSHIP, self._get_membership),
-            codec.CONFIRM_MEMBERSHIP.name: _unary(codec.CONFIRM_MEMBERSHIP, self._confirm_membership),
+            codec.PING.name: unary(codec.PING, self._ping),
+            codec.PROBE_INDIRECTLY.name: unary(codec.PROBE_INDIRECTLY, self._probe_indirectly),
+            codec.GOSSIP.name: unary(codec.GOSSIP, self._gossip),
+            codec.GET_MEMBERSHIP.name: unary(codec.GET_MEMBERSHIP, self._get_membership),
+            codec.CONFIRM_MEMBERSHIP.name: unary(codec.CONFIRM_MEMBERSHIP, self._confirm_membership),
             codec.WATCH_MEMBERSHIP.name: grpc.unary_stream_rpc_method_handler(
-                _decoded_stream(self._watch_membership),
-                request_deserializer=_decoder(codec.WATCH_MEMBERSHIP),
+                decoded_stream(self._watch_membership),
+                request_deserializer=decoder(codec.WATCH_MEMBERSHIP),
                 response_serializer=codec.WATCH_MEMBERSHIP.response.SerializeToString,
             ),
-            codec.PING_STREAM.name: _bidi(codec.PING_STREAM, self._ping_stream),
-            codec.GOSSIP_STREAM.name: _bidi(codec.GOSSIP_STREAM, self._gossip_stream),
-            codec.DRAIN.name: _unary(codec.DRAIN, self._drain),
+            codec.PING_STREAM.name: bidi(codec.PING_STREAM, self._ping_stream),
+            codec.GOSSIP_STREAM.name: bidi(codec.GOSSIP_STREAM, self._gossip_stream),
+            codec.DRAIN.name: unary(codec.DRAIN, self._drain),
         }
         return grpc.method_handlers_generic_handler(codec.SERVICE_NAME, handlers)
 
-    def _work_handler(self) -> Any:
-        handlers = {codec.PROCESS.name: _unary(codec.PROCESS, self._process)}
-        return grpc.method_handlers_generic_handler(codec.WORK_SERVICE_NAME, handlers)
-
     async def _admit(self, request_header: pb.RequestHeader, context: Any, method: str) -> SiloRpcHandler:
         """The handler if the request is for our cluster; otherwise abort the call."""
-        return await self._admit_cluster(
+        return await self.admit_cluster(
             clip(request_header.cluster_id), partial(_describe_sender, request_header), context, method
         )
 
-    async def _admit_cluster(
+    async def admit_cluster(
         self, cluster_id: str, sender: Callable[[], str], context: Any, method: str
     ) -> SiloRpcHandler:
-        """``sender`` describes the caller for a refusal (only then: every ping and gossip is admitted)."""
+        """The silo if a call to ``method`` is for its cluster and the caller may make it; otherwise
+        the call is aborted. ``sender`` describes the caller for a refusal (only then: every ping
+        and gossip is admitted)."""
         handler = self._handler
         if handler is None:
-            await _abort(context, grpc.StatusCode.UNAVAILABLE, "the silo is still starting; retry shortly")
+            await abort(context, grpc.StatusCode.UNAVAILABLE, "the silo is still starting; retry shortly")
         if self._credentials is not None:
             # before anything else: an unauthorized caller learns nothing, not even the cluster id
-            refusal = authorize(method, _peer_identity(context), handler.cluster_id)
+            refusal = authorize(method, peer_identity(context), handler.cluster_id)
             if refusal is not None:
                 log.warning("refused %s from %s at %s: %s", method, sender(), context.peer(), refusal.reason)
-                await _abort(context, refusal.code, refusal.reason)
+                await abort(context, refusal.code, refusal.reason)
         if cluster_id != handler.cluster_id:
             await _refuse_cluster(handler, cluster_id, sender(), context, method)
         return handler
@@ -289,14 +261,14 @@ class MembershipServer:
         return _ping_response(await self._admit(request.header, context, "Ping"), request)
 
     async def _ping_stream(
-        self, requests: AsyncIterator[pb.PingRequest | _Undecodable], context: Any
+        self, requests: AsyncIterator[pb.PingRequest | Undecodable], context: Any
     ) -> AsyncIterator[pb.PingResponse]:
         """Answer every ping of the stream, like ``Ping``."""
         async for handler, request in self._admitted(requests, context, codec.PING_STREAM.name):
             yield _ping_response(handler, request)
 
     async def _gossip_stream(
-        self, requests: AsyncIterator[pb.GossipRequest | _Undecodable], context: Any
+        self, requests: AsyncIterator[pb.GossipRequest | Undecodable], context: Any
     ) -> AsyncIterator[pb.GossipResponse]:
         """Take every message of the stream like ``Gossip``, answering each once it is taken."""
         async for handler, request in self._admitted(requests, context, codec.GOSSIP_STREAM.name):
@@ -304,7 +276,7 @@ class MembershipServer:
             yield pb.GossipResponse(sequence=request.sequence)
 
     async def _admitted(
-        self, requests: AsyncIterator[StreamRequest | _Undecodable], context: Any, method: str
+        self, requests: AsyncIterator[StreamRequest | Undecodable], context: Any, method: str
     ) -> AsyncIterator[tuple[SiloRpcHandler, StreamRequest]]:
         """The requests of a stream, each with our handler: the caller is admitted once, from the first
         request's header; a later request for another cluster or one not decodable ends the stream."""
@@ -314,8 +286,8 @@ class MembershipServer:
             self._streams.add(stream)
         try:
             async for request in requests:
-                if isinstance(request, _Undecodable):
-                    await _refuse(request, context)
+                if isinstance(request, Undecodable):
+                    await refuse(request, context)
                 if handler is None:
                     handler = await self._admit(request.header, context, method)
                 elif request.header.cluster_id != handler.cluster_id:
@@ -336,9 +308,9 @@ class MembershipServer:
         try:
             target = codec.address_from_proto(request.target)
         except InvalidEntryError as exc:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, clip(f"invalid probe target: {exc}"))
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, clip(f"invalid probe target: {exc}"))
         if not (math.isfinite(request.timeout_seconds) and request.timeout_seconds > 0):
-            await _abort(
+            await abort(
                 context,
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"timeout_seconds must be a positive number of seconds, got {request.timeout_seconds!r}",
@@ -368,7 +340,7 @@ class MembershipServer:
         handler = await self._admit(request.header, context, "ConfirmMembership")
         asker = _sender(request.header)
         if asker is None:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "ConfirmMembership needs header.sender: the asker")
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "ConfirmMembership needs header.sender: the asker")
         answer = await handler.confirm_membership(asker, request.known_version)
         return pb.ConfirmMembershipResponse(
             responder=codec.address_to_proto(answer.responder),
@@ -413,20 +385,18 @@ class MembershipServer:
         finally:
             pumping.cancel()
         if handler.fenced:
-            await _abort(
+            await abort(
                 context,
                 grpc.StatusCode.UNAVAILABLE,
                 f"silo {handler.silo_address} is fenced: the membership table has not confirmed it lately, so its "
                 "view is unconfirmed; watch another gateway",
             )
-        await _abort(
-            context, grpc.StatusCode.UNAVAILABLE, f"silo {handler.silo_address} stopped; watch another gateway"
-        )
+        await abort(context, grpc.StatusCode.UNAVAILABLE, f"silo {handler.silo_address} stopped; watch another gateway")
 
     async def _drain(self, request: pb.DrainRequest, context: Any) -> pb.DrainResponse:
         handler = await self._admit(request.header, context, "Drain")
         if self.on_drain is None:
-            await _abort(
+            await abort(
                 context,
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"silo {handler.silo_address} runs inside another program, not `silo run`: stop it there",
@@ -435,88 +405,13 @@ class MembershipServer:
         log.info("silo %s asked to drain by %s%s", handler.silo_address, context.peer(), " (already)" * already)
         return pb.DrainResponse(silo=codec.address_to_proto(handler.silo_address), already_draining=already)
 
-    async def _process(self, request: pb.ProcessRequest, context: Any) -> pb.ProcessResponse:
-        sender = clip(request.sender) or "an unnamed client"
-        silo = await self._admit_cluster(clip(request.cluster_id), lambda: sender, context, "Process")
-        refusal = silo.work_refusal()
-        if refusal is not None:
-            await _abort(context, grpc.StatusCode.UNAVAILABLE, refusal)
-        # in flight from here on: a drain that starts now waits for this call (``work_finished``)
-        self._work_in_flight += 1
-        self._work_idle.clear()
-        try:
-            return await self._run_work(silo, request, sender, context)
-        finally:
-            self._work_in_flight -= 1
-            if self._work_in_flight == 0:
-                self._work_idle.set()
-
-    async def _run_work(
-        self, silo: SiloRpcHandler, request: pb.ProcessRequest, sender: str, context: Any
-    ) -> pb.ProcessResponse:
-        """Run an admitted ``Work.Process`` call's handler in the work pool and answer with its results."""
-        withheld = silo.results_guard()
-        work = self.handlers.get(request.handler)
-        if work is None:
-            await _abort(
-                context,
-                grpc.StatusCode.NOT_FOUND,
-                f"no handler {clip(request.handler)!r} on silo {silo.silo_address} "
-                f"(it has: {', '.join(self.handlers.names)}); start the silo with --handler NAME=module:function",
-            )
-        if request.view_version > silo.membership_snapshot().version.version and not await silo.catch_up(
-            request.view_version
-        ):
-            await _abort(
-                context,
-                grpc.StatusCode.ABORTED,
-                f"silo {silo.silo_address} has not caught up with view version {request.view_version} yet; retry",
-            )
-        items = [(item.key, item.payload) for item in request.items]
-        count = len(items) or "a columnar batch of"
-        ownership = silo.ownership()
-        run = partial(
-            execution.execute,
-            work,
-            items=items,
-            arrow_batch=request.arrow_batch,
-            admit=ownership.admit,
-            token=ownership.token,
-        )
-        try:
-            outcome = await asyncio.get_running_loop().run_in_executor(self._work_pool, run)
-        except NotOwnedError as exc:
-            await _abort(context, grpc.StatusCode.ABORTED, str(exc))
-        except execution.BadRequestError as exc:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"handler {request.handler!r}: {exc}")
-        except execution.HandlerFailedError as exc:
-            log.error("handler %r failed on %s items from %s", request.handler, count, sender, exc_info=exc.__cause__)
-            await _abort(context, grpc.StatusCode.INTERNAL, f"handler {request.handler!r} raised {exc}")
-        except execution.BadResultsError as exc:
-            log.error("handler %r: %s", request.handler, exc)
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"handler {request.handler!r} {exc}")
-        reason = withheld()
-        if reason is not None:
-            # the handler outlived the lease (a long call, a pause): its side effects may overlap
-            # the next owner's, but its results must not reach the caller, who retries elsewhere
-            log.warning("handler %r on %s items from %s: %s", request.handler, count, sender, reason)
-            await _abort(context, grpc.StatusCode.UNAVAILABLE, reason)
-        return pb.ProcessResponse(
-            silo=str(silo.silo_address),
-            results=outcome.results,
-            arrow_results=outcome.arrow_results,
-            handler_seconds=outcome.handler_seconds,
-            serialization_seconds=outcome.serialization_seconds,
-            fencing_token=ownership.token,
-        )
-
 
 async def _take_gossip(handler: SiloRpcHandler, request: pb.GossipRequest, context: Any) -> None:
     """Hand one gossip message (unary or on a stream) to ``handler``; one that is not valid gossip aborts the call."""
     try:
         message = gossip_codec.gossip_from_proto(request)
     except (InvalidEntryError, ValueError) as exc:
-        await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, clip(f"invalid gossip: {exc}"))
+        await abort(context, grpc.StatusCode.INVALID_ARGUMENT, clip(f"invalid gossip: {exc}"))
     await handler.on_gossip(message, _sender(request.header))
 
 
@@ -537,99 +432,12 @@ async def _refuse_cluster(handler: SiloRpcHandler, cluster_id: str, sender: str,
         cluster_id,
         handler.cluster_id,
     )
-    await _abort(
+    await abort(
         context,
         grpc.StatusCode.FAILED_PRECONDITION,
         f"wrong cluster: {handler.silo_address} belongs to cluster {handler.cluster_id!r}, "
         f"not {cluster_id!r}; check the --cluster of {sender}",
     )
-
-
-class _Undecodable:
-    """What ``_decoder`` hands the server for bytes that are not the method's request message."""
-
-    def __init__(self, method: str, error: DecodeError) -> None:
-        self.details = f"the request is not a valid {method} request message ({error}); send a {method} request"
-
-
-def _decoder(
-    method: codec.Method[Any, Any] | codec.StreamMethod[Any, Any] | codec.BidiStreamMethod[Any, Any],
-) -> Callable[[bytes], Any]:
-    """The request deserializer: an ``_Undecodable`` instead of the exception gRPC would answer INTERNAL to."""
-
-    def decode(data: bytes) -> Any:
-        try:
-            return method.request.FromString(data)
-        except DecodeError as exc:
-            return _Undecodable(method.name, exc)
-
-    return decode
-
-
-async def _refuse_undecodable(request: object, context: Any) -> None:
-    if isinstance(request, _Undecodable):
-        await _refuse(request, context)
-
-
-async def _refuse(request: _Undecodable, context: Any) -> NoReturn:
-    log.warning("refused an undecodable request: %s", request.details)
-    await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, request.details)
-
-
-SHOWN_CHARACTERS = 160
-"""How much of a caller's string (cluster id, sender, handler name) a log line or an error
-repeats: more than any valid value, so a clipped one never matches, and one hostile request
-cannot write megabytes into the log."""
-
-
-def clip(text: str) -> str:
-    """``text``, or its first ``SHOWN_CHARACTERS`` and how long it was."""
-    if len(text) <= SHOWN_CHARACTERS:
-        return text
-    return f"{text[:SHOWN_CHARACTERS]}... ({len(text)} characters)"
-
-
-def _unary(method: codec.Method[codec.Request, codec.Response], behaviour: Callable[..., Awaitable[Any]]) -> Any:
-    async def serve(request: Any, context: Any) -> Any:
-        await _refuse_undecodable(request, context)
-        return await behaviour(request, context)
-
-    return grpc.unary_unary_rpc_method_handler(
-        serve,
-        request_deserializer=_decoder(method),
-        response_serializer=method.response.SerializeToString,
-    )
-
-
-def _bidi(method: codec.BidiStreamMethod[Any, Any], behaviour: Callable[..., AsyncIterator[Any]]) -> Any:
-    return grpc.stream_stream_rpc_method_handler(
-        behaviour,
-        request_deserializer=_decoder(method),
-        response_serializer=method.response.SerializeToString,
-    )
-
-
-def _decoded_stream(behaviour: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
-    async def serve(request: Any, context: Any) -> AsyncIterator[Any]:
-        await _refuse_undecodable(request, context)
-        async for response in behaviour(request, context):
-            yield response
-
-    return serve
-
-
-async def _abort(context: Any, code: grpc.StatusCode, details: str) -> NoReturn:
-    await context.abort(code, details)
-    raise AssertionError("unreachable: abort raises")
-
-
-def _peer_identity(context: Any) -> PeerIdentity | None:
-    """The verified certificate's identity; None if the call came without one."""
-    auth = context.auth_context()
-    if not auth.get("x509_pem_cert"):
-        return None
-    names = auth.get("x509_subject_alternative_name", [])
-    return identity_from_sans(name.decode(errors="replace") for name in names)
 
 
 def _describe_sender(request_header: pb.RequestHeader) -> str:

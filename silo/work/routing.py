@@ -33,10 +33,10 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Generic, NamedTuple, Protocol, Self, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +47,7 @@ from silo.client.topology import ClusterView, ViewTracker
 from silo.errors import SiloError
 from silo.work.client import WorkError, WorkNotOwnedError, WorkUnavailableError
 from silo.work.hashring import DEFAULT_VIRTUAL_NODES, HashRing
+from silo.work.shards import Deferred, Delivery, PendingCall, R, Record, Records, Routed, S, Shard, Submit
 from silo.work.sidecar import SidecarLocator
 
 __all__ = [
@@ -113,77 +114,6 @@ def exponential_backoff(attempt: int) -> float:
     return float(min(5.0, 0.2 * 2 ** (attempt - 1)))
 
 
-class Record(NamedTuple, Generic[K]):
-    """One input record: ``value`` is the caller's key as given (echoed in ``Routed.key``);
-    ``key`` is the string hashed onto the ring and sent to the silo."""
-
-    value: K
-    key: str
-    payload: bytes
-
-
-class Routed(NamedTuple, Generic[K]):
-    """One record's result and how it got there."""
-
-    key: K
-    result: bytes
-    silo: SiloAddress
-    """The silo that processed the record."""
-    rerouted: bool
-    """True if ``silo`` is not the key's owner in the view the router started with."""
-    via_sidecar: bool
-    """True if ``silo`` is this worker's local sidecar."""
-
-
-class Shard(Protocol):
-    """Records that travel together (a list of ``Record``, or an Arrow batch): keys and a way to cut them."""
-
-    @property
-    def keys(self) -> Sequence[str] | Sequence[bytes]:
-        """The routing key of each record, in order (all ``str``, or all UTF-8 ``bytes``)."""
-        ...
-
-    def __len__(self) -> int: ...
-
-    def take(self, indices: npt.NDArray[np.int64]) -> Self:
-        """The records at ``indices``, in that order."""
-        ...
-
-    def extend(self, others: Sequence[Self]) -> Self:
-        """These records followed by those of ``others``."""
-        ...
-
-
-S = TypeVar("S", bound=Shard)
-R = TypeVar("R", bound=Sized)
-R_co = TypeVar("R_co", bound=Sized, covariant=True)
-
-
-class PendingCall(Protocol[R_co]):
-    """A call in flight: ``result()`` waits for the results (one per record) or raises
-    ``WorkUnavailableError``/``WorkError``; ``cancel()`` abandons it."""
-
-    def result(self) -> R_co: ...
-
-    def cancel(self) -> object: ...
-
-
-Submit = Callable[[SiloAddress, S], PendingCall[R]]
-"""``submit(silo, shard)``: start sending ``shard`` to ``silo``; returns the call in flight."""
-
-
-class Delivery(NamedTuple, Generic[S, R]):
-    """A shard's results from the silo that processed it."""
-
-    shard: S
-    results: R
-    silo: SiloAddress
-    rerouted: npt.NDArray[np.bool_]
-    """Per record: ``silo`` is not the key's owner in the view the router started with."""
-    via_sidecar: bool
-    """``silo`` is this worker's local sidecar."""
-
-
 @dataclass
 class _Tries:
     """A batch's failed tries: every one (for the error), the failures in a row that ownership
@@ -228,36 +158,6 @@ class _Call(Generic[S, R]):
     silo: SiloAddress
     part: _Part[S]
     pending: PendingCall[R]
-
-
-class _Items(Generic[K]):
-    """A list of ``Record`` as a ``Shard``."""
-
-    def __init__(self, records: list[Record[K]]) -> None:
-        self.records = records
-        self.keys = [record.key for record in records]
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def take(self, indices: npt.NDArray[np.int64]) -> _Items[K]:
-        return _Items([self.records[index] for index in indices.tolist()])
-
-    def extend(self, others: Sequence[_Items[K]]) -> _Items[K]:
-        return _Items([record for shard in (self, *others) for record in shard.records])
-
-
-class _Deferred(Generic[R]):
-    """A blocking send as a ``PendingCall``: it runs when its result is asked for."""
-
-    def __init__(self, call: Callable[[], R]) -> None:
-        self._call = call
-
-    def result(self) -> R:
-        return self._call()
-
-    def cancel(self) -> bool:
-        return True
 
 
 class Router(Generic[K]):
@@ -345,11 +245,11 @@ class Router(Generic[K]):
         if send is None:
             raise TypeError("Router.route needs the send function given to Router(...); dispatch takes submit")
 
-        def submit(silo: SiloAddress, shard: _Items[K]) -> _Deferred[Sequence[bytes]]:
+        def submit(silo: SiloAddress, shard: Records[K]) -> Deferred[Sequence[bytes]]:
             items = [(record.key, record.payload) for record in shard.records]
-            return _Deferred(partial(send, silo, self._handler, items, view_version=self._view.version))
+            return Deferred(partial(send, silo, self._handler, items, view_version=self._view.version))
 
-        shards = (_Items(list(chunk)) for chunk in _chunks(records, batch_size))
+        shards = (Records(list(chunk)) for chunk in _chunks(records, batch_size))
         for delivery in self.dispatch(shards, submit, batch_size):
             for record, result, moved in zip(
                 delivery.shard.records, delivery.results, delivery.rerouted.tolist(), strict=True

@@ -17,6 +17,8 @@ from silo.wire.server import MembershipServer
 from silo.wire.tls import TlsSettings
 from silo.work.hashring import HashRing
 from silo.work.ownership import OwnershipCheck
+from silo.work.registry import HandlerRegistry
+from silo.work.service import WorkHost, WorkService
 
 CLUSTER = "test-cluster"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -115,9 +117,10 @@ async def serving(
     server_type: type[MembershipServer] = MembershipServer,
 ) -> AsyncIterator[tuple[MembershipServer, FakeHandler]]:
     """A started server (a ``server_type``) on ``port`` (0: a free one), mutual TLS with ``tls``, whose
-    handler is built once the address is known."""
+    handler is built once the address is known; it serves Work with the built-in handlers."""
     server = server_type(host, port, tls=tls)
     handler = make_handler(SiloAddress(host, server.port, 1))
+    serve_work(server, handler)
     await server.start(handler)
     try:
         yield server, handler
@@ -157,3 +160,15 @@ class CountingServer(MembershipServer):
                 yield response
         finally:
             self.streams_open -= 1
+
+
+def serve_work(server: MembershipServer, silo: WorkHost, handlers: HandlerRegistry | None = None) -> WorkService:
+    """Have ``server`` serve the Work service for ``silo`` (as ``silo.runtime.process.assemble`` does)."""
+
+    async def admit(cluster_id: str, sender: Callable[[], str], context: Any, method: str) -> WorkHost:
+        await server.admit_cluster(cluster_id, sender, context, method)
+        return silo
+
+    service = WorkService(admit, handlers)
+    server.add_service(service)
+    return service

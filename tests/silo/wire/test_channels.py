@@ -11,14 +11,16 @@ from silo.wire.channels import MAX_MESSAGE_BYTES
 from silo.wire.server import MembershipServer
 from silo.work.client import SyncWorkClient, WorkUnavailableError
 from silo.work.handlers import ECHO_HANDLER
-from tests.silo.rpc_fakes import CLUSTER, FakeHandler, run
+from tests.silo.rpc_fakes import CLUSTER, FakeHandler, run, serve_work
 
 
 def echo_through_a_silo(items: list[tuple[str, bytes]]) -> list[bytes]:
     async def scenario() -> list[bytes]:
         server = MembershipServer("127.0.0.1", 0)
         me = SiloAddress("127.0.0.1", server.port, 1)
-        await server.start(FakeHandler(me))
+        silo = FakeHandler(me)
+        serve_work(server, silo)
+        await server.start(silo)
         try:
             with SyncWorkClient(CLUSTER) as client:
                 return await asyncio.to_thread(client.process, me, ECHO_HANDLER, items, 30.0)

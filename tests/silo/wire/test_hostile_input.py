@@ -347,7 +347,7 @@ def test_bytes_that_are_no_message_are_refused_with_invalid_argument(channel: gr
 
 def test_an_oversized_request_is_refused_and_changes_nothing(cluster: Cluster, channel: grpc.Channel) -> None:
     calls: list[int] = []
-    cluster.stacks[0].server.handlers.register("count-oversized", lambda items: [calls.append(1) or b"" for _ in items])
+    cluster.stacks[0].work.handlers.register("count-oversized", lambda items: [calls.append(1) or b"" for _ in items])
     before = canonical(cluster.table)
     payload = b"x" * (MAX_MESSAGE_BYTES + 1)
     request = pb.ProcessRequest(

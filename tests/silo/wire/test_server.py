@@ -23,7 +23,7 @@ from silo.wire.server import BindError, MembershipServer
 from silo.work.handlers import CHECKSUM_HANDLER, checksum
 from silo.work.hashring import HashRing
 from silo.work.registry import HandlerRegistry
-from tests.silo.rpc_fakes import CLUSTER, T0, FakeHandler, entry, run, serving
+from tests.silo.rpc_fakes import CLUSTER, T0, FakeHandler, entry, run, serve_work, serving
 
 pytestmark = pytest.mark.slow
 
@@ -421,8 +421,10 @@ def process_request(handler: str, *keys: str) -> pb.ProcessRequest:
 
 
 async def process_on(registry: HandlerRegistry, request: pb.ProcessRequest, **fake: Any) -> pb.ProcessResponse:
-    server = MembershipServer("127.0.0.1", 0, handlers=registry)
-    await server.start(FakeHandler(SiloAddress("127.0.0.1", server.port, 1), **fake))
+    server = MembershipServer("127.0.0.1", 0)
+    silo = FakeHandler(SiloAddress("127.0.0.1", server.port, 1), **fake)
+    serve_work(server, silo, registry)
+    await server.start(silo)
     try:
         return await call(server.port, codec.PROCESS, request)
     finally:

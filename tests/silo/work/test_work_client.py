@@ -17,7 +17,7 @@ from silo.work.handlers import CHECKSUM_HANDLER, checksum
 from silo.work.registry import HandlerRegistry
 from testbed.services.process import free_port
 from tests.silo import work_handlers
-from tests.silo.rpc_fakes import CLUSTER, FakeHandler, run
+from tests.silo.rpc_fakes import CLUSTER, FakeHandler, run, serve_work
 
 pytestmark = pytest.mark.slow
 
@@ -37,9 +37,11 @@ async def process(flavour: str, silo: SiloAddress, handler: str, items: Sequence
 async def against_server(flavour: str, handler: str, address: SiloAddress | None = None, **fake: Any) -> list[bytes]:
     """Serve a fake silo with the test handlers and call ``handler`` on it (at ``address`` if given)."""
     registry = HandlerRegistry({"reverse": work_handlers.reverse, "crash": work_handlers.crash})
-    server = MembershipServer("127.0.0.1", 0, handlers=registry)
-    me = SiloAddress("127.0.0.1", server.port, 1)
-    await server.start(FakeHandler(me, **fake))
+    server = MembershipServer("127.0.0.1", 0)
+    silo = FakeHandler(SiloAddress("127.0.0.1", server.port, 1), **fake)
+    serve_work(server, silo, registry)
+    await server.start(silo)
+    me = silo.silo_address
     try:
         return await process(flavour, address or me, handler, ITEMS)
     finally:
@@ -81,7 +83,9 @@ def test_a_silo_that_is_not_active_is_a_fail_over(flavour: str) -> None:
 def test_another_incarnation_at_the_endpoint_is_a_fail_over(flavour: str) -> None:
     async def scenario() -> list[bytes]:
         server = MembershipServer("127.0.0.1", 0)
-        await server.start(FakeHandler(SiloAddress("127.0.0.1", server.port, 2)))
+        silo = FakeHandler(SiloAddress("127.0.0.1", server.port, 2))
+        serve_work(server, silo)
+        await server.start(silo)
         try:
             return await process(flavour, SiloAddress("127.0.0.1", server.port, 1), CHECKSUM_HANDLER, ITEMS)
         finally:
@@ -118,9 +122,11 @@ async def columnar_against_server(handler: str, calls: int = 1, **fake: Any) -> 
     registry = HandlerRegistry(
         {"crash": work_handlers.crash, "lengths": work_handlers.key_lengths, "short": work_handlers.short}
     )
-    server = MembershipServer("127.0.0.1", 0, handlers=registry)
-    me = SiloAddress("127.0.0.1", server.port, 1)
-    await server.start(FakeHandler(me, **fake))
+    server = MembershipServer("127.0.0.1", 0)
+    silo = FakeHandler(SiloAddress("127.0.0.1", server.port, 1), **fake)
+    serve_work(server, silo, registry)
+    await server.start(silo)
+    me = silo.silo_address
 
     def send() -> list[list[bytes]]:
         with SyncWorkClient(CLUSTER, sender="test") as client:
