@@ -97,6 +97,13 @@ BENCHMARKS = (
         (Result("tables", "every backend"),),
     ),
     Benchmark(
+        "round_trips",
+        "python -m benchmarks.round_trips",
+        "Each backend's store round trips per table call and per vote, counted on the wire (a counting TCP "
+        "proxy in front of each real server): what a verdict costs on a lossy or distant store link.",
+        (Result("round_trips", "every networked backend"),),
+    ),
+    Benchmark(
         "scale",
         "python -m benchmarks.scale",
         "Hundreds to 1,000 silos (many per process) joining one PostgreSQL table at once: time to all Active, "

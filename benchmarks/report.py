@@ -18,14 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import RESULTS, ROOT, fmt, ratio
-
-
-def row(*cells: object) -> str:
-    return "| " + " | ".join(fmt(c) if isinstance(c, float) else str(c) for c in cells) + " |"
-
-
-def header(*names: str) -> list[str]:
-    return [row(*names), row(*["---"] * len(names))]
+from benchmarks.markdown import header, row
+from benchmarks.round_trips_report import round_trips
 
 
 def ms(seconds: float) -> float:
@@ -412,6 +406,7 @@ def metrics_overhead(document: dict[str, Any]) -> list[str]:
 
 RENDERERS = {
     "tables": tables,
+    "round_trips": round_trips,
     "detection": detection,
     "propagation": propagation,
     "accuracy": accuracy,

@@ -230,6 +230,10 @@ class ConsulMembershipTable(MembershipTable):
         self._local = threading.local()
         self._clients: list[Any] = []
         self._clients_lock = threading.Lock()
+        self._documents: dict[str, tuple[int, datetime]] = {}
+        """Per member key, the ModifyIndex of the document this handle last read or wrote there
+        and that document's own IAmAlive time (``_replace_rows``). A ModifyIndex names one
+        document forever, so the pair never goes stale; it is only replaced by a newer one."""
 
     @classmethod
     def from_uri(cls, uri: str, cluster_id: str, **options: Any) -> ConsulMembershipTable:
@@ -348,6 +352,7 @@ class ConsulMembershipTable(MembershipTable):
             return MalformedRow(key, str(exc))
         if str(entry.silo_address) != silo:
             return MalformedRow(key, f"holds the row of silo {entry.silo_address}, not of {silo}")
+        self._documents[item["Key"]] = (item["ModifyIndex"], entry.i_am_alive_time)
         beat = tree.alive.get(silo)
         if beat is not None:
             try:
@@ -360,6 +365,9 @@ class ConsulMembershipTable(MembershipTable):
 
     def _snapshot(self, only: SiloAddress | None = None) -> MembershipTableData:
         tree = self._read_tree()
+        if only is None:  # forget the documents of rows removed since (a cleanup's)
+            present = {item["Key"] for item in tree.members.values()}
+            self._documents = {key: pair for key, pair in self._documents.items() if key in present}
         read = [self._row(tree, silo) for silo in tree.members if only is None or silo == str(only)]
         return MembershipTableData.from_parsed(read, self._version(tree.version))
 
@@ -437,29 +445,52 @@ class ConsulMembershipTable(MembershipTable):
     def _replace_rows(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
         """One transaction: ``cas`` of the version key and of every member key at its etag.
 
-        The member documents are read first (one read-only transaction) so that each new
-        document keeps the later of the stored and the given IAmAlive time: the ``cas`` at the
-        same ModifyIndex proves the document read is the one replaced. The ``alive/`` keys are
-        left alone: reads merge them, so a newer heartbeat is kept too.
+        Each new document keeps the later of the stored and the given IAmAlive time: the ``cas``
+        at the etag's ModifyIndex proves which document it replaces, so that document's time is
+        known without a read when this handle read or wrote it (``_documents``: a vote after a
+        read, a write after a write); otherwise the documents are read first (one read-only
+        transaction, a round trip more). The ``alive/`` keys are left alone: reads merge them,
+        so a newer heartbeat is kept too.
         """
         based_on = _modify_index(version.etag)
-        indexes = [_modify_index(etag) for _, etag in updates]
-        if based_on is None or None in indexes:
+        parsed = [_modify_index(etag) for _, etag in updates]
+        indexes = [index for index in parsed if index is not None]
+        if based_on is None or len(indexes) != len(parsed):
             return None
         members = [self.layout.member(entry.silo_address) for entry, _ in updates]
+        stored = self._stored_alive(members, indexes, updates)
+        if stored is None:
+            return None
+        ops = [_op("cas", self.layout.version, _version_value(version.version), based_on, flags=based_on)]
+        written = []
+        for (entry, _), key, index, current in zip(updates, members, indexes, stored, strict=True):
+            written.append(entry.replace(i_am_alive_time=max(entry.i_am_alive_time, current)))
+            ops.append(_op("cas", key, codec.dumps(written[-1]), index, flags=based_on))
+        committed = self._committed(f"update rows {_silos(updates)}", ops, version, [entry for entry, _ in updates])
+        if committed is not None:
+            for key, document, (_, etag) in zip(members, written, committed.rows, strict=True):
+                self._documents[key] = (int(etag), document.i_am_alive_time)
+        return committed
+
+    def _stored_alive(
+        self, members: Sequence[str], indexes: Sequence[int], updates: Sequence[RowUpdate]
+    ) -> list[datetime] | None:
+        """The IAmAlive time of the document at each member key and ModifyIndex, or ``None`` if one is
+        gone or was replaced (a lost race): from ``_documents`` if all are known, else read."""
+        known = [self._documents.get(key) for key in members]
+        if all(pair is not None and pair[0] == index for pair, index in zip(known, indexes, strict=True)):
+            return [pair[1] for pair in known if pair is not None]
         stored, errors = self._txn_answer(f"read rows {_silos(updates)}", [_op("get", key) for key in members])
         if errors:  # "get" of a missing key rolls back: a row is gone
             return None
         by_key = {item["Key"]: item for item in stored}
-        ops = [_op("cas", self.layout.version, _version_value(version.version), based_on, flags=based_on)]
-        for (entry, _), key, index in zip(updates, members, indexes, strict=True):
+        times = []
+        for key, index in zip(members, indexes, strict=True):
             item = by_key.get(key)
-            if item is None or index is None or item["ModifyIndex"] != index:
+            if item is None or item["ModifyIndex"] != index:
                 return None
-            current = codec.loads(base64.b64decode(item["Value"] or ""), f"at Consul key {key!r}")
-            alive = max(entry.i_am_alive_time, current.i_am_alive_time)
-            ops.append(_op("cas", key, codec.dumps(entry.replace(i_am_alive_time=alive)), index, flags=based_on))
-        return self._committed(f"update rows {_silos(updates)}", ops, version, [entry for entry, _ in updates])
+            times.append(codec.loads(base64.b64decode(item["Value"] or ""), f"at Consul key {key!r}").i_am_alive_time)
+        return times
 
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
         when = ensure_utc(when, "IAmAlive time")

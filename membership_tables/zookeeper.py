@@ -328,6 +328,8 @@ class _StoredRow:
     row_version: int
     row_czxid: int
     alive_version: int | None
+    stored_alive: datetime
+    """The IAmAlive time in the silo node's own document (before the alive node's is merged)."""
 
     @property
     def etag(self) -> str:
@@ -358,6 +360,9 @@ class ZooKeeperMembershipTable(MembershipTable):
         self._lock = threading.Lock()
         self._client: Any = None
         self._closed = False
+        self._documents: dict[str, tuple[str, tuple[int, int], datetime]] = {}
+        """Per silo node, what this handle last read or wrote there: the version etag then, the
+        node's ``(czxid, data version)`` and its document's own IAmAlive time (``_replace_rows``)."""
 
     @classmethod
     def from_uri(cls, uri: str, cluster_id: str, **options: Any) -> ZooKeeperMembershipTable:
@@ -473,6 +478,7 @@ class ZooKeeperMembershipTable(MembershipTable):
             read = [row for path, *results in pending if (row := self._row(path, *results)) is not None]
             after = self._wait(tail)
             if after is not None and (after.czxid, after.version) == (before.czxid, before.version):
+                self._remember(str(before.version), read, full=names is None)
                 return _Snapshot(
                     TableVersion(number, str(before.version)),
                     tuple(row for row in read if isinstance(row, _StoredRow)),
@@ -482,6 +488,15 @@ class ZooKeeperMembershipTable(MembershipTable):
         raise TableUnavailableError(
             f"the version of {self.cluster_path} kept moving during {_FENCE_ATTEMPTS} reads; too many concurrent writes"
         )
+
+    def _remember(self, version_etag: str, read: Sequence[_StoredRow | MalformedRow], *, full: bool) -> None:
+        """Note the silo nodes of a read at ``version_etag`` (all of them if ``full``: forget the others)."""
+        known = {} if full else dict(self._documents)
+        for row in read:
+            if isinstance(row, _StoredRow):
+                path = self.row_path(row.entry.silo_address)
+                known[path] = (version_etag, (row.row_czxid, row.row_version), row.stored_alive)
+        self._documents = known
 
     def _row(self, path: str, row_result: Any, alive_result: Any) -> _StoredRow | MalformedRow | None:
         """The row at ``path`` (``None`` if it is gone), or how it is malformed."""
@@ -501,12 +516,14 @@ class ZooKeeperMembershipTable(MembershipTable):
         try:
             alive_data, alive_stat = self._wait(alive_result)
         except NoNodeError:
-            return _StoredRow(entry, stat.version, stat.czxid, None)
+            return _StoredRow(entry, stat.version, stat.czxid, None, entry.i_am_alive_time)
         try:
             alive = max(entry.i_am_alive_time, _parse_alive(alive_data, f"{path}/{ALIVE_NODE}"))
         except MalformedRowError as exc:
             return MalformedRow(f"znode {path}/{ALIVE_NODE}", str(exc))
-        return _StoredRow(entry.replace(i_am_alive_time=alive), stat.version, stat.czxid, alive_stat.version)
+        return _StoredRow(
+            entry.replace(i_am_alive_time=alive), stat.version, stat.czxid, alive_stat.version, entry.i_am_alive_time
+        )
 
     def read_all(self) -> MembershipTableData:
         with self._driver_errors("read_all"):
@@ -597,22 +614,54 @@ class ZooKeeperMembershipTable(MembershipTable):
             return None
         client = self._connected()
         paths = [self.row_path(entry.silo_address) for entry, _ in updates]
-        pending = [client.get_async(path) for path in paths]  # pipelined: one round trip for every row
+        stored = self._stored_alive(client, paths, tokens, version.etag)
+        if stored is None:
+            return None
         transaction = client.transaction()
         transaction.set_data(self.cluster_path, _version_document(version.version), version=expected_version)
-        for (entry, _), path, token, result in zip(updates, paths, tokens, pending, strict=True):
+        written = []
+        for (entry, _), path, token, alive in zip(updates, paths, tokens, stored, strict=True):
+            assert token is not None
+            # The multi-op checks the data version, so ``alive`` is that of exactly the row it replaces.
+            written.append(entry.replace(i_am_alive_time=max(entry.i_am_alive_time, alive)))
+            transaction.set_data(path, codec.dumps(written[-1]), version=token[1])
+        results = self._commit(transaction)
+        if results is None:
+            return None
+        committed = CommittedWrite(
+            _version_of(version, results[0]),
+            tuple((entry, _row_etag(stat)) for (entry, _), stat in zip(updates, results[1:], strict=True)),
+        )
+        known = dict(self._documents)
+        for path, document, stat in zip(paths, written, results[1:], strict=True):
+            known[path] = (committed.version.etag, (stat.czxid, stat.version), document.i_am_alive_time)
+        self._documents = known
+        return committed
+
+    def _stored_alive(
+        self, client: Any, paths: Sequence[str], tokens: Sequence[tuple[int, int] | None], version_etag: str
+    ) -> list[datetime] | None:
+        """The IAmAlive time in the document of each silo node at its token, ``None`` if one is not there.
+
+        Known without a read if this handle read or wrote every one of them at ``version_etag``
+        (``_documents``): a multi-op that checks that version then proves that no insert re-created
+        a node since, so the data version it checks names the incarnation of the token. Else the
+        nodes are read (pipelined: one round trip more) and their incarnations checked.
+        """
+        known = [self._documents.get(path) for path in paths]
+        if all(
+            pair is not None and pair[:2] == (version_etag, token) for pair, token in zip(known, tokens, strict=True)
+        ):
+            return [pair[2] for pair in known if pair is not None]
+        pending = [client.get_async(path) for path in paths]  # pipelined: one round trip for every row
+        times = []
+        for path, token, result in zip(paths, tokens, pending, strict=True):
             assert token is not None
             stored = self._stored_row(client, path, token, result)
             if stored is None:
                 return None
-            # The multi-op checks the data version, so ``stored`` is exactly the row it replaces.
-            alive = max(entry.i_am_alive_time, stored.i_am_alive_time)
-            transaction.set_data(path, codec.dumps(entry.replace(i_am_alive_time=alive)), version=token[1])
-        results = self._commit(transaction)
-        if results is None:
-            return None
-        rows = tuple((entry, _row_etag(stat)) for (entry, _), stat in zip(updates, results[1:], strict=True))
-        return CommittedWrite(_version_of(version, results[0]), rows)
+            times.append(stored.i_am_alive_time)
+        return times
 
     def _stored_row(self, client: Any, path: str, token: tuple[int, int], pending: Any) -> MembershipEntry | None:
         """The row at ``path`` if it is the incarnation and data version ``token`` names, else ``None``.

@@ -14,7 +14,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCHMARKS = ["tables", "detection", "propagation", "accuracy", "scale", "spark_routing", "metrics_overhead"]
+BENCHMARKS = [
+    "tables",
+    "round_trips",
+    "detection",
+    "propagation",
+    "accuracy",
+    "scale",
+    "spark_routing",
+    "metrics_overhead",
+]
 
 
 @pytest.mark.slow

@@ -140,9 +140,13 @@ class Driver:
             prepared = self._prepared[statement] = _Prepared(statement, self._dialect)
         return prepared
 
-    def run(self, work: Callable[[Transaction], T], *, write: bool) -> T:
+    def run(self, work: Callable[[Transaction], T], *, write: bool, single: bool = False) -> T:
         """``work`` in one transaction: committed if it returns, rolled back if it raises.
 
+        ``single``: ``work`` runs one statement, which is atomic and reads one snapshot on its
+        own, so no transaction is begun around it where that saves round trips: PostgreSQL runs
+        it in autocommit (psycopg sends BEGIN and COMMIT as round trips of their own) and
+        SQLite without BEGIN; MySQL begins its transactions implicitly and still commits.
         Driver errors are raised as ``sqlalchemy.exc.DBAPIError``; a connection the error
         shows to be dead is dropped from the pool instead of being returned to it. (A plain
         call rather than a context manager: the generator behind one costs a few us, a
@@ -150,8 +154,9 @@ class Driver:
         """
         dialect = self._dialect
         error = self._error
-        isolation = self._isolation[write]
-        begin = self._begin[write]
+        autocommit = single and dialect.name == "postgresql"
+        isolation = None if single else self._isolation[write]
+        begin = None if single else self._begin[write]
         transaction: Transaction | None = None
         try:
             connection = self._checkout()
@@ -162,6 +167,8 @@ class Driver:
         try:
             if isolation is not None:  # PostgreSQL: the driver sends BEGIN with this level
                 dialect.set_isolation_level(dbapi_connection, isolation)
+            if autocommit:  # no round trip: psycopg only notes it
+                dbapi_connection.autocommit = True
             cursor = dbapi_connection.cursor()
             transaction = Transaction(self, cursor)
             if begin is not None:
@@ -185,9 +192,12 @@ class Driver:
                 statement, None, exc, error, connection_invalidated=invalidated, dialect=dialect
             ) from exc
         finally:
-            if isolation is not None and connection.is_valid:  # rolled back: back to the default level
+            if (isolation is not None or autocommit) and connection.is_valid:
                 try:
-                    dialect.reset_isolation_level(dbapi_connection)
+                    if isolation is not None:  # rolled back: back to the default level
+                        dialect.reset_isolation_level(dbapi_connection)
+                    if autocommit:
+                        dbapi_connection.autocommit = False
                 except error as exc:
                     connection.invalidate(exc)
             self._checkin(connection)

@@ -40,8 +40,10 @@ class SqlOptions:
 
     connect_timeout: float = 5.0
     """Seconds to wait for a connection, so an unreachable server fails fast."""
-    statement_timeout: float = 30.0
-    """Seconds a statement or lock wait may take (SQLite: the busy timeout) before failing."""
+    statement_timeout: float = 10.0
+    """Seconds a statement or lock wait may take (SQLite: the busy timeout) before failing. With
+    ``network_timeout`` it bounds a call's wait for an answer to 15 s, the default detection
+    time (``SiloOptions.detection_time``): a vote never waits on the store longer than a death takes."""
     network_timeout: float = 5.0
     """Seconds the network to a database server may stay silent: a request gets no more than
     ``answer_timeout`` (``statement_timeout`` plus this) to be answered, and PostgreSQL's TCP
@@ -202,6 +204,22 @@ class Liveness:
         self._idle = idle
         self._clock = clock
 
+    def _ping(self, dbapi_connection: Any) -> None:
+        """One round trip that opens no transaction (so none has to be ended by another).
+
+        PostgreSQL runs ``SELECT 1`` in autocommit (psycopg would send BEGIN first and need a
+        ROLLBACK after: three round trips); PyMySQL sends COM_PING; SQLite's driver, which the
+        engine leaves to begin transactions itself, runs the SELECT alone.
+        """
+        if self._dialect.name != "postgresql":
+            self._dialect.do_ping(dbapi_connection)
+            return
+        dbapi_connection.autocommit = True
+        try:
+            self._dialect.do_ping(dbapi_connection)
+        finally:
+            dbapi_connection.autocommit = False
+
     def used(self, info: dict[Any, Any]) -> None:
         """Note that the connection whose ``info`` this is was just used."""
         info[_LAST_USED] = self._clock()
@@ -212,8 +230,7 @@ class Liveness:
         if last_used is None or self._clock() - last_used <= self._idle:  # new, or in steady use
             return
         try:
-            self._dialect.do_ping(dbapi_connection)
-            dbapi_connection.rollback()  # end the transaction the ping may have opened
+            self._ping(dbapi_connection)
         except self._dialect.loaded_dbapi.Error as exc:
             info.pop(_LAST_USED, None)
             raise sa.exc.DisconnectionError(f"a pooled connection failed its liveness check: {exc}") from exc

@@ -94,18 +94,29 @@ next winner among them."""
 _CANONICAL = tuple(name for name in ROW_COLUMNS if name not in (*KEY_COLUMNS, "etag", "i_am_alive_time"))
 _alive = sa.bindparam("alive", type_=UtcDateTime())
 
-UPDATE_ROW = (
-    sa.update(membership_table)
-    .where(_KEY, _members.etag == sa.bindparam("based_on"))
-    .values(
-        {
-            **{name: sa.bindparam(f"new_{name}") for name in _CANONICAL},
-            "etag": sa.bindparam("new_etag"),
-            # a heartbeat written since the caller read the row is kept, never moved back
-            "i_am_alive_time": sa.case((_members.i_am_alive_time > _alive, _members.i_am_alive_time), else_=_alive),
-        }
+
+def row_update_condition(members: Any, suffix: str = "") -> sa.ColumnElement[bool]:
+    """The row of ``members`` (a ``silo_membership`` table or alias's columns) that ``update_row_params``
+    names, if it still carries the etag the caller read; every parameter but ``cluster`` ends in ``suffix``."""
+    names = ("cluster", *(f"{name}{suffix}" for name in _KEY_PARAMS[1:]))
+    return sa.and_(
+        *(members[column] == sa.bindparam(name) for column, name in zip(KEY_COLUMNS, names, strict=True)),
+        members.etag == sa.bindparam(f"based_on{suffix}"),
     )
-)
+
+
+def row_update_values(members: Any, suffix: str = "") -> dict[Any, Any]:
+    """The new values of a row of ``members`` (see ``row_update_condition``), by column."""
+    alive = sa.bindparam(f"alive{suffix}", type_=UtcDateTime())
+    return {
+        **{members[name]: sa.bindparam(f"new_{name}{suffix}") for name in _CANONICAL},
+        members.etag: sa.bindparam(f"new_etag{suffix}"),
+        # a heartbeat written since the caller read the row is kept, never moved back
+        members.i_am_alive_time: sa.case((members.i_am_alive_time > alive, members.i_am_alive_time), else_=alive),
+    }
+
+
+UPDATE_ROW = sa.update(membership_table).where(row_update_condition(_members)).values(row_update_values(_members))
 """Rewrite a row if it still carries the etag the caller read."""
 
 INSERT_ROW = sa.insert(membership_table).values(

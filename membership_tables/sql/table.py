@@ -1,16 +1,20 @@
 """``SqlMembershipTable``: the membership contract on SQLite, PostgreSQL and MySQL/MariaDB.
 
-Every canonical write is one transaction: the member rows are inserted or updated
-(each update conditioned on the row's etag), then, last, a conditional UPDATE of the
-cluster's version row (``WHERE etag = <the version the caller read>``), then COMMIT. That row
-lock serialises the writers of one cluster; a row count of 0 means the caller lost the race
-(on PostgreSQL also when another writer holds the row: ``BUMP_UNLOCKED_VERSION``).
-Taking it last holds it for one round trip: taken first, it was held across every statement
-of the write, and in a 1,000-silo join storm on PostgreSQL (writers in busy processes) the
-version UPDATE waited 380 ms on average for it. Any failed precondition rolls the whole
-transaction back, so a write that returns ``False`` changed nothing. Deadlocks and lock timeouts roll
-back too and are retried a few times; a refused login or privilege becomes
-``AccessDeniedError``; whatever else the driver raises becomes ``TableUnavailableError``.
+Every canonical write is atomic and conditional: each member row is inserted or updated (each
+update conditioned on the row's etag) together with a conditional UPDATE of the cluster's
+version row (``WHERE etag = <the version the caller read>``), whose row lock serialises the
+writers of one cluster. On PostgreSQL and MySQL a write is one statement
+(``one_statement``: one round trip on PostgreSQL, which runs it in autocommit, and two on
+MySQL with its COMMIT), on PostgreSQL losing at once when another writer holds the version
+row (``BUMP_UNLOCKED_VERSION``). SQLite, and MySQL batches over ``ONE_STATEMENT_MAX_ROWS``,
+run a transaction of a statement per row and the version's UPDATE last, so its lock is held
+for one step: taken first, it was held across every statement of the write, and in a
+1,000-silo join storm on PostgreSQL (writers in busy processes) the version UPDATE waited
+380 ms on average for it. Any failed precondition rolls the whole write back, so a write that
+returns ``False`` changed nothing. Deadlocks and lock timeouts roll back too and are retried a
+few times; a refused login or privilege becomes ``AccessDeniedError``; whatever else the driver
+raises becomes ``TableUnavailableError``. Reads are one statement too (the version row joined
+with the rows: one round trip on PostgreSQL).
 
 ``initialize()`` reads the catalog first and runs DDL only when a table is missing, so silos
 can run as a role with nothing but SELECT/INSERT/UPDATE/DELETE on the two tables
@@ -19,17 +23,15 @@ can run as a role with nothing but SELECT/INSERT/UPDATE/DELETE on the two tables
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import sqlalchemy as sa
 
 from membership_tables.codec import new_etag
 from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
-from membership_tables.errors import SCHEMA_MISSING_FIX, AccessDeniedError, InvalidEntryError, TableUnavailableError
+from membership_tables.errors import SCHEMA_MISSING_FIX, AccessDeniedError, InvalidEntryError
 from membership_tables.model import (
     CommittedWrite,
     MembershipEntry,
@@ -41,8 +43,19 @@ from membership_tables.model import (
     validate_cluster_id,
 )
 from membership_tables.sql import dialects
-from membership_tables.sql.dbapi import Driver, Transaction
+from membership_tables.sql.dbapi import Transaction
 from membership_tables.sql.engine import SqlOptions, create_engine, parse_url
+from membership_tables.sql.one_statement import (
+    LOST_RACE_SQLSTATE,
+    ONE_STATEMENT_MAX_ROWS,
+    READ_ALL,
+    READ_ROW,
+    mysql_update_rows,
+    postgres_insert_row,
+    postgres_update_rows,
+    row_params,
+    split_read,
+)
 from membership_tables.sql.rows import RowParser, entry_to_values, key_of, row_to_entry
 from membership_tables.sql.schema import membership_table, version_table
 from membership_tables.sql.statements import (
@@ -51,8 +64,6 @@ from membership_tables.sql.statements import (
     INCREMENT_VERSION,
     INSERT_ROW,
     LOCK_VERSION,
-    SELECT_ROW,
-    SELECT_ROWS,
     SELECT_VERSION,
     UPDATE_I_AM_ALIVE,
     UPDATE_ROW,
@@ -63,34 +74,23 @@ from membership_tables.sql.statements import (
     key_params,
     update_row_params,
 )
-
-T = TypeVar("T")
-
-_ATTEMPTS = 3
-"""Tries of one transaction that keeps hitting deadlocks or lock timeouts."""
+from membership_tables.sql.transactions import LostRaceError, SqlTransactions
 
 _members = membership_table.c
 _versions = version_table.c
 
 
-class _LostRaceError(Exception):
-    """A precondition of a conditional write failed: roll back and return ``False``."""
-
-
-class SqlMembershipTable(MembershipTable):
+class SqlMembershipTable(SqlTransactions, MembershipTable):
     """A cluster's membership in the ``silo_membership`` tables of a SQL database."""
 
     max_rows_per_update = 1_000
-    """``update_rows`` runs one ``UPDATE`` per row while holding the version row's lock, which
-    blocks every other writer of the cluster: the bound keeps that wait short."""
+    """``update_rows`` holds the version row's lock while it updates every row, which blocks every
+    other writer of the cluster: the bound keeps that wait short."""
 
     def __init__(self, engine: sa.Engine, cluster_id: str) -> None:
-        super().__init__(validate_cluster_id(cluster_id))
-        self._engine = engine
-        self._dialect = engine.dialect.name
+        MembershipTable.__init__(self, validate_cluster_id(cluster_id))
+        SqlTransactions.__init__(self, engine)
         self._bump = BUMP_UNLOCKED_VERSION if dialects.skips_locked_rows(engine.dialect) else BUMP_VERSION
-        self._where = engine.url.render_as_string(hide_password=True)
-        self._driver = Driver(engine)
         self._rows = RowParser(self.cluster_id)
 
     @classmethod
@@ -105,72 +105,6 @@ class SqlMembershipTable(MembershipTable):
         self._driver.close()
         self._engine.dispose()
 
-    # -- transactions ------------------------------------------------------------------
-
-    def _transaction(self, work: Callable[[sa.Connection], T], *, write: bool, if_no_schema: T) -> T:
-        """Run ``work`` in one transaction, retrying deadlocks; map driver errors."""
-        options = dialects.transaction_options(self._dialect, write=write)
-
-        def run() -> T:
-            with self._engine.connect() as connection:
-                connection.execution_options(**options)
-                with connection.begin():
-                    return work(connection)
-
-        return self._retrying(run, write=write, if_no_schema=if_no_schema)
-
-    def _fast_transaction(self, work: Callable[[Transaction], T], *, write: bool, if_no_schema: T) -> T:
-        """``_transaction`` on the pooled DB-API connection, for the hot paths (see ``dbapi``)."""
-
-        return self._retrying(lambda: self._driver.run(work, write=write), write=write, if_no_schema=if_no_schema)
-
-    def _retrying(self, run: Callable[[], T], *, write: bool, if_no_schema: T) -> T:
-        """Retry deadlocks (and reads on a connection found dead); map driver errors."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return run()
-            except sa.exc.DBAPIError as exc:
-                if dialects.is_missing_table(self._dialect, exc):
-                    return if_no_schema
-                if dialects.is_access_denied(self._dialect, exc):
-                    raise self._denied(exc) from exc
-                retry = dialects.is_transient(self._dialect, exc) or (exc.connection_invalidated and not write)
-                if retry and attempt < _ATTEMPTS:
-                    time.sleep(random.uniform(0.005, 0.05) * attempt)
-                    continue
-                raise self._unavailable(exc) from exc
-            except sa.exc.SQLAlchemyError as exc:
-                raise self._unavailable(exc) from exc
-
-    def _unavailable(self, exc: sa.exc.SQLAlchemyError) -> TableUnavailableError:
-        cause = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
-        return TableUnavailableError(
-            f"the membership table at {self._where} is unavailable ({type(cause).__name__}: {cause}); "
-            "check that the database is up and reachable"
-        )
-
-    def _denied(self, exc: sa.exc.DBAPIError) -> AccessDeniedError:
-        return AccessDeniedError(
-            f"the database at {self._where} refused this role ({type(exc.orig).__name__}: {exc.orig}); "
-            "check the user and password, and grant the privileges listed in docs/security.md"
-        )
-
-    def _write(self, work: Callable[[sa.Connection], T]) -> T | None:
-        """A conditional write: ``None`` (rolled back) if ``work`` raised ``_LostRaceError``."""
-        try:
-            return self._transaction(work, write=True, if_no_schema=None)
-        except _LostRaceError:
-            return None
-
-    def _fast_write(self, work: Callable[[Transaction], T]) -> T | None:
-        """``_write`` on the pooled DB-API connection."""
-        try:
-            return self._fast_transaction(work, write=True, if_no_schema=None)
-        except _LostRaceError:
-            return None
-
     def _key_params(self, silo_address: SiloAddress) -> dict[str, Any]:
         return key_params(self.cluster_id, silo_address)
 
@@ -183,15 +117,19 @@ class SqlMembershipTable(MembershipTable):
     # -- reads -------------------------------------------------------------------------
 
     def _read(self, silo_address: SiloAddress | None) -> MembershipTableData:
-        cluster = cluster_params(self.cluster_id)
-        query, params = (SELECT_ROWS, cluster) if silo_address is None else (SELECT_ROW, self._key_params(silo_address))
+        """The version and the rows in one statement (``one_statement``): one round trip on PostgreSQL."""
+        query, params = (
+            (READ_ALL, cluster_params(self.cluster_id))
+            if silo_address is None
+            else (READ_ROW, self._key_params(silo_address))
+        )
 
-        def work(transaction: Transaction) -> tuple[Any, list[Any]]:
-            version_row = transaction.execute(SELECT_VERSION, cluster).fetchone()
-            return version_row, transaction.execute(query, params).fetchall()
+        def work(transaction: Transaction) -> list[Any]:
+            lines: list[Any] = transaction.execute(query, params).fetchall()
+            return lines
 
-        nothing: tuple[Any, list[Any]] = (None, [])
-        version_row, rows = self._fast_transaction(work, write=False, if_no_schema=nothing)
+        lines: list[Any] = self._fast_transaction(work, write=False, if_no_schema=[], single=True)
+        version_row, rows = split_read(lines)
         version = UNINITIALIZED_VERSION if version_row is None else TableVersion(*version_row)
         return self._rows.table_data(version, rows, full=silo_address is None)
 
@@ -199,13 +137,13 @@ class SqlMembershipTable(MembershipTable):
         return self._read(None)
 
     def read_version(self) -> TableVersion:
-        def work(connection: sa.Connection) -> TableVersion:
-            row = connection.execute(
-                sa.select(_versions.version, _versions.etag).where(_versions.cluster_id == self.cluster_id)
-            ).first()
+        params = cluster_params(self.cluster_id)
+
+        def work(transaction: Transaction) -> TableVersion:
+            row = transaction.execute(SELECT_VERSION, params).fetchone()
             return UNINITIALIZED_VERSION if row is None else TableVersion(*row)
 
-        return self._transaction(work, write=False, if_no_schema=UNINITIALIZED_VERSION)
+        return self._fast_transaction(work, write=False, if_no_schema=UNINITIALIZED_VERSION, single=True)
 
     def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
         return self._read(silo_address)
@@ -217,7 +155,7 @@ class SqlMembershipTable(MembershipTable):
         written = TableVersion(version.version, new_etag())
         result = connection.execute(self._bump, bump_params(self.cluster_id, version, written.etag, datetime.now(UTC)))
         if result.rowcount != 1:
-            raise _LostRaceError
+            raise LostRaceError
         return written
 
     def _increment_version(self, transaction: Transaction) -> TableVersion:
@@ -225,19 +163,25 @@ class SqlMembershipTable(MembershipTable):
         if not self._engine.dialect.update_returning:  # MySQL/MariaDB
             row = transaction.execute(LOCK_VERSION, cluster_params(self.cluster_id)).fetchone()
             if row is None:
-                raise _LostRaceError  # no version row
+                raise LostRaceError  # no version row
             return self._bump_version(transaction, TableVersion(*row).next())
         written_etag = new_etag()
         params = increment_params(self.cluster_id, written_etag, datetime.now(UTC))
         rows = transaction.execute(INCREMENT_VERSION, params).fetchall()
         if not rows:
-            raise _LostRaceError  # no version row
+            raise LostRaceError  # no version row
         return TableVersion(rows[0][0], written_etag)
 
-    def _insert(self, entry: MembershipEntry, bump: Callable[[Transaction], TableVersion]) -> CommittedWrite | None:
-        """Insert ``entry`` and then, last (see the module's docstring), ``bump`` the version."""
+    def _insert(self, entry: MembershipEntry, version: TableVersion | None) -> CommittedWrite | None:
+        """Insert ``entry`` and bump the version to ``version`` (to the next one if ``None``): in one
+        statement on PostgreSQL, else the INSERT and then, last (see the module's docstring), the version."""
         etag = new_etag()
         params = insert_row_params(self.cluster_id, entry.silo_address, entry_to_values(entry), etag)
+        if self._dialect == "postgresql":
+            return self._in_one_statement(postgres_insert_row(version is None), [params], ((entry, etag),), version)
+        bump: Callable[[Transaction], TableVersion] = (
+            self._increment_version if version is None else lambda transaction: self._bump_version(transaction, version)
+        )
         duplicate = self._driver.integrity_error
 
         def work(transaction: Transaction) -> CommittedWrite:
@@ -247,42 +191,116 @@ class SqlMembershipTable(MembershipTable):
             try:
                 transaction.execute(INSERT_ROW, params)
             except duplicate as exc:  # the row exists
-                raise _LostRaceError from exc
+                raise LostRaceError from exc
             return CommittedWrite(bump(transaction), ((entry, etag),))
 
         return self._fast_write(work)
 
     def insert_row_with_etags(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
-        return self._insert(entry, lambda transaction: self._bump_version(transaction, version))
+        return self._insert(entry, version)
 
     def insert_row_at_next_version(self, entry: MembershipEntry) -> CommittedWrite | None:
-        return self._insert(entry, self._increment_version)
+        return self._insert(entry, None)
 
     def update_rows_with_etags(self, updates: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
-        """Replace each row at its etag (keeping a later IAmAlive time: ``UPDATE_ROW``; in key
-        order, so two writers of the same rows cannot deadlock), then bump the version; any miss
-        rolls everything back."""
+        """Replace each row at its etag (keeping a later IAmAlive time: ``UPDATE_ROW``) and bump the
+        version, all or nothing: one statement on PostgreSQL and MySQL (``one_statement``, up to
+        ``ONE_STATEMENT_MAX_ROWS`` rows), else a statement per row in key order (so two writers of
+        the same rows cannot deadlock) and the version last."""
         batch = checked_updates(updates, self.max_rows_per_update)
+        if self._dialect == "postgresql" and len(batch) <= ONE_STATEMENT_MAX_ROWS:
+            return self._update_in_one_statement(batch, version)
+        if self._dialect in ("mysql", "mariadb") and len(batch) <= ONE_STATEMENT_MAX_ROWS:
+            return self._update_joined(batch, version)
         return self._update(batch, lambda transaction: self._bump_version(transaction, version))
 
     def update_row_at_next_version(self, entry: MembershipEntry, etag: str) -> CommittedWrite | None:
-        return self._update(checked_updates(((entry, etag),), self.max_rows_per_update), self._increment_version)
+        batch = checked_updates(((entry, etag),), self.max_rows_per_update)
+        if self._dialect == "postgresql":
+            return self._update_in_one_statement(batch, None)
+        return self._update(batch, self._increment_version)
 
-    def _update(self, batch: Sequence[RowUpdate], bump: Callable[[Transaction], TableVersion]) -> CommittedWrite | None:
-        """Update each row of a checked ``batch`` at its etag and then, last, ``bump`` the version."""
+    def _row_updates(self, batch: Sequence[RowUpdate]) -> tuple[list[str], list[dict[str, Any]]]:
+        """Fresh etags for a checked ``batch`` (in its order) and the rows' ``UPDATE_ROW`` parameters in key order."""
         new_etags = [new_etag() for _ in batch]
         in_key_order = sorted(zip(batch, new_etags, strict=True), key=lambda update: update[0][0].silo_address)
         rows = [
             update_row_params(self.cluster_id, entry.silo_address, entry_to_values(entry), etag, new)
             for (entry, etag), new in in_key_order
         ]
+        return new_etags, rows
+
+    @staticmethod
+    def _rows_written(batch: Sequence[RowUpdate], new_etags: Sequence[str]) -> tuple[tuple[MembershipEntry, str], ...]:
+        return tuple(zip((entry for entry, _ in batch), new_etags, strict=True))
+
+    def _update_in_one_statement(
+        self, batch: Sequence[RowUpdate], version: TableVersion | None
+    ) -> CommittedWrite | None:
+        """PostgreSQL: ``one_statement.postgres_update_rows`` at ``version`` (at the next one if ``None``)."""
+        new_etags, rows = self._row_updates(batch)
+        statement = postgres_update_rows(len(rows), increment=version is None)
+        return self._in_one_statement(statement, rows, self._rows_written(batch, new_etags), version)
+
+    def _in_one_statement(
+        self,
+        statement: sa.Select[Any],
+        rows: Sequence[dict[str, Any]],
+        written: tuple[tuple[MembershipEntry, str], ...],
+        version: TableVersion | None,
+    ) -> CommittedWrite | None:
+        """PostgreSQL: run a write of ``one_statement`` in autocommit with the rows' parameters and the
+        version's (``bump_params``, or ``increment_params`` if ``version`` is ``None``); its lost race
+        is the division by zero it rolls back with."""
+        written_etag, now = new_etag(), datetime.now(UTC)
+        params = (
+            increment_params(self.cluster_id, written_etag, now)
+            if version is None
+            else bump_params(self.cluster_id, version, written_etag, now)
+        )
+        for index, row in enumerate(rows):
+            params.update(row_params(index, row))
+        error = self._engine.dialect.loaded_dbapi.Error
+
+        def work(transaction: Transaction) -> CommittedWrite:
+            try:
+                line = transaction.execute(statement, params).fetchone()
+            except error as exc:
+                if getattr(exc, "sqlstate", None) == LOST_RACE_SQLSTATE:
+                    raise LostRaceError from exc
+                raise
+            if line is None or line[0] is None:  # no version row
+                raise LostRaceError
+            return CommittedWrite(TableVersion(line[0], written_etag), written)
+
+        return self._fast_write(work, single=True)
+
+    def _update_joined(self, batch: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
+        """MySQL: ``one_statement.mysql_update_rows`` (all rows or none), then COMMIT."""
+        new_etags, rows = self._row_updates(batch)
+        written = TableVersion(version.version, new_etag())
+        params = bump_params(self.cluster_id, version, written.etag, datetime.now(UTC))
+        for index, row in enumerate(rows):
+            params.update(row_params(index, row))
+        statement = mysql_update_rows(len(rows))
+
+        def work(transaction: Transaction) -> CommittedWrite:
+            if transaction.execute(statement, params).rowcount != len(rows) + 1:
+                raise LostRaceError
+            return CommittedWrite(written, self._rows_written(batch, new_etags))
+
+        return self._fast_write(work, single=True)
+
+    def _update(self, batch: Sequence[RowUpdate], bump: Callable[[Transaction], TableVersion]) -> CommittedWrite | None:
+        """Update each row of a checked ``batch`` at its etag and then, last, ``bump`` the version."""
+        new_etags, rows = self._row_updates(batch)
 
         def work(transaction: Transaction) -> CommittedWrite:
             for params in rows:
                 if transaction.execute(UPDATE_ROW, params).rowcount != 1:
-                    raise _LostRaceError
+                    raise LostRaceError
             written = bump(transaction)  # last: see the module's docstring
-            return CommittedWrite(written, tuple(zip((entry for entry, _ in batch), new_etags, strict=True)))
+            return CommittedWrite(written, self._rows_written(batch, new_etags))
 
         return self._fast_write(work)
 
@@ -290,7 +308,9 @@ class SqlMembershipTable(MembershipTable):
 
     def update_i_am_alive(self, silo_address: SiloAddress, when: datetime) -> None:
         params = {**self._key_params(silo_address), "alive": ensure_utc(when, "IAmAlive time")}
-        self._fast_transaction(lambda t: t.execute(UPDATE_I_AM_ALIVE, params), write=True, if_no_schema=None)
+        self._fast_transaction(
+            lambda t: t.execute(UPDATE_I_AM_ALIVE, params), write=True, if_no_schema=None, single=True
+        )
 
     def cleanup_defunct_entries(self, before: datetime) -> int:
         before = ensure_utc(before, "cleanup cutoff")
@@ -349,4 +369,4 @@ class SqlMembershipTable(MembershipTable):
                 )
             )
         except sa.exc.IntegrityError as exc:  # another process created it first: fine
-            raise _LostRaceError from exc
+            raise LostRaceError from exc

@@ -24,6 +24,7 @@ import contextlib
 import socket
 import threading
 from types import TracebackType
+from typing import Self
 
 _CHUNK = 65536
 
@@ -70,7 +71,7 @@ class FreezingProxy:
         self._flowing.set()  # pumps waiting for a thaw find their sockets closed and end
         self._acceptor.join(5)
 
-    def __enter__(self) -> FreezingProxy:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -96,10 +97,20 @@ class FreezingProxy:
                     server.close()
                     return
                 self._sockets += [client, server]
-            for source, sink in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+            link = self._opened()
+            for source, sink, upstream in ((client, server, True), (server, client, False)):
+                threading.Thread(target=self._pump, args=(source, sink, link, upstream), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def _opened(self) -> object:
+        """A new connection was accepted: what ``_passing`` gets to tell its bytes from others' (a subclass's hook)."""
+        return None
+
+    def _passing(self, link: object, upstream: bool, data: bytes) -> None:
+        """``data`` is about to be forwarded on ``link``, to the server if ``upstream`` (a subclass's hook).
+
+        Called before the bytes are sent on, so the answer to them is always seen after them."""
+
+    def _pump(self, source: socket.socket, sink: socket.socket, link: object, upstream: bool) -> None:
         """Copy ``source`` to ``sink`` while flowing; at its end, end ``sink``'s side too."""
         try:
             while True:
@@ -110,6 +121,7 @@ class FreezingProxy:
                 self._flowing.wait()  # a freeze while reading holds what was read
                 if self._closed:
                     return
+                self._passing(link, upstream, data)
                 sink.sendall(data)
         except OSError:
             pass
