@@ -16,6 +16,8 @@ Every error this package raises on purpose derives from one root::
     │                            ``silo table init URI`` as the fix)
     ├── TableUnavailableError    the store cannot be reached or failed; ``__cause__`` is
     │                            the driver's own exception
+    ├── LostRaceError            membership_tables.sql.transactions: a conditional write's
+    │                            precondition failed; caught inside (the write returns False)
     ├── MalformedHistoryError    membership_tables.history: a history line cannot be parsed
     │                            (also a ValueError)
     └── ConformanceError         membership_tables.testing.checks: a backend broke the

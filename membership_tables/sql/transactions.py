@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import sqlalchemy as sa
 
-from membership_tables.errors import AccessDeniedError, TableUnavailableError
+from membership_tables.errors import AccessDeniedError, MembershipTableError, TableUnavailableError
 from membership_tables.sql import dialects
 from membership_tables.sql.dbapi import Driver, Transaction
 
@@ -27,7 +27,7 @@ _ATTEMPTS = 3
 """Tries of one transaction that keeps hitting deadlocks or lock timeouts."""
 
 
-class LostRaceError(Exception):
+class LostRaceError(MembershipTableError):
     """A precondition of a conditional write failed: roll back and return ``False``."""
 
 
