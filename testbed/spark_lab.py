@@ -113,6 +113,7 @@ class SparkLab:
         self.net = SidecarCluster(workdir, cluster_id=cluster_id, table="postgres", extra_args=silo_args)
         self._stack = contextlib.ExitStack()
         self._replacements: list[ServerProcess] = []
+        self._runs = 0
         try:
             self.master_host = self.net.lab.add_host("master")
             self.driver_host = self.net.lab.add_host("driver")
@@ -132,7 +133,6 @@ class SparkLab:
         except BaseException:
             self.close()
             raise
-        self._runs = 0
 
     def __enter__(self) -> SparkLab:
         return self
