@@ -118,7 +118,10 @@ BENCHMARKS = (
         "spark_routing",
         "python -m benchmarks.spark_routing",
         "Records routed by `route_to_silos` to 4 silos beside the same handler in a plain `mapPartitions`, "
-        "and a routed job with a silo killed half-way (records lost, duplicated, rerouted).",
+        "and a routed job with a silo killed half-way (records lost, duplicated, rerouted); then the same on a "
+        "Spark standalone cluster whose 3 workers are hosts of their own (network namespaces) with a sidecar silo "
+        "each: the share of records that stayed on their host beside the ring's prediction, and a routed job with "
+        "a worker host partitioned away half-way.",
         (
             Result("spark_routing", "1M records"),
             Result("spark_routing_10m", "10M records (`--records 10000000`)"),

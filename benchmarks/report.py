@@ -375,6 +375,35 @@ def spark_routing(document: dict[str, Any]) -> list[str]:
         f"Records that stayed on their host (sent to the executor's sidecar, silo 0): "
         f"{r['stayed_on_host_fraction']:.1%}; {cost['calls']:.0f} calls, "
         f"{cost['request_bytes'] / max(1.0, cost['records']):.1f} request bytes per record.",
+        *spark_multi_host(r.get("multi_host")),
+    ]  # fmt: skip
+
+
+def spark_multi_host(m: dict[str, Any] | None) -> list[str]:
+    """The ``results.multi_host`` part of a spark_routing result (absent in runs that predate it)."""
+    if m is None:
+        return []
+    if "skipped" in m:
+        return ["", f"Multi-host run skipped: {m['skipped']}."]
+    base, routed = m["baseline_seconds"], m["routed_seconds"]
+    cut = m["with_a_worker_partitioned"]
+    match = m["results_match_baseline"]
+    return [
+        "",
+        f"On a Spark standalone cluster with {m['workers']} worker hosts of their own (network namespaces, one "
+        f"1-core executor and one sidecar silo each, the table on PostgreSQL on another host):",
+        "",
+        *header("job", "median s", "p99 s", "records/s", "time vs mapPartitions", "records lost", "duplicates",
+                "rerouted", "results = baseline"),
+        row("mapPartitions, no silos", base["median"], base["p99"], m["baseline_records_per_s"], 1.0, 0, 0, 0, "-"),
+        row("route_to_silos", routed["median"], routed["p99"], m["routed_records_per_s"], m["overhead_ratio_median"],
+            0 if match else "?", 0 if match else "?", 0, match),
+        row(f"route_to_silos, worker host {cut['victim']} partitioned at {cut['partitioned_after_s']:.1f} s",
+            cut["seconds"], "-", m["records"] / cut["seconds"], ratio(cut["seconds"], base["median"]),
+            cut["records_lost"], cut["duplicates"], cut["rerouted"], cut["results_match_baseline"]),
+        "",
+        f"Records that stayed on their host (sent to the executor's own sidecar): {m['stayed_on_host_fraction']:.1%}; "
+        f"the ring predicts {m['expected_on_host_fraction']:.1%} (median run).",
     ]  # fmt: skip
 
 

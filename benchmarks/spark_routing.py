@@ -20,6 +20,12 @@ breakdown comes from ``silo.spark.stats_accumulator``: executor time hashing and
 encoding Arrow IPC, waiting; silo time in the handler and in (de)serialization; and the rest of
 each call's latency (network, gRPC and queueing in the silos).
 
+Then, as root (``Config.multi_host``; not in ``--quick``), the same jobs on a Spark standalone
+cluster whose 3 workers are hosts of their own (network namespaces), each with a sidecar silo,
+the table on PostgreSQL: routed vs ``mapPartitions`` in the same run, the share of records that
+stayed on their host beside the ring's prediction, and a routed run with a worker host
+partitioned away half-way (``results.multi_host``; see ``benchmarks/spark_multi_host.py``).
+
     python -m benchmarks.spark_routing [--quick] [--records N]
 """
 
@@ -28,10 +34,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import threading
-import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,116 +49,13 @@ from benchmarks.common import (
     summarize,
     workdir,
 )
-from silo.spark import (
-    SIDECAR_ENV,
-    encode_payload,
-    local_session,
-    route_to_silos,
-    routing_summary,
-    stats_accumulator,
-)
-from silo.work.columnar_routing import DEFAULT_COLUMNAR_BATCH_SIZE, DEFAULT_IN_FLIGHT
-from silo.work.handlers import CHECKSUM_HANDLER, checksum, checksum_total
+from benchmarks.spark_jobs import CLUSTER, Config, Totals, baseline, routed
+from benchmarks.spark_multi_host import measure_multi_host
+from silo.spark import SIDECAR_ENV, local_session
 from testbed.cluster_harness import Cluster
+from testbed.netfaults import lab_unavailable_reason
 
 NAME = "spark_routing"
-CLUSTER = "spark-bench"
-RECORDS_PER_PARTITION = 62_500
-"""With ``--records N``, partitions grow to keep at most this many records each (16 at least)."""
-
-
-@dataclass(frozen=True)
-class Config:
-    records: int = 1_000_000
-    partitions: int = 16
-    silos: int = 4
-    runs: int = 3
-    batch_size: int = DEFAULT_COLUMNAR_BATCH_SIZE
-    in_flight: int = DEFAULT_IN_FLIGHT
-    cores: int = 2
-
-    @classmethod
-    def sized(cls, records: int) -> Config:
-        return cls(records=records, partitions=max(cls.partitions, -(-records // RECORDS_PER_PARTITION)))
-
-    @classmethod
-    def quick(cls) -> Config:
-        return cls(records=20_000, partitions=4, runs=1)
-
-
-Totals = tuple[int, int]
-"""(records, checksum total)."""
-
-
-def partition_totals(results: Iterable[Any]) -> Iterator[Totals]:
-    digests = [bytes(result) for result in results]
-    yield len(digests), checksum_total(digests)
-
-
-def merge(left: Totals, right: Totals) -> Totals:
-    return left[0] + right[0], (left[1] + right[1]) % (1 << 64)
-
-
-def local_checksums(rows: Iterable[Any]) -> Iterator[bytes]:
-    for key, value in rows:
-        yield checksum(key, encode_payload([value]))
-
-
-def records(spark: Any, config: Config) -> Any:
-    return spark.range(config.records, numPartitions=config.partitions).selectExpr(
-        "concat('k', CAST(id AS STRING)) AS key", "id AS value"
-    )
-
-
-def baseline(spark: Any, config: Config) -> tuple[float, Totals]:
-    started = time.perf_counter()
-    totals: Totals = (
-        records(spark, config).rdd.mapPartitions(local_checksums).mapPartitions(partition_totals).reduce(merge)
-    )
-    return time.perf_counter() - started, totals
-
-
-def routed(
-    spark: Any, config: Config, table: str, kill_after: float | None = None, victim: Any = None
-) -> dict[str, Any]:
-    killing = kill_after is not None and victim is not None
-    timer = threading.Timer(kill_after or 0.0, victim.kill) if killing else None
-    stats = stats_accumulator(spark)
-    started = time.perf_counter()
-    if timer is not None:
-        timer.start()
-    out = route_to_silos(
-        records(spark, config),
-        "key",
-        CHECKSUM_HANDLER,
-        table=table,
-        cluster=CLUSTER,
-        batch_size=config.batch_size,
-        in_flight=config.in_flight,
-        stats=stats,
-    )
-    if killing:
-        out = out.persist()  # the killed run's keys are counted below: route them once
-    try:
-        summary = routing_summary(out, checksum=True)
-        elapsed = time.perf_counter() - started
-        distinct = out.select("key").distinct().count() if killing else None
-    finally:
-        if timer is not None:
-            out.unpersist()
-            timer.cancel()
-    return {
-        "seconds": elapsed,
-        "records_out": summary.records,
-        "checksum_total": summary.checksum,
-        "records_lost": None if distinct is None else config.records - distinct,
-        "duplicates": None if distinct is None else summary.records - distinct,
-        "rerouted": summary.rerouted,
-        "via_sidecar": summary.via_sidecar,
-        "stayed_on_host_fraction": summary.stayed_on_host_fraction,
-        "per_silo": dict(summary.per_silo),
-        "cost": stats.value.as_dict(),
-    }
 
 
 @contextlib.contextmanager
@@ -198,7 +99,7 @@ def measure(config: Config, root: Path) -> dict[str, Any]:
     assert expected is not None
     base, route = summarize(base_times), summarize(routed_times)
     median_run = sorted(routed_runs, key=lambda run: run["seconds"])[len(routed_runs) // 2]
-    return {
+    results = {
         "baseline_seconds": base,
         "routed_seconds": route,
         "baseline_records_per_s": config.records / base["median"],
@@ -214,6 +115,10 @@ def measure(config: Config, root: Path) -> dict[str, Any]:
             "results_match_baseline": (killed["records_out"], killed["checksum_total"]) == expected,
         },
     }
+    if config.multi_host:
+        reason = lab_unavailable_reason()
+        results["multi_host"] = {"skipped": reason} if reason else measure_multi_host(config, root)
+    return results
 
 
 def report(results: dict[str, Any]) -> None:
@@ -254,24 +159,54 @@ def report(results: dict[str, Any]) -> None:
         f"records that stayed on their host (sent to the executor's sidecar): "
         f"{results['stayed_on_host_fraction']:.1%}"
     )
+    multi = results.get("multi_host")
+    if multi is not None and "skipped" in multi:
+        print(f"multi-host run skipped: {multi['skipped']}")
+    elif multi is not None:
+        cut = multi["with_a_worker_partitioned"]
+        print_table(
+            f"Spark standalone, {multi['workers']} worker hosts of their own with a sidecar each",
+            ["job", "median s", "records/s", "vs baseline", "lost", "duplicates", "rerouted", "results match"],
+            [
+                ["mapPartitions", multi["baseline_seconds"]["median"], multi["baseline_records_per_s"], 1.0, 0, 0, 0,
+                 True],
+                ["route_to_silos", multi["routed_seconds"]["median"], multi["routed_records_per_s"],
+                 multi["overhead_ratio_median"], 0, 0, 0, multi["results_match_baseline"]],
+                ["route_to_silos, a host cut", cut["seconds"], multi["records"] / cut["seconds"],
+                 ratio(cut["seconds"], multi["baseline_seconds"]["median"]), cut["records_lost"], cut["duplicates"],
+                 cut["rerouted"], cut["results_match_baseline"]],
+            ],
+        )  # fmt: skip
+        print(
+            f"stayed on host: {multi['stayed_on_host_fraction']:.1%}, "
+            f"the ring predicts {multi['expected_on_host_fraction']:.1%}"
+        )
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(8, 4.5))
+    series = {
+        "local[2], 4 silos": [
+            results["baseline_records_per_s"],
+            results["routed_records_per_s"],
+            results["records"] / results["with_a_silo_killed"]["seconds"],
+        ]
+    }
+    multi = results.get("multi_host") or {}
+    if "workers" in multi:
+        series[f"{multi['workers']} worker hosts, a sidecar each"] = [
+            multi["baseline_records_per_s"],
+            multi["routed_records_per_s"],
+            multi["records"] / multi["with_a_worker_partitioned"]["seconds"],
+        ]
     grouped_bars(
         axis,
-        ["mapPartitions (no silos)", "route_to_silos", "route_to_silos, silo killed"],
-        {
-            "records/s": [
-                results["baseline_records_per_s"],
-                results["routed_records_per_s"],
-                results["records"] / results["with_a_silo_killed"]["seconds"],
-            ]
-        },
+        ["mapPartitions (no silos)", "route_to_silos", "route_to_silos, a silo killed / a host cut"],
+        series,
         "records per second (median run)",
     )
-    axis.set_title(f"{results['records']:,} records, 4 silos, local[2]")
+    axis.set_title(f"{results['records']:,} records")
     save_figure(figure, path)
 
 

@@ -262,6 +262,27 @@ class NetCluster:
         )
         return started
 
+    def replace_silo(self, name: str, timeout: float = START_TIMEOUT) -> NetSilo:
+        """Start a new silo (a new generation) on the host of the exited silo ``name``, in its place
+        (``silos`` keeps its order); wait until it is Active. The old log is kept as ``NAME.<k>.log``."""
+        old = self.silo(name)
+        if old.running:
+            raise ValueError(f"{name} is still running; kill it (or its host) before starting another in its place")
+        earlier = len(list(self.log_dir.glob(f"{name}.*.log"))) + 1
+        old.log.rename(self.log_dir / f"{name}.{earlier}.log")
+        silo = self._spawn(old.host)
+        self.silos.remove(silo)  # _spawn appended it; it takes the old one's place
+        self.silos[self.silos.index(old)] = silo
+        silo.wait_listening(timeout)
+        self.wait_for(
+            lambda view: view.statuses[name] is SiloStatus.ACTIVE,
+            timeout,
+            f"{name} Active again",
+            invariant=lambda view: view.all_running([name]),
+            invariant_what=f"the new {name} running",
+        )
+        return silo
+
     def _spawn(self, host: Host) -> NetSilo:
         argv = [
             sys.executable,

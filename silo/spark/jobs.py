@@ -336,13 +336,14 @@ appender.console.filter.threshold.level = error
 
 
 @contextlib.contextmanager
-def driver_environment() -> Iterator[None]:
-    """Point a Spark driver started in this process at this interpreter and at 127.0.0.1.
+def driver_environment(local_ip: str = "127.0.0.1") -> Iterator[None]:
+    """Point a Spark driver started in this process at this interpreter and at ``local_ip``.
 
     pyspark reads ``PYSPARK_PYTHON`` (what executors run, so they can import this package)
-    and ``SPARK_LOCAL_IP`` only from the environment; both are restored on exit.
+    and ``SPARK_LOCAL_IP`` (the address the driver JVM binds) only from the environment; both
+    are restored on exit.
     """
-    settings = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    settings = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": local_ip}
     saved = {name: os.environ.get(name) for name in settings}
     os.environ.update(settings)
     try:

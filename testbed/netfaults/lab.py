@@ -263,6 +263,11 @@ class Host:
         result: subprocess.CompletedProcess[str] = subprocess.run(self.command(argv), **kwargs)
         return result
 
+    def kill_processes(self, grace: float = 0.0) -> None:
+        """Crash this host: SIGKILL every process in its namespace (after SIGTERM and ``grace``
+        seconds if ``grace`` > 0); its address stays up, so peers get connection resets, not silence."""
+        _kill_namespace_processes([self.namespace], grace)
+
     def rules(self) -> str:
         """This host's iptables rules (``iptables-save``), to explain a surprising test result."""
         return _run(self.command([f"{self.lab._iptables}-save"]))

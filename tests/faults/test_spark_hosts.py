@@ -1,0 +1,158 @@
+"""``route_to_silos`` on a Spark standalone cluster whose workers are hosts of their own.
+
+One ``SparkLab`` for the module (``testbed/spark_lab.py``): PostgreSQL, the master and the driver
+each on a lab host, and three worker hosts, each with its Spark worker and a sidecar silo
+advertising the host's address. The job routes keys with ``example.echo``; every row comes back
+tagged with the sidecar of the executor that routed it (``testbed/spark_driver.py``).
+
+- Healthy: every record reaches its owner, and exactly the records whose owner is the routing
+  executor's own sidecar stay on their host; that share is the one the ring predicts.
+- A worker host crashed mid-job (its silo, worker and executor SIGKILLed), and a worker host
+  cut from everything mid-job (iptables DROP both ways): the job finishes with every record
+  once, none lost, none twice; only the lost silo's keys move, each to its next owner on the ring.
+
+The fault is injected while a task is paused half-way through a partition (the driver's
+``pause``), on a host other than that task's, so the paused task's remaining records meet the
+fault whatever the machine's speed. Needs root; skips with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from membership_tables import SiloStatus
+from silo.client.topology import ClusterView
+from silo.work.hashring import HashRing
+from testbed.netfaults import Host
+from testbed.spark_lab import SparkLab
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+WORKERS = 3
+RECORDS = 6000
+PARTITIONS = 12
+PAUSE = (PARTITIONS // 2, RECORDS // PARTITIONS // 2)
+"""The task of the middle partition pauses half-way through it: the other executors are busy with
+the partitions around it, and a third of the job is still to come."""
+
+DRIVER = "testbed.spark_driver"
+ON_HOST_TOLERANCE = 0.05
+"""Points the measured stayed-on-host share may differ from the ring's prediction."""
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkLab]:
+    with SparkLab(tmp_path_factory.mktemp("spark-lab"), WORKERS) as spark_lab:
+        yield spark_lab
+
+
+def check_once_each(rows: list[list[Any]]) -> None:
+    """Every key in the output exactly once, and each result is the tag its row was sent with."""
+    keys = Counter(row[0] for row in rows)
+    lost = RECORDS - len(keys)
+    duplicated = sum(count - 1 for count in keys.values())
+    assert (lost, duplicated) == (0, 0), f"{lost} records lost, {duplicated} duplicated"
+    assert set(keys) == {f"k{number}" for number in range(RECORDS)}
+
+
+def predicted_on_host(rows: list[list[Any]], view: ClusterView) -> float:
+    """The ring's prediction: each executor keeps the ring's share of keys its sidecar owns,
+    weighted by the records that executor routed."""
+    ring = HashRing(view.addresses)
+    owned = Counter(ring.owner(row[0]).endpoint for row in rows)
+    routed_by = Counter(row[1] for row in rows)
+    return sum(count * owned[sidecar] / len(rows) for sidecar, count in routed_by.items()) / len(rows)
+
+
+def test_records_stay_on_their_host_where_its_sidecar_owns_them(lab: SparkLab) -> None:
+    view = lab.view()
+    assert sorted(address.endpoint for address in view.addresses) == sorted(
+        lab.sidecar_endpoint(host) for host in lab.net.hosts
+    )
+    out = lab.run_driver(DRIVER, {"records": RECORDS, "partitions": PARTITIONS, "summary": True}, "healthy")
+    rows = out["rows"]
+    check_once_each(rows)
+    ring = HashRing(view.addresses)
+    local = 0
+    for key, tag, silo, rerouted, via_sidecar in rows:
+        owner = ring.owner(key)
+        assert (silo, rerouted) == (str(owner), False), (key, tag, silo)
+        assert via_sidecar is (owner.endpoint == tag), (key, tag, silo, via_sidecar)
+        local += via_sidecar
+    routed_by = Counter(row[1] for row in rows)
+    assert set(routed_by) == {lab.sidecar_endpoint(host) for host in lab.net.hosts}, routed_by
+    summary = out["summary"]
+    assert (summary["records"], summary["via_sidecar"], summary["rerouted"]) == (RECORDS, local, 0)
+    predicted = predicted_on_host(rows, view)
+    assert abs(summary["stayed_on_host_fraction"] - predicted) <= ON_HOST_TOLERANCE, (
+        f"stayed on host {summary['stayed_on_host_fraction']:.3f}, the ring predicts {predicted:.3f}"
+    )
+    assert 0.2 < summary["stayed_on_host_fraction"] < 0.5, summary  # three hosts: about a third
+
+
+def run_with_fault(lab: SparkLab, name: str, fault: str) -> tuple[list[list[Any]], ClusterView, Host]:
+    """Run the job, inject ``fault`` ("kill" or "partition") on a worker host while a task on
+    another host is paused; return the rows, the view the job started with and the victim."""
+    view = lab.view()
+    run = lab.start_driver(DRIVER, {"records": RECORDS, "partitions": PARTITIONS, "pause": list(PAUSE)}, name)
+    paused_on = lab.host_of_sidecar(run.wait_signal("paused"))
+    victim = next(host for host in lab.net.hosts if host is not paused_on)
+    if fault == "kill":
+        lab.kill_host(victim)
+    else:
+        lab.net.lab.isolate(victim)
+    run.send_signal("go")
+    out = run.result()
+    return out["rows"], view, victim
+
+
+def check_only_the_victims_keys_moved(rows: list[list[Any]], view: ClusterView, victim: Host) -> None:
+    ring = HashRing(view.addresses)
+    lost = next(address for address in view.addresses if address.host == victim.address)
+    moved = 0
+    for key, _, silo, rerouted, _ in rows:
+        owners = ring.owners(key, 2)
+        if rerouted:
+            assert (owners[0], silo) == (lost, str(owners[1])), (key, silo, [str(owner) for owner in owners])
+            moved += 1
+        else:
+            assert silo == str(owners[0]), (key, silo, str(owners[0]))
+    assert moved, f"no record of {lost} was rerouted: the fault did not land mid-job"
+
+
+def check_survivors(lab: SparkLab, victim: Host) -> None:
+    """The other sidecars stayed Active through the fault; the victim's silo was declared Dead."""
+    survivors = [silo.name for silo in lab.net.silos if silo.host is not victim]
+    lab.net.wait_for(
+        lambda view: view.statuses[victim.name] is SiloStatus.DEAD,
+        60,
+        f"{victim.name} Dead",
+        invariant=lambda view: view.all_status(survivors, SiloStatus.ACTIVE),
+        invariant_what="the other sidecars Active",
+    )
+
+
+def test_a_worker_host_killed_mid_job_loses_and_duplicates_nothing(lab: SparkLab) -> None:
+    rows, view, victim = run_with_fault(lab, "killed", "kill")
+    try:
+        check_once_each(rows)
+        check_only_the_victims_keys_moved(rows, view, victim)
+        check_survivors(lab, victim)
+    finally:
+        lab.restore(victim)
+
+
+def test_a_worker_host_partitioned_mid_job_loses_and_duplicates_nothing(lab: SparkLab) -> None:
+    rows, view, victim = run_with_fault(lab, "partitioned", "partition")
+    try:
+        other = next(silo.name for silo in lab.net.silos if silo.host is not victim)
+        assert not lab.net.reachable(other, victim.name), "the partition was not in effect during the job"
+        check_once_each(rows)
+        check_only_the_victims_keys_moved(rows, view, victim)
+        check_survivors(lab, victim)
+    finally:
+        lab.restore(victim)
