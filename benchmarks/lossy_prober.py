@@ -57,6 +57,18 @@ class LossyProber:
             return ProbeOutcome.TIMED_OUT
         return await self._inner.ping(target, remaining)
 
+    async def ping_on_new_connection(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
+        remaining = await self._impair(timeout)
+        if remaining is None:
+            return ProbeOutcome.TIMED_OUT
+        return await self._inner.ping_on_new_connection(target, remaining)
+
+    async def connect(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
+        remaining = await self._impair(timeout)
+        if remaining is None:
+            return ProbeOutcome.TIMED_OUT
+        return await self._inner.connect(target, remaining)
+
     async def probe_indirectly(
         self, intermediary: SiloAddress, target: SiloAddress, timeout: float
     ) -> IndirectProbeResult:

@@ -64,7 +64,7 @@ from membership_tables import (
 from membership_tables.history import load_history
 from silo.membership.history_check import assert_history_ok
 from silo.membership.options import SiloOptions
-from silo.runtime.claims import check_claims, load_claims
+from silo.runtime.claims import ClaimsFile, ServingClaim, check_claims, load_claims
 from testbed.cluster_harness import START_TIMEOUT, SiloProcess
 from testbed.netfaults import Host, NetworkLab, lab_unavailable_reason
 from testbed.services.postgres import PostgresServer
@@ -123,10 +123,28 @@ def skip_unless_lab_available() -> None:
 class NetSilo(SiloProcess):
     """One ``silo run`` process inside one lab host; its silo name is the host's name."""
 
-    def __init__(self, host: Host, argv: Sequence[str], log: Path) -> None:
+    def __init__(self, host: Host, argv: Sequence[str], log: Path, claims_file: Path) -> None:
         super().__init__(host.command(argv), log)  # ip netns exec execs in place: the pid is the silo's
         self.host = host
         self.name = host.name
+        self._claims_file = claims_file
+
+    def kill(self) -> None:
+        """SIGKILL the silo; once it is reaped, record in its claims file that it serves nothing from then on.
+
+        A killed process cannot write that claim itself, and its last one stays valid until its
+        lease's end; its peers rightly take its keys over as soon as its endpoint refuses
+        connections, which is before then. The harness knows when the process was gone (the
+        reap, a little after the death: never earlier), so ``check_claims`` sees what happened."""
+        super().kill()
+        self.wait_exit(STOP_TIMEOUT)
+        if self.address is not None:
+            reaped = time.monotonic()
+            claims = ClaimsFile(self._claims_file)
+            try:
+                claims.append(ServingClaim(silo=str(self.address), at=reaped, ring=(), valid_until=reaped))
+            finally:
+                claims.close()
 
     def __repr__(self) -> str:
         return f"NetSilo({self.name!r}, {self.address}, running={self.running})"
@@ -298,7 +316,7 @@ class NetCluster:
             *("--log-level", self.log_level),
             *self.extra_args,
         ]
-        silo = NetSilo(host, argv, self.log_dir / f"{host.name}.log")
+        silo = NetSilo(host, argv, self.log_dir / f"{host.name}.log", self.claims_dir / f"{host.name}.jsonl")
         self.silos.append(silo)
         return silo
 

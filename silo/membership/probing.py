@@ -7,6 +7,7 @@ implement them over gRPC, and unit tests implement them with plain functions
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 from dataclasses import dataclass
@@ -63,6 +64,25 @@ class Prober(Protocol):
 
     async def ping(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
         """Ping ``target`` and say how it ended within ``timeout`` seconds."""
+        ...
+
+    async def ping_on_new_connection(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
+        """Ping ``target`` on a connection opened for this ping alone.
+
+        ``ping`` reuses one connection per target. After a cut heals, that connection's TCP may
+        still be waiting out its retransmission backoff (200 ms, 400, 800, 1,600 ...), so its
+        pings stay unanswered for up to the cut's length again; a new connection's first packets
+        leave at once. Costlier than ``ping`` (a handshake each), so only for silent targets.
+        """
+        ...
+
+    async def connect(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
+        """Open a TCP connection to ``target``'s endpoint and close it at once.
+
+        Says whether the network carries packets to the target's host now and its kernel accepts
+        (ANSWERED), nothing listens there (REFUSED), or nothing came back (TIMED_OUT): the path,
+        not the silo process, which a stopped process's kernel still accepts for.
+        """
         ...
 
     async def probe_indirectly(
@@ -183,12 +203,32 @@ async def probe_for_peer(
         return IndirectProbeResult(False, health_score, 0.0, failure)
     timeout = bounded_indirect_timeout(timeout, probe_timeout)
     started = clock.monotonic()
-    failure = ""
-    try:
-        outcome = await with_timeout(clock, prober.ping(target, timeout), timeout)
-        answered = outcome is ProbeOutcome.ANSWERED
-    except Exception as exc:
-        answered, failure = False, f"{type(exc).__name__}: {exc}"
+    answered, failure = await answers_any_connection(prober, clock, target, timeout)
     if not answered and not failure:
         failure = f"{target} did not answer"
     return IndirectProbeResult(answered, health_score, clock.monotonic() - started, failure)
+
+
+async def answers_any_connection(prober: Prober, clock: Clock, target: SiloAddress, timeout: float) -> tuple[bool, str]:
+    """Whether ``target`` answers, within ``timeout``, a ping on our usual connection to it or one
+    on a new connection (sent at the same time; see ``Prober.ping_on_new_connection``), and the
+    first error raised if neither answered.
+
+    An intermediary is asked because the asker has heard nothing for a while; if the cut between
+    them just healed, our own connection to the target may still be backing off too."""
+    pings = [
+        asyncio.ensure_future(with_timeout(clock, ping(target, timeout), timeout))
+        for ping in (prober.ping, prober.ping_on_new_connection)
+    ]
+    failure = ""
+    try:
+        for finished in asyncio.as_completed(pings):
+            try:
+                if await finished is ProbeOutcome.ANSWERED:
+                    return True, ""
+            except Exception as exc:
+                failure = failure or f"{type(exc).__name__}: {exc}"
+        return False, failure
+    finally:
+        for ping in pings:
+            ping.cancel()

@@ -18,6 +18,11 @@ One instance per probed silo. The rules (docs/protocol.md, "Failure detector"):
   ``num_indirect_probes`` distinct fresh intermediaries ping the target in parallel; any
   that reaches it cancels the suspicion (our link is the problem, not the target). An
   intermediary that fails says nothing: it did not observe a sustained silence itself.
+- **A short cut is not silence.** While the target is silent for a probe timeout, each probe
+  also goes on a new connection (our usual one may still be backing off its TCP retries after
+  a cut healed), and a bare TCP connect checks the path. Before a vote on silence, if the path
+  was seen down, a last connect decides: connected means the cut healed, and the target gets
+  one ping on a new connection, whose answer ends the silence (docs/protocol.md, "Short cuts").
 - **Our own pauses are not the target's silence.** When our process was not running (a
   GC pause, SIGSTOP, a starved CPU) for longer than two probe intervals, the time beyond one
   interval is added to ``last_heard``: we sent no probes then, so it is no evidence.
@@ -42,10 +47,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from membership_tables import SiloAddress
 from silo.membership.background import BackgroundTasks
 from silo.membership.clock import Clock, next_tick, with_timeout
+from silo.membership.indirect_rounds import IndirectRounds
 from silo.membership.local_health import LocalHealth, effective_timeout
+from silo.membership.new_connections import NewConnectionProbes
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
-from silo.membership.probing import ProbeOutcome, Prober, reached_through
+from silo.membership.probing import ProbeOutcome, Prober
 from silo.membership.votes import VoteOutcome
 
 logger = logging.getLogger(__name__)
@@ -85,12 +92,10 @@ class SiloHealthMonitor:
         self._clock = clock
         self._prober = prober
         self._health = local_health
-        self._intermediaries = intermediaries
         self._may_vote = may_vote
         self._vote = vote
         self._vote_delay = vote_delay
         self._vote_hold = vote_hold
-        self._random = random
         self._observer = observer
         self._was_suspected = False
         self._evidence_from = -math.inf
@@ -100,12 +105,30 @@ class SiloHealthMonitor:
         self.refusals = 0
         self.answered = False
         """True once the target answered us (or an intermediary) at least once."""
-        self._round_started: float | None = None
-        self._round: asyncio.Task[None] | None = None
-        self._round_vetoed = False
+        self._rounds = IndirectRounds(
+            target=target,
+            local=local,
+            options=options,
+            clock=clock,
+            prober=prober,
+            local_health=local_health,
+            intermediaries=intermediaries,
+            random=random,
+            observer=observer,
+            settled=self._round_settled,
+        )
         self._last_vote: float | None = None
         self._last_denied_log: float | None = None
         self._voting: asyncio.Task[None] | None = None
+        self._new_connections = NewConnectionProbes(
+            target=target,
+            local=local,
+            options=options,
+            clock=clock,
+            prober=prober,
+            local_health=local_health,
+            answered=self._answered_on_new_connection,
+        )
         self._probes = BackgroundTasks()
         self._loop: asyncio.Task[None] | None = None
         self.votes_cast = 0
@@ -177,7 +200,7 @@ class SiloHealthMonitor:
         Nothing is awaited first: a stop cancelled while it waits (the cluster monitor stopping
         while a view change stops this monitor) once left probes running that timed out later
         and voted for a monitor nobody held any more."""
-        tasks = [task for task in (self._loop, self._round, self._voting) if task is not None]
+        tasks = [task for task in (self._loop, self._rounds.task, self._voting) if task is not None]
         for task in tasks:
             task.cancel()
         return tasks + self._probes.cancel()
@@ -192,6 +215,9 @@ class SiloHealthMonitor:
         while True:
             self._discount_pause()
             self._probes.spawn(self.probe_once())
+            if self._wants_new_connection():
+                self._probes.spawn(self._new_connections.ping())
+                self._probes.spawn(self._new_connections.check_path())
             await self._clock.sleep(self._until_next_probe())
 
     def _until_next_probe(self) -> float:
@@ -219,6 +245,24 @@ class SiloHealthMonitor:
             self._observer.suspicion_started(self.target)
         self._was_suspected = self.suspected()
         await self.evaluate()
+
+    def _wants_new_connection(self) -> bool:
+        """Silent for a probe timeout (a ping of ours timed out) after answering before, and not
+        refusing: each probe then also goes on a new connection, and the path is checked."""
+        return self.answered and self.refusals == 0 and self.silence() >= self._options.probe_timeout
+
+    async def _round_settled(self, started: float, vetoed: bool) -> None:
+        """An indirect round started at ``started`` ended: a veto counts as an answer then."""
+        self._discount_pause()
+        if vetoed:
+            self._alive_at(started)
+        else:
+            await self.evaluate()
+
+    def _answered_on_new_connection(self, sent: float) -> None:
+        self._discount_pause()
+        self._alive_at(sent)
+        self._was_suspected = self.suspected()
 
     def _alive_at(self, moment: float) -> None:
         """The target was alive at ``moment`` (it answered a probe sent then, or an intermediary
@@ -270,9 +314,9 @@ class SiloHealthMonitor:
         early = self.silence() >= self.suspect_after() / 2 or self.refusals > 0
         if not (early or self.suspected()):
             return
-        if self._options.enable_indirect_probes and self._needs_new_round():
-            self._start_round()
-        if not self._suspected_for_vote() or not self._round_allows_vote():
+        if self._options.enable_indirect_probes and self._rounds.needed(self._evidence_start(), self.suspect_after()):
+            self._rounds.start()
+        if not self._suspected_for_vote() or not self._rounds.allow_vote(self._evidence_start()):
             return
         if self._voting is not None and not self._voting.done():
             return
@@ -308,10 +352,15 @@ class SiloHealthMonitor:
             self._discount_pause()
             if not (
                 self._suspected_for_vote()
-                and self._round_allows_vote()
+                and self._rounds.allow_vote(self._evidence_start())
                 and self._allowed_to_vote(self._clock.monotonic())
             ):
                 self._last_vote = None  # the evidence changed while we held the vote: judge afresh
+                return
+        if self.refusals < REFUSALS_TO_SUSPECT:  # silence, maybe a cut's that just healed
+            await self._new_connections.last_check(self._evidence_start())
+            if not self._suspected_for_vote():
+                self._last_vote = None
                 return
         self.votes_cast += 1
         logger.info(
@@ -321,56 +370,3 @@ class SiloHealthMonitor:
         outcome = await self._vote(self.target)
         self._observer.vote_completed(self.target, outcome)
         logger.debug("silo %s: vote against %s: %s", self._local, self.target, outcome.value)
-
-    # --- indirect probes: the veto ----------------------------------------------------
-
-    def _needs_new_round(self) -> bool:
-        """A round is needed when none covers the current silence, or the last one is a whole
-        suspicion period old (fresh evidence for a repeated vote). Not at the suspicion itself:
-        the round started at half the silence is recent enough, and waiting for another one
-        would delay every hang's verdict by a probe timeout."""
-        if self._round is not None and not self._round.done():
-            return False
-        if self._round_started is None or self._round_started <= self._evidence_start():
-            return True  # no round covers the current silence yet (or the last one vetoed, or a heal)
-        return self._clock.monotonic() - self._round_started >= self.suspect_after()
-
-    def _round_allows_vote(self) -> bool:
-        """No veto from a finished round that covers the current silence (or no one to ask)."""
-        if not self._options.enable_indirect_probes:
-            return True
-        if self._round_started is None:
-            return not self._candidates()  # no intermediary exists: our own evidence decides
-        in_flight = self._round is not None and not self._round.done() and self._round is not asyncio.current_task()
-        return not in_flight and self._round_started > self._evidence_start() and not self._round_vetoed
-
-    def _candidates(self) -> list[SiloAddress]:
-        return [silo for silo in self._intermediaries() if silo not in (self.target, self._local)]
-
-    def _start_round(self) -> None:
-        candidates = self._candidates()
-        if not candidates:
-            return
-        chosen = self._random.sample(candidates, min(self._options.num_indirect_probes, len(candidates)))
-        self._round_started = self._clock.monotonic()
-        self._round_vetoed = False
-        self._round = asyncio.create_task(self._indirect_round(chosen, self._round_started))
-
-    async def _indirect_round(self, intermediaries: Sequence[SiloAddress], started: float) -> None:
-        """Ask every intermediary at once; any that reaches the target vetoes the suspicion."""
-        results = await asyncio.gather(*(self._probe_through(via) for via in intermediaries))
-        self._discount_pause()
-        self._observer.indirect_round_completed(self.target, len(intermediaries), any(results))
-        if any(results):
-            logger.info(
-                "silo %s: %s answered an intermediary, so it is alive (our link to it may be bad): no vote",
-                self._local, self.target,
-            )  # fmt: skip
-            self._round_vetoed = True
-            self._alive_at(started)
-            return
-        await self.evaluate()
-
-    async def _probe_through(self, intermediary: SiloAddress) -> bool:
-        timeout = effective_timeout(self._options.probe_timeout, self._health.score())
-        return await reached_through(self._prober, self._clock, self._local, intermediary, self.target, timeout)

@@ -12,8 +12,10 @@ even if its host:port answers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 import grpc
@@ -122,9 +124,38 @@ class GrpcProber:
 
     async def ping(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
         request = pb.PingRequest(header=self._header(), sequence=next(self._sequences))
+        streamed = self._streamed(target.endpoint, codec.PING_STREAM, codec.PING)
+        return await self._ping_outcome(target, timeout, streamed.call(request, timeout))
+
+    async def ping_on_new_connection(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
+        """A unary Ping on a connection opened for it (then closed): see ``Prober.ping_on_new_connection``."""
+        channel = self._channels.open_unshared(target.endpoint)
         try:
-            response = await self._streamed(target.endpoint, codec.PING_STREAM, codec.PING).call(request, timeout)
-            responder = codec.address_from_proto(response.responder)
+            call = codec.PING.bind(channel)(pb.PingRequest(header=self._header()), timeout=timeout)
+            return await self._ping_outcome(target, timeout, call)
+        finally:
+            await channel.close()
+
+    async def connect(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
+        """A bare TCP connection to ``target``, closed at once: see ``Prober.connect``."""
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(target.host, target.port), timeout)
+        except ConnectionRefusedError:
+            return ProbeOutcome.REFUSED
+        except (OSError, TimeoutError) as exc:
+            log.debug("connect to %s: %r", target, exc)
+            return ProbeOutcome.TIMED_OUT
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return ProbeOutcome.ANSWERED
+
+    async def _ping_outcome(
+        self, target: SiloAddress, timeout: float, answer: Awaitable[pb.PingResponse]
+    ) -> ProbeOutcome:
+        """How a ping of ``target`` ended, once its ``answer`` came or failed."""
+        try:
+            responder = codec.address_from_proto((await answer).responder)
         except grpc.aio.AioRpcError as exc:
             level = logging.WARNING if is_security_refusal(exc) else logging.DEBUG
             log.log(level, "ping %s failed: %s %s", target, exc.code().name, exc.details())

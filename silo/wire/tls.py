@@ -234,13 +234,23 @@ class ChannelPool:
             self._retired.extend(self._channels.values())
             self._channels = OrderedDict()
 
-    def _open(self, endpoint: str) -> Any:
+    def open_unshared(self, endpoint: str) -> Any:
+        """A new channel to ``endpoint`` on a connection of its own, outside the pool: the caller closes it.
+
+        gRPC shares one connection among the channels of a process that have the same target and
+        options (its global subchannel pool); a local pool makes this channel connect afresh, so
+        it does not wait on a pooled connection whose TCP is backing off its retransmissions."""
+        self._follow_rotation()
+        return self._open(endpoint, [("grpc.use_local_subchannel_pool", 1)])
+
+    def _open(self, endpoint: str, extra_options: ChannelOptions = ()) -> Any:
+        options = [*self._options, *extra_options]
         if self._files is None:
             opener = grpc.aio.insecure_channel if self._aio else grpc.insecure_channel
-            return opener(endpoint, options=self._options)
+            return opener(endpoint, options=options)
         material = self._files.material
         credentials = grpc.ssl_channel_credentials(
             root_certificates=material.ca, private_key=material.key, certificate_chain=material.cert
         )
         secure = grpc.aio.secure_channel if self._aio else grpc.secure_channel
-        return secure(endpoint, credentials, options=self._options)
+        return secure(endpoint, credentials, options=options)

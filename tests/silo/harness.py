@@ -170,21 +170,48 @@ async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
+Reachability = Callable[[SiloAddress], bool | ProbeOutcome | Awaitable[bool | ProbeOutcome]]
+"""How a scripted ping of a target ends: True answered, False timed out, or a ``ProbeOutcome``."""
+
+
 @dataclass
 class FunctionProber:
     """A ``Prober`` backed by plain functions; records every call."""
 
-    reachable: Callable[[SiloAddress], bool | ProbeOutcome | Awaitable[bool | ProbeOutcome]] = lambda target: True
+    reachable: Reachability = lambda target: True
     """True: answered; False: timed out (silence); or a ``ProbeOutcome``."""
     indirect: Callable[[SiloAddress, SiloAddress], IndirectProbeResult | Awaitable[IndirectProbeResult]] | None = None
     pings: list[SiloAddress] = field(default_factory=list)
     timeouts: list[float] = field(default_factory=list)
     indirect_calls: list[tuple[SiloAddress, SiloAddress]] = field(default_factory=list)
+    reachable_on_new_connection: Reachability | None = None
+    """How pings on a new connection end (``Prober.ping_on_new_connection``); None: as ``reachable``."""
+    new_connection_pings: list[SiloAddress] = field(default_factory=list)
+    connects: Reachability = lambda target: True
+    """How bare TCP connects end (``Prober.connect``): the path to the target's host."""
+    connects_made: list[SiloAddress] = field(default_factory=list)
 
     async def ping(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
         self.pings.append(target)
         self.timeouts.append(timeout)
         result = await _maybe_await(self.reachable(target))
+        if isinstance(result, ProbeOutcome):
+            return result
+        return ProbeOutcome.ANSWERED if result else ProbeOutcome.TIMED_OUT
+
+    async def ping_on_new_connection(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
+        """Answered as ``reachable`` says, unless ``reachable_on_new_connection`` says otherwise."""
+        self.new_connection_pings.append(target)
+        decide = self.reachable if self.reachable_on_new_connection is None else self.reachable_on_new_connection
+        result = await _maybe_await(decide(target))
+        if isinstance(result, ProbeOutcome):
+            return result
+        return ProbeOutcome.ANSWERED if result else ProbeOutcome.TIMED_OUT
+
+    async def connect(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
+        """Connected unless ``connects`` says otherwise (a stopped process's kernel still accepts)."""
+        self.connects_made.append(target)
+        result = await _maybe_await(self.connects(target))
         if isinstance(result, ProbeOutcome):
             return result
         return ProbeOutcome.ANSWERED if result else ProbeOutcome.TIMED_OUT

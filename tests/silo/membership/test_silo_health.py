@@ -251,6 +251,71 @@ async def test_answers_keep_the_target_unsuspected_whatever_else_times_out() -> 
     await monitor.stop()
 
 
+CUT = 1.0
+"""A cut shorter than the floor: after it heals, the usual connection stays mute as long again
+(TCP's retransmission backoff), pushing the silence past the floor."""
+
+
+@pytest.mark.parametrize("new_connections_answer", [True, False], ids=["new connections answer", "control"])
+@async_test
+async def test_a_cut_shorter_than_the_floor_is_not_voted_on_when_a_new_connection_answers_after_it(
+    new_connections_answer: bool,
+) -> None:
+    scene = Scene(FunctionProber())
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 1.0)  # answering on the usual connection
+    assert scene.prober.new_connection_pings == []  # never while the usual connection answers
+    healed_at = scene.clock.monotonic() + CUT
+    scene.prober.reachable = hanging(scene.clock)  # the cut, then the usual connection's backoff
+    scene.prober.reachable_on_new_connection = lambda target: (
+        new_connections_answer and (scene.clock.monotonic() >= healed_at)
+    )
+    await run_for(scene, monitor, 2 * FLOOR)
+    if new_connections_answer:
+        assert scene.votes == []
+        assert monitor.last_heard >= healed_at
+    else:
+        assert len(scene.votes) == 1  # the control: the same silence is voted on at the floor
+    assert scene.prober.new_connection_pings, "silent for a probe timeout: pings also go on new connections"
+    await monitor.stop()
+
+
+@pytest.mark.parametrize(
+    ("heals_before_the_floor", "voted"), [(True, False), (False, True)], ids=["healed just before", "still cut"]
+)
+@async_test
+async def test_a_silence_that_saw_the_path_down_is_checked_once_more_before_the_vote(
+    heals_before_the_floor: bool, voted: bool
+) -> None:
+    """The cut heals between two probe ticks, just before the floor: no tick's ping on a new
+    connection was sent after the heal, so only the last check before the vote can see it."""
+    scene = Scene(FunctionProber())
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 1.0)
+    heard = monitor.last_heard
+    healed_at = heard + FLOOR - (0.01 if heals_before_the_floor else -10.0)
+
+    def healed(target: SiloAddress) -> bool:
+        return scene.clock.monotonic() >= healed_at
+
+    def new_connection(target: SiloAddress) -> bool | asyncio.Future[bool]:
+        return True if healed(target) else asyncio.get_running_loop().create_future()  # a SYN lost in the cut
+
+    scene.prober.reachable = hanging(scene.clock)  # the usual connection stays mute throughout
+    scene.prober.reachable_on_new_connection = new_connection
+    scene.prober.connects = healed
+    await run_for(scene, monitor, FLOOR + 0.2)
+    assert scene.prober.connects_made, "silent for a probe timeout: the path is checked"
+    assert bool(scene.votes) is voted
+    if voted:  # still cut at the floor: the last connect's short wait is all the check costs
+        assert scene.votes[0] - heard <= FLOOR + OPTIONS.probe_interval
+    else:
+        assert monitor.last_heard >= healed_at
+    await monitor.stop()
+
+
 @async_test
 async def test_repeated_refusals_are_a_crash_found_well_inside_the_floor() -> None:
     scene = Scene(FunctionProber(reachable=lambda target: ProbeOutcome.REFUSED))

@@ -7,6 +7,7 @@ import contextlib
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -98,6 +99,50 @@ def test_ping_that_gets_no_answer_within_the_timeout_is_silence() -> None:
 
     with silent_listener() as frozen:
         assert run(scenario(frozen)) is ProbeOutcome.TIMED_OUT
+
+
+class PeerRecordingServer(CountingServer):
+    """Records the client endpoint (``ipv4:host:port``) of every unary Ping: one per TCP connection."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ping_peers: list[str] = []
+
+    async def _ping(self, request: Any, context: Any) -> Any:
+        self.ping_peers.append(context.peer())
+        return await super()._ping(request, context)
+
+
+def test_a_ping_on_a_new_connection_is_answered_while_the_usual_connection_is_mute() -> None:
+    async def scenario() -> tuple[ProbeOutcome, list[ProbeOutcome], list[str], int]:
+        async with (
+            serving(FakeHandler, server_type=PeerRecordingServer) as (server, handler),
+            GrpcProber(CLUSTER, ME, unary_calls_first=0) as prober,
+        ):
+            assert isinstance(server, PeerRecordingServer)
+            server.answering.clear()  # the ping stream (the usual connection) stops answering
+            usual = await prober.ping(handler.silo_address, 0.3)
+            fresh = [await prober.ping_on_new_connection(handler.silo_address, 2.0) for _ in range(2)]
+            return usual, fresh, server.ping_peers, prober.open_channels
+
+    usual, fresh, peers, pooled = run(scenario())
+    assert usual is ProbeOutcome.TIMED_OUT
+    assert fresh == [ProbeOutcome.ANSWERED] * 2
+    assert len(set(peers)) == 2, f"each ping on a new connection comes from a connection of its own: {peers}"
+    assert pooled == 1, "the new connections are not kept in the pool"
+
+
+@pytest.mark.parametrize(("target", "outcome"), [("closed", ProbeOutcome.REFUSED), ("frozen", ProbeOutcome.TIMED_OUT)])
+def test_a_ping_on_a_new_connection_tells_a_closed_port_from_silence(target: str, outcome: ProbeOutcome) -> None:
+    async def scenario(address: SiloAddress) -> ProbeOutcome:
+        async with GrpcProber(CLUSTER, ME) as prober:
+            return await prober.ping_on_new_connection(address, 0.3)
+
+    if target == "closed":
+        assert run(scenario(closed_port())) is outcome
+    else:
+        with silent_listener() as frozen:
+            assert run(scenario(frozen)) is outcome
 
 
 def test_probe_indirectly_reports_the_intermediarys_result() -> None:

@@ -1,0 +1,108 @@
+"""Indirect probe rounds: the veto a suspicion must survive before a vote (docs/protocol.md, rule 4).
+
+From half the suspicion time on, a monitor asks up to ``num_indirect_probes`` distinct fresh
+intermediaries at once to ping its target. Any that reaches it vetoes: our link to the target
+is the problem, not the target. One that fails adds nothing (it did not itself observe a
+sustained silence). A vote needs a finished round that started after the silence that counts
+as evidence began, and that was not vetoed (or no intermediary to ask).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random as random_module
+from collections.abc import Awaitable, Callable, Sequence
+
+from membership_tables import SiloAddress
+from silo.membership.clock import Clock
+from silo.membership.local_health import LocalHealth, effective_timeout
+from silo.membership.observer import MembershipObserver
+from silo.membership.options import SiloOptions
+from silo.membership.probing import Prober, reached_through
+
+logger = logging.getLogger(__name__)
+
+RoundSettled = Callable[[float, bool], Awaitable[None]]
+"""Told when a round ends: ``(started, vetoed)``, ``started`` its monotonic start time."""
+
+
+class IndirectRounds:
+    """One target's indirect probe rounds, for its ``SiloHealthMonitor``."""
+
+    def __init__(
+        self,
+        *,
+        target: SiloAddress,
+        local: SiloAddress,
+        options: SiloOptions,
+        clock: Clock,
+        prober: Prober,
+        local_health: LocalHealth,
+        intermediaries: Callable[[], Sequence[SiloAddress]],
+        random: random_module.Random,
+        observer: MembershipObserver,
+        settled: RoundSettled,
+    ) -> None:
+        self._target = target
+        self._local = local
+        self._options = options
+        self._clock = clock
+        self._prober = prober
+        self._health = local_health
+        self._intermediaries = intermediaries
+        self._random = random
+        self._observer = observer
+        self._settled = settled
+        self.started: float | None = None
+        """Monotonic start of the latest round (None before the first)."""
+        self.task: asyncio.Task[None] | None = None
+        self._vetoed = False
+
+    def needed(self, evidence_start: float, suspect_after: float) -> bool:
+        """A round is needed when none covers the silence counted from ``evidence_start``, or the
+        last one is a whole suspicion period old (fresh evidence for a repeated vote). Not at the
+        suspicion itself: the round started at half the silence is recent enough, and waiting for
+        another one would delay every hang's verdict by a probe timeout."""
+        if self.task is not None and not self.task.done():
+            return False
+        if self.started is None or self.started <= evidence_start:
+            return True  # no round covers the current silence yet (or the last one vetoed, or a heal)
+        return self._clock.monotonic() - self.started >= suspect_after
+
+    def allow_vote(self, evidence_start: float) -> bool:
+        """No veto from a finished round that covers the silence from ``evidence_start`` (or no one to ask)."""
+        if not self._options.enable_indirect_probes:
+            return True
+        if self.started is None:
+            return not self._candidates()  # no intermediary exists: our own evidence decides
+        in_flight = self.task is not None and not self.task.done() and self.task is not asyncio.current_task()
+        return not in_flight and self.started > evidence_start and not self._vetoed
+
+    def start(self) -> None:
+        """Ask up to ``num_indirect_probes`` intermediaries, chosen at random, all at once."""
+        candidates = self._candidates()
+        if not candidates:
+            return
+        chosen = self._random.sample(candidates, min(self._options.num_indirect_probes, len(candidates)))
+        self.started = self._clock.monotonic()
+        self._vetoed = False
+        self.task = asyncio.create_task(self._round(chosen, self.started))
+
+    def _candidates(self) -> list[SiloAddress]:
+        return [silo for silo in self._intermediaries() if silo not in (self._target, self._local)]
+
+    async def _round(self, intermediaries: Sequence[SiloAddress], started: float) -> None:
+        results = await asyncio.gather(*(self._probe_through(via) for via in intermediaries))
+        self._vetoed = any(results)
+        self._observer.indirect_round_completed(self._target, len(intermediaries), self._vetoed)
+        if self._vetoed:
+            logger.info(
+                "silo %s: %s answered an intermediary, so it is alive (our link to it may be bad): no vote",
+                self._local, self._target,
+            )  # fmt: skip
+        await self._settled(started, self._vetoed)
+
+    async def _probe_through(self, intermediary: SiloAddress) -> bool:
+        timeout = effective_timeout(self._options.probe_timeout, self._health.score())
+        return await reached_through(self._prober, self._clock, self._local, intermediary, self._target, timeout)

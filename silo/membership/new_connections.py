@@ -1,0 +1,94 @@
+"""Probes that do not wait on a stalled connection: pings on new connections and path checks.
+
+A monitor's pings share one long-lived connection per target. After a cut heals, that
+connection waits out its TCP retransmission backoff (200 ms, 400, 800 ...), so a 1 s cut leaves
+it mute until 1.4 s, past the floor. While a target is silent, its monitor therefore also pings
+it on new connections, which the network carries as soon as it heals, and makes bare TCP
+connects, which tell a path that is down (no answer) from a process that does not answer (its
+host's kernel still accepts). Before a vote on silence, a path seen down gets one last check
+(docs/protocol.md, "Short cuts").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from membership_tables import SiloAddress
+from silo.membership.clock import Clock, with_timeout
+from silo.membership.local_health import LocalHealth, effective_timeout
+from silo.membership.options import SiloOptions
+from silo.membership.probing import ProbeOutcome, Prober
+
+logger = logging.getLogger(__name__)
+
+
+class NewConnectionProbes:
+    """One target's pings on new connections and bare connects, for its ``SiloHealthMonitor``."""
+
+    def __init__(
+        self,
+        *,
+        target: SiloAddress,
+        local: SiloAddress,
+        options: SiloOptions,
+        clock: Clock,
+        prober: Prober,
+        local_health: LocalHealth,
+        answered: Callable[[float], None],
+    ) -> None:
+        """``answered(sent)``: the target answered a ping on a new connection sent at ``sent``."""
+        self._answered = answered
+        self._names = (local, target)
+        self._target = target
+        self._local = local
+        self._options = options
+        self._clock = clock
+        self._prober = prober
+        self._health = local_health
+        self.path_down_at: float | None = None
+        """Monotonic send time of the latest bare connect to the target that got no answer."""
+
+    async def ping(self) -> None:
+        """Ping the target on a connection opened for it; an answer goes to ``answered``.
+
+        Not counted in local health (its loss share is the usual connection's), and a failure
+        adds nothing: silence is measured on the usual connection as before."""
+        sent = self._clock.monotonic()
+        timeout = effective_timeout(self._options.probe_timeout, self._health.score())
+        try:
+            ping = self._prober.ping_on_new_connection(self._target, timeout)
+            outcome = await with_timeout(self._clock, ping, timeout)
+        except Exception as exc:
+            logger.debug("silo %s: ping of %s on a new connection failed: %r", self._local, self._target, exc)
+            return
+        if outcome is ProbeOutcome.ANSWERED:
+            logger.debug("silo %s: %s answered on a new connection", self._local, self._target)
+            self._answered(sent)
+
+    async def check_path(self) -> None:
+        """A bare TCP connect: remembers when the path to the target's host was last seen down."""
+        sent = self._clock.monotonic()
+        if await self._connect(self._options.probe_timeout) is ProbeOutcome.TIMED_OUT:
+            self.path_down_at = sent if self.path_down_at is None else max(self.path_down_at, sent)
+
+    async def last_check(self, silent_since: float) -> None:
+        """Before a vote on a silence that began at ``silent_since``: if the path was seen down
+        during it and a connect now (within half a probe interval) gets through, the cut has
+        healed, and the target gets one ping on a new connection (an answer goes to ``answered``).
+
+        Nothing happens for a hung process (its kernel accepts connects: no cut was seen), so
+        its vote is not delayed; a cut still on delays it by the connect's wait."""
+        if self.path_down_at is None or self.path_down_at < silent_since:
+            return
+        quick = min(self._options.probe_timeout, self._options.effective_probe_interval / 2)
+        if await self._connect(quick) is ProbeOutcome.ANSWERED:
+            logger.info("silo %s: the cut to %s healed; a ping on a new connection before any vote", *self._names)
+            await self.ping()
+
+    async def _connect(self, timeout: float) -> ProbeOutcome:
+        try:
+            return await with_timeout(self._clock, self._prober.connect(self._target, timeout), timeout)
+        except Exception as exc:
+            logger.debug("silo %s: connect to %s failed: %r", self._local, self._target, exc)
+            return ProbeOutcome.TIMED_OUT
