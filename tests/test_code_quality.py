@@ -48,7 +48,6 @@ CLASS_LINES = 320
 
 LARGER_CLASSES = {
     "silo.runtime.silo.Silo": 410,
-    "membership_tables.zookeeper.ZooKeeperMembershipTable": 430,
 }
 """Classes still over ``CLASS_LINES``, each with the most it may grow to (a ratchet: lower these as
 they are split, never raise them)."""
