@@ -346,22 +346,13 @@ def spark_routing(document: dict[str, Any]) -> list[str]:
     r = document["results"]
     config = document["config"]
     killed = r["with_a_silo_killed"]
-    base, routed = r["baseline_seconds"], r["routed_seconds"]
     cost = r["cost_of_median_run"]
-    match = r["results_match_baseline"]
     return [
         f"{r['records']:,} records in {config['partitions']} partitions, {config['silos']} silos, Spark "
         f"local[{config['cores']}], Arrow batches of {config['batch_size']:,} rows, {config['in_flight']} calls in "
         f"flight per task, {config['runs']} runs each.",
         "",
-        *header("job", "median s", "p99 s", "records/s", "time vs mapPartitions", "records lost", "duplicates",
-                "rerouted", "results = baseline"),
-        row("mapPartitions, no silos", base["median"], base["p99"], r["baseline_records_per_s"], 1.0, 0, 0, 0, "-"),
-        row("route_to_silos", routed["median"], routed["p99"], r["routed_records_per_s"], r["overhead_ratio_median"],
-            0 if match else "?", 0 if match else "?", 0, match),
-        row(f"route_to_silos, a silo SIGKILLed at {killed['killed_after_s']:.1f} s", killed["seconds"], "-",
-            r["records"] / killed["seconds"], ratio(killed["seconds"], base["median"]), killed["records_lost"],
-            killed["duplicates"], killed["rerouted"], killed["results_match_baseline"]),
+        *_routing_jobs(r, f"route_to_silos, a silo SIGKILLed at {killed['killed_after_s']:.1f} s", killed),
         "",
         "Where the routed time went (median run; seconds summed over tasks and calls, which overlap):",
         "",
@@ -385,25 +376,36 @@ def spark_multi_host(m: dict[str, Any] | None) -> list[str]:
         return []
     if "skipped" in m:
         return ["", f"Multi-host run skipped: {m['skipped']}."]
-    base, routed = m["baseline_seconds"], m["routed_seconds"]
     cut = m["with_a_worker_partitioned"]
-    match = m["results_match_baseline"]
     return [
         "",
         f"On a Spark standalone cluster with {m['workers']} worker hosts of their own (network namespaces, one "
         f"1-core executor and one sidecar silo each, the table on PostgreSQL on another host):",
         "",
-        *header("job", "median s", "p99 s", "records/s", "time vs mapPartitions", "records lost", "duplicates",
-                "rerouted", "results = baseline"),
-        row("mapPartitions, no silos", base["median"], base["p99"], m["baseline_records_per_s"], 1.0, 0, 0, 0, "-"),
-        row("route_to_silos", routed["median"], routed["p99"], m["routed_records_per_s"], m["overhead_ratio_median"],
-            0 if match else "?", 0 if match else "?", 0, match),
-        row(f"route_to_silos, worker host {cut['victim']} partitioned at {cut['partitioned_after_s']:.1f} s",
-            cut["seconds"], "-", m["records"] / cut["seconds"], ratio(cut["seconds"], base["median"]),
-            cut["records_lost"], cut["duplicates"], cut["rerouted"], cut["results_match_baseline"]),
+        *_routing_jobs(
+            m, f"route_to_silos, worker host {cut['victim']} partitioned at {cut['partitioned_after_s']:.1f} s", cut
+        ),
         "",
         f"Records that stayed on their host (sent to the executor's own sidecar): {m['stayed_on_host_fraction']:.1%}; "
         f"the ring predicts {m['expected_on_host_fraction']:.1%} (median run).",
+    ]  # fmt: skip
+
+
+def _routing_jobs(results: dict[str, Any], faulted: str, fault: dict[str, Any]) -> list[str]:
+    """The job table of a spark_routing run (local or multi-host): mapPartitions without silos, the routed
+    job, and the routed job with the fault named ``faulted`` (``fault``: what it lost, duplicated, rerouted)."""
+    base, routed = results["baseline_seconds"], results["routed_seconds"]
+    match = results["results_match_baseline"]
+    return [
+        *header("job", "median s", "p99 s", "records/s", "time vs mapPartitions", "records lost", "duplicates",
+                "rerouted", "results = baseline"),
+        row("mapPartitions, no silos", base["median"], base["p99"], results["baseline_records_per_s"], 1.0, 0, 0, 0,
+            "-"),
+        row("route_to_silos", routed["median"], routed["p99"], results["routed_records_per_s"],
+            results["overhead_ratio_median"], 0 if match else "?", 0 if match else "?", 0, match),
+        row(faulted, fault["seconds"], "-", results["records"] / fault["seconds"],
+            ratio(fault["seconds"], base["median"]), fault["records_lost"], fault["duplicates"], fault["rerouted"],
+            fault["results_match_baseline"]),
     ]  # fmt: skip
 
 

@@ -26,10 +26,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks import services
+from benchmarks import entries, services
 from benchmarks.common import choices_list, parse_over_preset, print_table, pyplot, run_benchmark, save_figure, workdir
 from benchmarks.round_trips_report import cell, opened
-from membership_tables import MembershipEntry, MembershipTable, SiloAddress, SiloStatus, open_table
+from membership_tables import MembershipEntry, MembershipTable, SiloAddress, open_table
 from testbed.services.counting_proxy import CountingProxy, RequestFilter, Tally, ZooKeeperRequests, through
 
 NAME = "round_trips"
@@ -111,16 +111,7 @@ def target(name: str, root: Path) -> Iterator[Target]:
 
 
 def make_entry(index: int) -> MembershipEntry:
-    now = datetime.now(UTC)
-    return MembershipEntry(
-        SiloAddress(f"10.1.0.{index + 1}", 11111, 1_767_225_600_000 + index),
-        SiloStatus.ACTIVE,
-        host_name=f"trips-host-{index}",
-        silo_name=f"silo-{index}",
-        proxy_port=30000,
-        start_time=now,
-        i_am_alive_time=now,
-    )
+    return entries.make_entry(index, network="10.1", host_prefix="trips-host")
 
 
 class Counted:

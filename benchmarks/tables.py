@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import services
+from benchmarks import entries, services
 from benchmarks.common import (
     RunSettings,
     parse_over_preset,
@@ -41,7 +41,7 @@ from benchmarks.common import (
     workdir,
 )
 from benchmarks.raw_drivers import RawConsul, RawDynamoDb, RawSql, RawTable, RawZooKeeper
-from membership_tables import MembershipEntry, MembershipTable, SiloAddress, SiloStatus, open_table
+from membership_tables import MembershipEntry, MembershipTable, SiloAddress, open_table
 from membership_tables.zookeeper import node_name
 from testbed.services.dynamodb import CREDENTIALS, REGION
 
@@ -121,17 +121,9 @@ def target(name: str, root: Path) -> Iterator[Target]:
 
 
 def make_entry(index: int) -> MembershipEntry:
-    now = datetime.now(UTC)
-    return MembershipEntry(
-        SiloAddress(f"10.0.{index // 250}.{index % 250 + 1}", 11111, 1_767_225_600_000 + index),
-        SiloStatus.ACTIVE,
-        host_name=f"bench-host-{index}",
-        silo_name=f"silo-{index}",
-        proxy_port=30000,
-        start_time=now,
-        i_am_alive_time=now,
-        properties={"endpoint": f"10.0.0.{index % 250}:30000", "zone": "a"},
-    )
+    """A benchmark row of a realistic size: it carries the properties a silo advertises."""
+    properties = {"endpoint": f"10.0.0.{index % 250}:30000", "zone": "a"}
+    return entries.make_entry(index, network="10.0", host_prefix="bench-host", properties=properties)
 
 
 def grow(table: MembershipTable, silos: list[SiloAddress], size: int) -> None:

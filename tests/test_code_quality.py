@@ -40,18 +40,13 @@ def test_mypy_strict_is_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-MODULE_LINES = 470
+MODULE_LINES = 450
 """The most lines a module of ``silo`` may have: a module is one role, read in one sitting."""
 
 CLASS_LINES = 320
 """The most lines a class of ``silo`` or ``membership_tables`` may span."""
 
-LARGER_CLASSES = {
-    "silo.runtime.silo.Silo": 410,
-    "membership_tables.dynamodb.DynamoDbMembershipTable": 490,
-    "membership_tables.zookeeper.ZooKeeperMembershipTable": 430,
-    "membership_tables.consul.ConsulMembershipTable": 325,
-}
+LARGER_CLASSES: dict[str, int] = {}
 """Classes still over ``CLASS_LINES``, each with the most it may grow to (a ratchet: lower these as
 they are split, never raise them)."""
 

@@ -207,9 +207,25 @@ def violations(graph: Graph) -> list[Violation]:
             found.extend(
                 Violation("nothing imports the CLI", (module, i)) for i in imported if within(i, ("silo.cli",))
             )
+    for module, imported in sorted(graph.items()):
+        found.extend(
+            Violation("nothing outside a package imports its private modules", (module, i))
+            for i in sorted(imported)
+            if (owner := private_owner(i)) is not None and not within(module, (owner,))
+        )
     found.extend(Violation("import cycle", tuple(cycle)) for cycle in cycles(graph))
     found.extend(Violation("parts import each other", tuple(cycle)) for cycle in cycles(parts_graph(graph)))
     return found
+
+
+def private_owner(module: str) -> str | None:
+    """The package a private module (a leading underscore: ``membership_tables.consul._keys``) belongs
+    to, whose modules alone may import it; None for a public module. The tests may import any."""
+    names = module.split(".")
+    for index, name in enumerate(names):
+        if name.startswith("_") and not name.startswith("__"):
+            return ".".join(names[:index])
+    return None
 
 
 def part_of(module: str) -> str:
@@ -283,10 +299,32 @@ def test_the_graph_sees_real_imports() -> None:
         ({"testbed.net_cluster": frozenset({"tests"})}, "the test bench and the benchmarks never import the tests"),
         ({"testbed.net_cluster": frozenset({"benchmarks.common"})}, "the test bench never imports the benchmarks"),
         ({"silo.runtime.silo": frozenset({"testbed.scrape"})}, "the product never imports the test bench"),
+        (
+            {
+                "silo.runtime.process": frozenset({"membership_tables.consul._keys"}),
+                "membership_tables.consul._keys": frozenset(),
+            },
+            "nothing outside a package imports its private modules",
+        ),
+        (
+            {"benchmarks.tables": frozenset({"silo.runtime._roles"}), "silo.runtime._roles": frozenset()},
+            "nothing outside a package imports its private modules",
+        ),
     ],
 )
 def test_a_broken_rule_is_reported(graph: dict[str, frozenset[str]], rule: str) -> None:
     assert any(str(v).startswith(rule) for v in violations(graph)), violations(graph)
+
+
+def test_private_modules_are_seen_and_may_be_imported_inside_their_package() -> None:
+    graph = build_graph()
+    assert "membership_tables.consul._keys" in graph["membership_tables.consul._table"]
+    assert "silo.runtime._roles" in graph["silo.runtime.silo"]
+    assert private_owner("membership_tables.dynamodb._items") == "membership_tables.dynamodb"
+    assert private_owner("silo.runtime.silo") is None
+    assert private_owner("silo.__main__") is None
+    inside = {"membership_tables.consul._table": frozenset({"membership_tables.consul._keys"})}
+    assert not [v for v in violations(inside) if v.rule.startswith("nothing outside")]
 
 
 def test_the_parts_export_the_names_users_import() -> None:

@@ -3,7 +3,7 @@
 Building a Core statement per call and deriving its cache key cost more than the database
 round trip on SQLite and a large part of it elsewhere, so these are module constants,
 executed with a dict of parameters: either by SQLAlchemy (``connection.execute``) or, on
-the hot paths, by ``membership_tables.sql.dbapi`` as SQL compiled once per engine.
+the hot paths, by ``membership_tables.sql._dbapi`` as SQL compiled once per engine.
 """
 
 from __future__ import annotations

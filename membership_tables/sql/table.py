@@ -43,7 +43,7 @@ from membership_tables.model import (
     validate_cluster_id,
 )
 from membership_tables.sql import dialects
-from membership_tables.sql.dbapi import Transaction
+from membership_tables.sql._dbapi import Transaction
 from membership_tables.sql.engine import SqlOptions, create_engine, parse_url
 from membership_tables.sql.one_statement import (
     LOST_RACE_SQLSTATE,

@@ -1,7 +1,7 @@
 """Running the SQL table's transactions: retries of deadlocks, and driver errors mapped to the contract's.
 
 ``SqlTransactions`` is the base of ``SqlMembershipTable``: the SQLAlchemy path (``_transaction``,
-for the calls made rarely) and the DB-API path (``_fast_transaction``, ``dbapi.Driver``, for the
+for the calls made rarely) and the DB-API path (``_fast_transaction``, ``_dbapi.Driver``, for the
 hot ones), each retrying deadlocks and lock timeouts a few times, reads also on a connection
 found dead; a missing schema gives the call's ``if_no_schema``, a refused login or privilege
 ``AccessDeniedError``, anything else ``TableUnavailableError``. A conditional write whose work
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from membership_tables.errors import AccessDeniedError, MembershipTableError, TableUnavailableError
 from membership_tables.sql import dialects
-from membership_tables.sql.dbapi import Driver, Transaction
+from membership_tables.sql._dbapi import Driver, Transaction
 
 T = TypeVar("T")
 
@@ -55,7 +55,7 @@ class SqlTransactions:
     def _fast_transaction(
         self, work: Callable[[Transaction], T], *, write: bool, if_no_schema: T, single: bool = False
     ) -> T:
-        """``_transaction`` on the pooled DB-API connection, for the hot paths (see ``dbapi``);
+        """``_transaction`` on the pooled DB-API connection, for the hot paths (see ``_dbapi``);
         ``single``: ``work`` runs one statement (``Driver.run``)."""
         run = self._driver.run
         return self._retrying(lambda: run(work, write=write, single=single), write=write, if_no_schema=if_no_schema)

@@ -1,8 +1,10 @@
 """``Silo``: one cluster member, composed of the membership roles.
 
-Roles (one module each): the table manager (the only writer; snapshots; self-termination),
-the cluster health monitor (whom to probe), one silo health monitor per target, the local
-health score, the gossiper, the agent (join, IAmAlive, leave) and the cleanup agent.
+Roles (one module each, built and wired by ``silo.runtime._roles``): the table manager (the
+only writer; snapshots; self-termination), the cluster health monitor (whom to probe), one silo
+health monitor per target, the local health score, the gossiper, the agent (join, IAmAlive,
+leave) and the cleanup agent. What the silo may serve is decided by ``silo.runtime.serving``
+(its queries: ``silo.runtime._serving_queries``).
 The wire is injected: a ``Prober`` and a ``GossipSender``; the gRPC server calls this
 object through the ``MembershipRpcHandler`` methods. An optional ``MembershipObserver`` receives
 the protocol's facts (metrics); the membership events the silo sees go to the ``silo.events`` log.
@@ -18,10 +20,9 @@ Lifecycle a caller may rely on::
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import random as random_module
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 
 from membership_tables import (
     MembershipEntry,
@@ -33,14 +34,9 @@ from membership_tables import (
 )
 from silo.errors import SiloError
 from silo.exit_codes import ExitCode
-from silo.membership.agent import MembershipAgent
 from silo.membership.background import BackgroundTasks
-from silo.membership.cleanup import CleanupAgent, cleanup_leader, leader_order
 from silo.membership.clock import Clock, SystemClock, with_timeout
-from silo.membership.cluster_health import ClusterHealthMonitor
-from silo.membership.gossiper import Gossiper
 from silo.membership.lease import MembershipConfirmation
-from silo.membership.local_health import LocalHealth
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
 from silo.membership.probing import (
@@ -48,22 +44,19 @@ from silo.membership.probing import (
     GossipSender,
     IndirectProbeResult,
     Prober,
-    probe_for_peer,
 )
-from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import BlockingRunner, run_in_thread
-from silo.membership.table_manager import MembershipTableManager
-from silo.membership.votes import VoteOutcome
 from silo.observability.event_log import log_membership_events
+from silo.runtime._roles import SiloRoles
+from silo.runtime._serving_queries import ServingQueries
 from silo.runtime.claims import ClaimsFile
 from silo.runtime.serving import ServingGuard
-from silo.work.ownership import OwnershipCheck
 
 logger = logging.getLogger(__name__)
 
 
-class Silo:
+class Silo(ServingQueries):
     """A silo process's membership runtime; implements ``MembershipRpcHandler``."""
 
     def __init__(
@@ -92,10 +85,7 @@ class Silo:
         self._table = table
         self._address = address
         self._options = options
-        self._prober = prober
-        self._observer = observer
         self._clock: Clock = clock or SystemClock()
-        self._random = random or random_module.Random()
         now = self._clock.now()
         self._profile = MembershipEntry(  # validates the caller's fields before anything starts
             address,
@@ -108,47 +98,20 @@ class Silo:
             role_name=role_name,
             properties=dict(properties or {}),
         )
-        self._gossiper = Gossiper(
-            address=address,
-            options=options,
-            clock=self._clock,
-            sender=gossip,
-            is_fresh=lambda silo: self._manager.liveness.is_fresh(silo),
-        )
-        self._manager = MembershipTableManager(
+        self._roles = SiloRoles(
             table=table,
             address=address,
             options=options,
+            prober=prober,
+            gossip=gossip,
             clock=self._clock,
-            random=self._random,
+            random=random or random_module.Random(),
             run_blocking=run_blocking or run_in_thread,
-            on_write=self._gossiper.publish,
-            fetch_view=gossip.fetch_membership,
-            # every ask tells the peer the newest version we know of (a joiner's insert, say)
-            ask_confirmation=lambda target, timeout: gossip.confirm_membership(
-                target, timeout, self._manager.newest_version_heard
-            ),
             observer=observer,
             trusted_gossip=trusted_gossip,
+            fenced=lambda: self._serving.fenced,
         )
-        self._health = LocalHealth(address=address, options=options, clock=self._clock, snapshot=self._current)
-        self._cluster = ClusterHealthMonitor(
-            local=address,
-            options=options,
-            clock=self._clock,
-            publisher=self._manager.publisher,
-            liveness=self._manager.liveness,
-            create_monitor=self._create_monitor,
-            local_health=self._health,
-            prober=prober,
-            on_minority=self._manager.request_refresh,
-            random=self._random,
-        )
-        self._agent = MembershipAgent(
-            manager=self._manager, address=address, options=options, clock=self._clock, prober=prober,
-            random=self._random,
-        )  # fmt: skip
-        self._cleanup = CleanupAgent(manager=self._manager, address=address, options=options, clock=self._clock)
+        self._manager = self._roles.manager
         self._status = SiloStatus.CREATED
         self._started = False
         self._stopping = False
@@ -186,7 +149,7 @@ class Silo:
         return self._address
 
     def health_score(self) -> int:
-        return self._health.score()
+        return self._roles.health.score()
 
     async def on_gossip(self, message: GossipMessage, sender: SiloAddress | None) -> None:
         """Relay the message, and take it in the background: the sender's call returns at once.
@@ -197,19 +160,11 @@ class Silo:
         """
         if self._done.is_set():
             return
-        self._gossiper.relay(message, self._manager.snapshot)
-        self._gossip_tasks.spawn(self._take_gossip(message, sender))
-
-    async def _take_gossip(self, message: GossipMessage, sender: SiloAddress | None) -> None:
-        before = self._manager.snapshot.version
-        await self._manager.on_gossip(message, sender)
-        self._observer.gossip_received(message.version, applied=self._manager.snapshot.version > before)
+        self._roles.gossiper.relay(message, self._manager.snapshot)
+        self._gossip_tasks.spawn(self._roles.take_gossip(message, sender))
 
     async def probe_for_peer(self, target: SiloAddress, timeout: float) -> IndirectProbeResult:
-        return await probe_for_peer(
-            self._prober, self._clock, self._options.probe_timeout, self._manager.snapshot.data, target, timeout,
-            self.health_score(),
-        )  # fmt: skip
+        return await self._roles.probe_for_peer(target, timeout)
 
     def membership_snapshot(self) -> MembershipTableData:
         return self._manager.snapshot.data
@@ -242,48 +197,9 @@ class Silo:
         """The current snapshot, then every newer one in version order, until the silo stops."""
         return self._manager.publisher.subscribe()
 
-    @property
-    def fenced(self) -> bool:
-        """True while this Active silo's membership lease has run out (``silo.runtime.serving``)."""
-        return self._serving.fenced
-
-    @property
-    def draining(self) -> bool:
-        """True from ``drain()`` (or ``stop()``) on: the silo takes no new work and is not ready."""
-        return self._draining
-
-    def readiness(self) -> str | None:
-        """Why an orchestrator must not count this silo as ready (``/readyz``); None if it may."""
-        return self._serving.readiness(table_down=self._manager.table_down)
-
-    def work_refusal(self) -> str | None:
-        """Why this silo must not serve work right now (None: it may)."""
-        return self._serving.work_refusal()
-
-    def results_guard(self) -> Callable[[], str | None]:
-        """For work that starts now: why its results must be withheld when its handler returns
-        (the lease ran out in between), or None (``ServingGuard.results_guard``)."""
-        return self._serving.results_guard()
-
-    def is_leader(self) -> bool:
-        """Whether this silo is the cluster's leader now: the oldest Active silo of its view, not
-        fenced (a fenced silo may have been declared Dead and replaced already), and no older silo
-        declared Dead may still be leading (its takeover wait runs, as for its keys)."""
-        if self.work_refusal() is not None or cleanup_leader(self._manager.snapshot) != self._address:
-            return False
-        return not any(leader_order(ghost) < leader_order(self._address) for ghost in self._serving.pending_ghosts())
-
-    def ownership(self) -> OwnershipCheck:
-        """The keys this silo may serve now (its serving ring) and the fencing token, frozen for one request."""
-        return self._serving.ownership()
-
     async def catch_up(self, version: int) -> bool:
         """Bring our view to ``version`` (a caller's view is newer) within a probe timeout; True if it is."""
         return await self._manager.catch_up_to(version)
-
-    def on_fencing(self, listener: Callable[[bool], Awaitable[None]]) -> None:
-        """Await ``listener(True)`` when this silo fences itself and ``listener(False)`` when it unfences."""
-        self._serving.on_fencing(listener)
 
     async def start(self) -> None:
         """Join the cluster; returns once Active.
@@ -297,12 +213,10 @@ class Silo:
         self._started = True
         self._watcher = asyncio.create_task(self._watch_termination())
         self._event_log = asyncio.create_task(log_membership_events(self.snapshots(), self._clock.now, self._address))
-        self._manager.start()
-        self._health.start()
-        self._cluster.start()
+        self._roles.start()
         now = self._clock.now()
         entry = self._profile.replace(status=SiloStatus.JOINING, start_time=now, i_am_alive_time=now)
-        self._join_task = asyncio.create_task(self._agent.join(entry, self._on_joining))
+        self._join_task = asyncio.create_task(self._roles.agent.join(entry, self._on_joining))
         try:
             await self._join_task
         except asyncio.CancelledError:
@@ -317,9 +231,7 @@ class Silo:
             return  # stop() or a termination raced with the last step of the join
         self._status = SiloStatus.ACTIVE
         self._serving.record_claim()
-        self._agent.start_heartbeat()
-        self._cleanup.start()
-        self._manager.start_lease_renewal()
+        self._roles.start_member()
         self._serving.start()
 
     def _on_joining(self) -> None:
@@ -361,7 +273,7 @@ class Silo:
     async def _begin_leaving(self, deadline: float) -> None:
         self._status = SiloStatus.SHUTTING_DOWN
         self._serving.record_claim()
-        await self._cluster.stop()  # no votes while leaving
+        await self._roles.cluster.stop()  # no votes while leaving
         await self._write_own(SiloStatus.SHUTTING_DOWN, deadline)
 
     async def _write_own(self, status: SiloStatus, deadline: float) -> bool:
@@ -386,7 +298,7 @@ class Silo:
 
     async def _leave(self, status: SiloStatus, deadline: float) -> bool:
         async with self._own_writes:
-            return await self._agent.leave(status, deadline)
+            return await self._roles.agent.leave(status, deadline)
 
     async def wait_terminated(self) -> ExitCode:
         """Wait until the silo stopped for any reason and return the process exit code."""
@@ -407,33 +319,6 @@ class Silo:
 
     # --- internals --------------------------------------------------------------------
 
-    def _current(self) -> MembershipSnapshot:
-        return self._manager.snapshot
-
-    def _create_monitor(self, target: SiloAddress, cluster: ClusterHealthMonitor) -> SiloHealthMonitor:
-        return SiloHealthMonitor(
-            target=target,
-            local=self._address,
-            options=self._options,
-            clock=self._clock,
-            prober=self._prober,
-            local_health=self._health,
-            intermediaries=cluster.intermediaries,
-            may_vote=cluster.may_try_vote,
-            vote=functools.partial(self._vote_against, cluster),
-            random=self._random,
-            observer=self._observer,
-            vote_delay=functools.partial(cluster.vote_delay, target),
-            vote_hold=functools.partial(cluster.vote_hold, target),
-        )
-
-    async def _vote_against(self, cluster: ClusterHealthMonitor, target: SiloAddress) -> VoteOutcome:
-        """Vote only while not fenced and reaching a majority of every fresh Active silo, not just our
-        sample: a fenced silo is cut off from the table, so every peer looks silent to it."""
-        if self.fenced or not await cluster.reaches_majority():
-            return VoteOutcome.NOT_ALLOWED
-        return await self._manager.try_vote(target, others_unheard=cluster.others_unheard(target))
-
     async def _watch_termination(self) -> None:
         await self._manager.terminated.wait()
         if not self._stopping:
@@ -450,12 +335,7 @@ class Silo:
     async def _stop_roles(self, code: ExitCode) -> None:
         await self._serving.stop()
         await self._gossip_tasks.cancel_all()
-        await self._cluster.stop()
-        await self._agent.stop_heartbeat()
-        await self._cleanup.stop()
-        await self._health.stop()
-        await self._gossiper.stop(drain=self._options.probe_timeout)  # our last writes reach the others
-        await self._manager.stop()
+        await self._roles.stop()
         if self._event_log is not None:  # ends with the snapshots (the publisher closed)
             await asyncio.gather(self._event_log, return_exceptions=True)
         if self._watcher is not None and self._watcher is not asyncio.current_task():

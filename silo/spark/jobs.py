@@ -258,7 +258,7 @@ def stats_accumulator(session: SparkSession) -> Accumulator[RoutingStats]:
 
     Tasks that Spark re-runs count again, so read it as a breakdown, not as record counts.
     """
-    from silo.spark.stats import RoutingStatsParam
+    from silo.spark._stats import RoutingStatsParam
 
     accumulator: Accumulator[RoutingStats] = session.sparkContext.accumulator(RoutingStats(), RoutingStatsParam())
     return accumulator

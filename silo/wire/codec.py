@@ -185,6 +185,24 @@ def header(cluster_id: str, sender: SiloAddress | None) -> pb.RequestHeader:
     return pb.RequestHeader(cluster_id=cluster_id, sender=address_to_proto(sender))
 
 
+def sender_of(request_header: pb.RequestHeader) -> SiloAddress | None:
+    """The silo a request says it comes from, or None if it named none or an invalid one (a tool, or garbage)."""
+    if not request_header.HasField("sender"):
+        return None
+    try:
+        return address_from_proto(request_header.sender)
+    except InvalidEntryError:
+        return None
+
+
+def describe_sender(request_header: pb.RequestHeader) -> str:
+    """Who a request says it comes from, for a log line or a refusal (clipped by the caller)."""
+    if not request_header.HasField("sender"):
+        return "an unnamed client"
+    sender = sender_of(request_header)
+    return "a client with an invalid address" if sender is None else str(sender)
+
+
 def entry_to_proto(entry: MembershipEntry, etag: str) -> pb.MembershipRow:
     return pb.MembershipRow(
         address=address_to_proto(entry.silo_address),

@@ -338,7 +338,7 @@ class MembershipServer:
         self, request: pb.ConfirmMembershipRequest, context: Any
     ) -> pb.ConfirmMembershipResponse:
         handler = await self._admit(request.header, context, "ConfirmMembership")
-        asker = _sender(request.header)
+        asker = codec.sender_of(request.header)
         if asker is None:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "ConfirmMembership needs header.sender: the asker")
         answer = await handler.confirm_membership(asker, request.known_version)
@@ -412,7 +412,7 @@ async def _take_gossip(handler: SiloRpcHandler, request: pb.GossipRequest, conte
         message = gossip_codec.gossip_from_proto(request)
     except (InvalidEntryError, ValueError) as exc:
         await abort(context, grpc.StatusCode.INVALID_ARGUMENT, clip(f"invalid gossip: {exc}"))
-    await handler.on_gossip(message, _sender(request.header))
+    await handler.on_gossip(message, codec.sender_of(request.header))
 
 
 def _ping_response(handler: SiloRpcHandler, request: pb.PingRequest) -> pb.PingResponse:
@@ -441,19 +441,4 @@ async def _refuse_cluster(handler: SiloRpcHandler, cluster_id: str, sender: str,
 
 
 def _describe_sender(request_header: pb.RequestHeader) -> str:
-    if not request_header.HasField("sender"):
-        return "an unnamed client"
-    try:
-        return clip(str(codec.address_from_proto(request_header.sender)))
-    except InvalidEntryError:
-        return "a client with an invalid address"
-
-
-def _sender(header: pb.RequestHeader) -> SiloAddress | None:
-    """The silo a request says it comes from, or None if it named none or an invalid one (a tool, or garbage)."""
-    if not header.HasField("sender"):
-        return None
-    try:
-        return codec.address_from_proto(header.sender)
-    except InvalidEntryError:
-        return None
+    return clip(codec.describe_sender(request_header))

@@ -216,7 +216,7 @@ async def test_a_fenced_silo_casts_no_vote_even_when_its_peers_look_silent() -> 
     await cluster.advance_until(lambda: victim.fenced, LOCAL.lease_timeout + STEP)
     cluster.tables[0].down = False  # the table is back, the lease not yet: a vote must still be refused
     assert victim.fenced
-    outcome = await victim._vote_against(victim._cluster, cluster.silos[1].silo_address)
+    outcome = await victim._roles.vote_against(victim._roles.cluster, cluster.silos[1].silo_address)
     assert outcome is VoteOutcome.NOT_ALLOWED
     await cluster.stop()
 
