@@ -220,13 +220,18 @@ class SiloHealthMonitor:
         self._was_suspected = self.suspected()
         await self.evaluate()
 
-    def _alive_at(self, moment: float) -> None:
+    def _alive_at(self, moment: float, *, vetoed: bool = False) -> None:
         """The target was alive at ``moment`` (it answered a probe sent then, or an intermediary
-        reached it): it counts as heard, and the silence since our last answer was the network's,
-        which local health remembers (``LocalHealth.record_silence``). Not before the first
-        answer: the time a new monitor waits for its connection is no silence of the network."""
+        reached it: ``vetoed``): it counts as heard, and the silence since our last answer was the
+        network's, which local health remembers (``LocalHealth.record_silence``, ``record_veto``).
+        Not before the first answer: the time a new monitor waits for its connection is no
+        silence of the network."""
         if self.answered and moment > self.last_heard:
-            self._health.record_silence(moment - self.last_heard)
+            silence = moment - self.last_heard
+            if vetoed:
+                self._health.record_veto(self.target, silence)
+            else:
+                self._health.record_silence(silence)
         self.last_heard = max(self.last_heard, moment)
         self.refusals = 0
         self.answered = True
@@ -367,7 +372,7 @@ class SiloHealthMonitor:
                 self._local, self.target,
             )  # fmt: skip
             self._round_vetoed = True
-            self._alive_at(started)
+            self._alive_at(started, vetoed=True)
             return
         await self.evaluate()
 
