@@ -5,8 +5,8 @@ server on a lab host of its own (``NetCluster(table="postgres")``), which no fau
 What the failure detector must do (docs/protocol.md, "Non-transitive and one-way cuts"):
 
 * **scattered link cuts** (A reaches B and C, B and C do not reach each other; several such
-  cuts at once, some silos cut from two peers): nobody is declared Dead, for a minute at the
-  local preset's 1.5 s detection floor. Every cut silo is still reached by intermediaries that
+  cuts at once, some silos cut from two peers): nobody is declared Dead, for a minute (half a
+  minute at N = 5) at the local preset's 1.5 s detection floor. Every cut silo is still reached by intermediaries that
   reach its prober, so every suspicion along a cut link is vetoed. And the cuts must not blunt
   the detector: with them in place, a hung silo is voted out by monitors whose local health
   score is not raised by their cut links (each veto used to add a point, up to nine floors);
@@ -44,6 +44,10 @@ DETECTION_FLOOR = OPTIONS.detection_time
 CUT_HOLD = 60.0
 """Seconds the scattered cuts last with nobody declared Dead: 40 detection floors, 20 vote expiries
 (3 s), so every cut pair has gone through dozens of suspicions and indirect rounds."""
+SHORT_CUT_HOLD = 30.0
+"""The same at N = 5, which then also hangs a silo: 20 floors, 10 vote expiries; long enough that
+a score raised a point per veto would have reached 7 (vetoes at 0, 2.2, 5.4, 8.9, 13.4, 18.7,
+24.4 s in a run before the fix)."""
 DEATH_BOUND = 30.0
 """Seconds from a one-way cut until the cut silo is Dead and has exited: a correctness bound for a
 loaded two-core machine (``test_network_faults.DEATH_BOUND``), not a speed goal."""
@@ -113,11 +117,11 @@ def cut_links(cluster: NetCluster, cuts: Sequence[tuple[str, str]]) -> None:
         assert cluster.reachable(third, second), f"{third} must still reach {second}: the cut is one link"
 
 
-def hold_cuts(cluster: NetCluster, cuts: Sequence[tuple[str, str]]) -> None:
-    """Cut the links and hold ``CUT_HOLD`` seconds with every silo Active and running."""
+def hold_cuts(cluster: NetCluster, cuts: Sequence[tuple[str, str]], seconds: float) -> None:
+    """Cut the links and hold ``seconds`` with every silo Active and running."""
     cut_links(cluster, cuts)
-    print(f"\ncut {len(cuts)} links: {', '.join(f'{a}-{b}' for a, b in cuts)}; holding {CUT_HOLD:.0f}s")
-    cluster.hold(active_and_running(cluster.names), CUT_HOLD, "every silo Active and running with links cut")
+    print(f"\ncut {len(cuts)} links: {', '.join(f'{a}-{b}' for a, b in cuts)}; holding {seconds:.0f}s")
+    cluster.hold(active_and_running(cluster.names), seconds, "every silo Active and running with links cut")
 
 
 def vote_scores(cluster: NetCluster, target: str) -> dict[str, list[int]]:
@@ -182,7 +186,7 @@ def test_scattered_cut_links_kill_nobody(cluster: NetCluster) -> None:
     """5 silos, 3 cut links: s2 is cut from s1 and s3 (who reach each other), and s4 from s5.
     Then, cuts in place, s4 hangs: its monitors, every one at the end of a cut link, find it."""
     cluster.start(5)
-    hold_cuts(cluster, [("s1", "s2"), ("s2", "s3"), ("s4", "s5")])
+    hold_cuts(cluster, [("s1", "s2"), ("s2", "s3"), ("s4", "s5")], SHORT_CUT_HOLD)
     assert_hang_found_amid_cuts(cluster, "s4")
     cluster.lab.heal()
     cluster.check_history(MIN_VOTERS, protected=[name for name in cluster.names if name != "s4"])
@@ -192,7 +196,7 @@ def test_scattered_cut_links_kill_nobody(cluster: NetCluster) -> None:
 def test_scattered_cut_links_kill_nobody_with_ring_sampling(cluster: NetCluster) -> None:
     """20 silos, each monitoring 10: 8 cut links between silos that probe each other."""
     cluster.start(LARGE, timeout=START_TIMEOUT_LARGE)
-    hold_cuts(cluster, scattered_cuts(monitors(cluster), cluster.names, 8))
+    hold_cuts(cluster, scattered_cuts(monitors(cluster), cluster.names, 8), CUT_HOLD)
     cluster.lab.heal()
     cluster.check_history(MIN_VOTERS, protected=cluster.names)
 
