@@ -157,11 +157,11 @@ def assert_one_way_cut_removes_only(cluster: NetCluster, target: str, *, receive
     """Cut ``target`` one way from every other silo (``receives``: its packets are dropped, it
     still receives; else it sends and receives nothing); it must die, and nobody else."""
     others = [name for name in cluster.names if name != target]
+    cut = time.monotonic()  # the rules go in host by host, over a few hundred milliseconds
     if receives:
         cluster.lab.block(src=[cluster.host(target)], dst=cluster.hosts_of(others))
     else:
         cluster.lab.block(src=cluster.hosts_of(others), dst=[cluster.host(target)])
-    cut = time.monotonic()
     assert not cluster.reachable(others[0], target), "the one-way cut must be in effect"
     assert cluster.reachable(others[0], others[1]), "the others must stay connected"
     cluster.wait_until_dead(target, others, "one-way cut", DEATH_BOUND)
