@@ -13,7 +13,8 @@ One instance per probed silo. The rules (docs/protocol.md, "Failure detector"):
 - **Suspicion**: silence of ``suspect_after`` (``num_missed_probes_limit * probe_timeout``
   times our local-health multiplier, Lifeguard), or repeated refusals. Every silence that
   ends with an answer or a veto is reported to local health, which keeps ``suspect_after`` at
-  least twice the longest such silence of the recent past (a lossy network's TCP stalls).
+  least twice the longest such silence of the recent past (a lossy network's TCP stalls); of
+  the vetoes of one unbroken silence only the first counts (``LocalHealth.record_veto``).
 - **Indirect probes are a veto, never a vote.** From half the suspicion time on, up to
   ``num_indirect_probes`` distinct fresh intermediaries ping the target in parallel; any
   that reaches it cancels the suspicion (our link is the problem, not the target). An
