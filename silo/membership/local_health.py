@@ -117,6 +117,8 @@ class LocalHealth:
         self._probe_results: dict[SiloAddress, deque[bool]] = {}
         self._silences: deque[tuple[float, float]] = deque()
         """(monotonic time, seconds) of the completed silences that earn points, oldest first."""
+        self._vetoed: set[SiloAddress] = set()
+        """Targets whose current silence (no answer to our own probes since) already had a veto."""
         self._silence_memory = SILENCE_MEMORY * options.detection_time
         self._lag_period = options.probe_timeout / 2
         self._last_round = 0.0
@@ -135,6 +137,8 @@ class LocalHealth:
         healthy cluster: the cached score then stays valid. Recomputing it after every answer
         was 8% of py-spy's samples of an idle silo's main thread (20 silos, local preset), though
         the idle cluster's CPU did not move measurably without it (0.65-0.73 cores either way)."""
+        if answered:
+            self._vetoed.discard(target)  # our link to it works: its next veto ends a new silence
         results = self._probe_results.setdefault(target, deque(maxlen=RECENT_PROBES))
         moves_nothing = answered and bool(results) and False not in results
         results.append(answered)
@@ -150,6 +154,23 @@ class LocalHealth:
         self._silences.append((self._clock.monotonic(), silence))
         self._changes += 1
 
+    def record_veto(self, target: SiloAddress, silence: float) -> None:
+        """An intermediary reached ``target`` after our own link to it had been silent ``silence``
+        seconds: a completed silence (``record_silence``), but only for the first veto since
+        ``target`` last answered our own probes.
+
+        A round starts at half the silence needed, so every veto ends a silence of at least half
+        of it, and ``SILENCE_MARGIN`` (2) turns that into one more point: counting each veto of
+        a link that stays cut (a non-transitive partition) raised the score by a point a round,
+        to ``MAX_SCORE`` within a minute, and with it the silence this silo needs before it
+        suspects *anyone* (nine floors). The first veto proves how long a live link can stall
+        here; the later ones only prove that this one link is still down, which the vetoes
+        themselves already handle."""
+        if target in self._vetoed:
+            return
+        self._vetoed.add(target)
+        self.record_silence(silence)
+
     def _longest_silence(self) -> float:
         """The longest silence remembered, once those older than the memory are dropped."""
         now = self._clock.monotonic()
@@ -160,6 +181,7 @@ class LocalHealth:
     def forget(self, target: SiloAddress) -> None:
         """We stopped probing ``target``; its last result no longer says anything about us."""
         self._probe_results.pop(target, None)
+        self._vetoed.discard(target)
         self._changes += 1
 
     def record_loop_lag(self, lag: float) -> None:

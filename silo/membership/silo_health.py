@@ -13,7 +13,8 @@ One instance per probed silo. The rules (docs/protocol.md, "Failure detector"):
 - **Suspicion**: silence of ``suspect_after`` (``num_missed_probes_limit * probe_timeout``
   times our local-health multiplier, Lifeguard), or repeated refusals. Every silence that
   ends with an answer or a veto is reported to local health, which keeps ``suspect_after`` at
-  least twice the longest such silence of the recent past (a lossy network's TCP stalls).
+  least twice the longest such silence of the recent past (a lossy network's TCP stalls); of
+  the vetoes of one unbroken silence only the first counts (``LocalHealth.record_veto``).
 - **Indirect probes are a veto, never a vote.** From half the suspicion time on, up to
   ``num_indirect_probes`` distinct fresh intermediaries ping the target in parallel; any
   that reaches it cancels the suspicion (our link is the problem, not the target). An
@@ -255,7 +256,7 @@ class SiloHealthMonitor:
         """An indirect round started at ``started`` ended: a veto counts as an answer then."""
         self._discount_pause()
         if vetoed:
-            self._alive_at(started)
+            self._alive_at(started, vetoed=True)
         else:
             await self.evaluate()
 
@@ -264,13 +265,18 @@ class SiloHealthMonitor:
         self._alive_at(sent)
         self._was_suspected = self.suspected()
 
-    def _alive_at(self, moment: float) -> None:
+    def _alive_at(self, moment: float, *, vetoed: bool = False) -> None:
         """The target was alive at ``moment`` (it answered a probe sent then, or an intermediary
-        reached it): it counts as heard, and the silence since our last answer was the network's,
-        which local health remembers (``LocalHealth.record_silence``). Not before the first
-        answer: the time a new monitor waits for its connection is no silence of the network."""
+        reached it: ``vetoed``): it counts as heard, and the silence since our last answer was the
+        network's, which local health remembers (``LocalHealth.record_silence``, ``record_veto``).
+        Not before the first answer: the time a new monitor waits for its connection is no
+        silence of the network."""
         if self.answered and moment > self.last_heard:
-            self._health.record_silence(moment - self.last_heard)
+            silence = moment - self.last_heard
+            if vetoed:
+                self._health.record_veto(self.target, silence)
+            else:
+                self._health.record_silence(silence)
         self.last_heard = max(self.last_heard, moment)
         self.refusals = 0
         self.answered = True

@@ -202,3 +202,27 @@ def test_a_reused_score_is_always_the_score_of_the_current_inputs(probes: list[t
         if forget:
             local.forget(target)
         assert local.score() == local._compute(current)  # the uncached computation
+
+
+def test_only_the_first_veto_of_an_unbroken_silence_counts_as_a_completed_silence() -> None:
+    """A link that stays cut is vetoed round after round, each veto at least half the silence
+    needed: counting each would add a point a round. Its first veto counts; the next counts only
+    after the target answered our own probes again (a new silence); other targets count apart."""
+    local = local_health(FakeClock(T0), lambda: view(row(ME)))
+    local.record_veto(A, 0.8)
+    assert local.score() == 1
+    local.record_veto(A, 1.6)  # the same link, still cut: no new evidence about the network
+    assert local.score() == 1
+    local.record_veto(B, 1.6)  # another link's stall is
+    assert local.score() == silence_penalty(1.6, SiloOptions.local().detection_time) == 2
+    local.record_probe(A, True)  # A's link worked again: its next veto ends a new silence
+    local.record_veto(A, 2.3)
+    assert local.score() == silence_penalty(2.3, SiloOptions.local().detection_time) == 3
+
+
+def test_a_forgotten_target_starts_afresh() -> None:
+    local = local_health(FakeClock(T0), lambda: view(row(ME)))
+    local.record_veto(A, 0.8)
+    local.forget(A)  # no longer probed (it left our rings); probed again later, its veto is new
+    local.record_veto(A, 1.6)
+    assert local.score() == 2

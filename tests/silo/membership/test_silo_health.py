@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -236,6 +237,33 @@ async def test_a_silence_ended_by_a_veto_counts_as_a_live_targets_silence() -> N
     assert scene.votes == []
     # the vetoing round started 2.25 s (1.5 floors) into the silence: now it needs twice that
     assert monitor.suspect_after() >= 3 * FLOOR
+    await monitor.stop()
+
+
+@async_test
+async def test_a_link_that_stays_cut_does_not_keep_raising_the_silence_needed() -> None:
+    """A non-transitive cut: we never reach the target, an intermediary always does. Each round
+    is vetoed, half a suspicion time after the last; only the first veto earns a point (the silence
+    needed doubles for ``SILENCE_MEMORY`` floors), so the score does not climb a point a round to
+    its maximum (nine floors before we suspect anyone) but comes back to the floor.
+
+    Probes every 0.3 s: a veto's silence then ends a little past half the silence needed, as
+    event-loop jitter makes it end in a real process (on the fake clock's 0.25 s grid it would
+    end at exactly half, which earns no point)."""
+    prober = FunctionProber(indirect=lambda intermediary, target: result(True))
+    scene = Scene(prober, intermediaries=[HELPER], options=dataclasses.replace(OPTIONS, probe_interval=0.3))
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 1.0)  # answering
+    scene.prober.reachable = hanging(scene.clock)
+    needed = []
+    for _ in range(40):  # a minute
+        await run_for(scene, monitor, FLOOR)
+        needed.append(monitor.suspect_after())
+    assert scene.votes == []
+    assert max(needed) <= 2 * FLOOR
+    assert needed[-1] == pytest.approx(FLOOR)
+    assert len(prober.indirect_calls) >= 40  # the suspicion is still re-checked at least once a floor
     await monitor.stop()
 
 
