@@ -227,7 +227,8 @@ def test_a_worker_host_decommissioned_mid_job_drains_its_sidecar_first_and_loses
     lab: SparkLab, calls_file: Path, tmp_path: Path
 ) -> None:
     view = lab.view()
-    victim = lab.net.hosts[0]
+    live = {address.host for address in view.addresses}
+    victim = next(host for host in lab.net.hosts if host.address in live)
     silo = next(silo for silo in lab.net.silos if silo.host is victim)
     spec = {"records": RECORDS, "partitions": PARTITIONS, "pace": PACE, "handler": RECORDING_HANDLER}
     # Arrow batches of 100 rows reach the router while the task still feeds the rest.
@@ -244,6 +245,7 @@ def test_a_worker_host_decommissioned_mid_job_drains_its_sidecar_first_and_loses
     try:
         rows = run.result()
         trigger.join(120)
+        assert "script" in outcome, f"the decommission did not run (see the thread's error):\n{run.log_tail()}"
         script = outcome["script"]
         assert script.index("has exited") < script.index("decommission-worker: kill"), script
         worker = lab.workers[lab.net.hosts.index(victim)]
