@@ -363,6 +363,7 @@ def spark_routing(document: dict[str, Any]) -> list[str]:
             cost["silo_handler_seconds"], cost["silo_serialization_seconds"], cost["network_and_queue_seconds"],
             cost["task_seconds"]),
         "",
+        *floor_ratio(r),
         f"Records that stayed on their host (sent to the executor's sidecar, silo 0): "
         f"{r['stayed_on_host_fraction']:.1%}; {cost['calls']:.0f} calls, "
         f"{cost['request_bytes'] / max(1.0, cost['records']):.1f} request bytes per record.",
@@ -386,6 +387,7 @@ def spark_multi_host(m: dict[str, Any] | None) -> list[str]:
             m, f"route_to_silos, worker host {cut['victim']} partitioned at {cut['partitioned_after_s']:.1f} s", cut
         ),
         "",
+        *floor_ratio(m),
         f"Records that stayed on their host (sent to the executor's own sidecar): {m['stayed_on_host_fraction']:.1%}; "
         f"the ring predicts {m['expected_on_host_fraction']:.1%} (median run).",
     ]  # fmt: skip
@@ -401,12 +403,32 @@ def _routing_jobs(results: dict[str, Any], faulted: str, fault: dict[str, Any]) 
                 "rerouted", "results = baseline"),
         row("mapPartitions, no silos", base["median"], base["p99"], results["baseline_records_per_s"], 1.0, 0, 0, 0,
             "-"),
+        *floor_row(results),
         row("route_to_silos", routed["median"], routed["p99"], results["routed_records_per_s"],
             results["overhead_ratio_median"], 0 if match else "?", 0 if match else "?", 0, match),
         row(faulted, fault["seconds"], "-", results["records"] / fault["seconds"],
             ratio(fault["seconds"], base["median"]), fault["records_lost"], fault["duplicates"], fault["rerouted"],
             fault["results_match_baseline"]),
     ]  # fmt: skip
+
+
+def floor_row(r: dict[str, Any]) -> list[str]:
+    """The floor's row: the same handler in a local ``mapInArrow``, no silos (absent in older results)."""
+    if "floor_seconds" not in r:
+        return []
+    low, vs_baseline = r["floor_seconds"], ratio(r["floor_seconds"]["median"], r["baseline_seconds"]["median"])
+    return [row("floor: same handler in mapInArrow, no silos", low["median"], low["p99"], r["floor_records_per_s"],
+                vs_baseline, 0, 0, 0, r["floor_matches_baseline"])]  # fmt: skip
+
+
+def floor_ratio(r: dict[str, Any]) -> list[str]:
+    if "floor_ratio_median" not in r:
+        return []
+    return [
+        f"Routed time over the floor (the same Arrow batches, conversion, handler and summary pass in the task, "
+        f"without hashing, Arrow IPC, network or silos): {r['floor_ratio_median']:.2f} x (median runs).",
+        "",
+    ]
 
 
 def metrics_overhead(document: dict[str, Any]) -> list[str]:

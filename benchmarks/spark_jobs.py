@@ -2,21 +2,31 @@
 multi-host run (``benchmarks.spark_multi_host``, which runs in a network namespace of its own).
 
 ``baseline`` applies ``example.checksum`` to JSON rows in a plain ``mapPartitions``; ``routed``
-sends the same records through ``route_to_silos`` and adds its output up with ``routing_summary``.
-Both end in one action computing the count and an order-independent checksum total.
+sends the same records through ``route_to_silos`` and adds its output up with ``routing_summary``;
+``floor`` is the routed job without the silos: the same Arrow batches (``mapInArrow``), the
+same conversion a silo makes for the handler (``batch_items``), the same handler and the same
+``routing_summary`` pass, all in the task, with no hashing, no Arrow IPC and no network. Each
+ends in one action computing the count and an order-independent checksum total.
+
+``rounds`` runs them the same way locally and on the multi-host cluster (warm-up, then
+``runs`` rounds of baseline, floor, routed) and ``compare`` turns the rounds into the figures
+both report.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
+from benchmarks.common import ratio, summarize
 from silo.spark import encode_payload, route_to_silos, routing_summary, stats_accumulator
 from silo.work.columnar_routing import DEFAULT_COLUMNAR_BATCH_SIZE, DEFAULT_IN_FLIGHT
-from silo.work.handlers import CHECKSUM_HANDLER, checksum, checksum_total
+from silo.work.columns import batch_items, result_array, routing_keys
+from silo.work.handlers import BUILTIN_HANDLERS, CHECKSUM_HANDLER, checksum, checksum_total, is_columnar
 
 CLUSTER = "spark-bench"
 RECORDS_PER_PARTITION = 62_500
@@ -78,6 +88,37 @@ def baseline(spark: Any, config: Config) -> tuple[float, Totals]:
     return time.perf_counter() - started, totals
 
 
+FLOOR_SCHEMA = "key string, result binary, silo string, rerouted boolean, via_sidecar boolean"
+"""``route_to_silos``'s output columns, so that ``floor`` ends in the very same ``routing_summary``."""
+WARM_UP_RECORDS = 100_000
+
+
+def handle_in_task(handler_name: str, batches: Iterable[Any]) -> Iterator[Any]:
+    """What a silo does with each batch, done in the task: routing keys, the handler's argument
+    (items for an item handler), the handler, its results as Arrow; output as ``route_to_silos``."""
+    import pyarrow as pa
+
+    handler = BUILTIN_HANDLERS[handler_name]
+    for batch in batches:
+        size = batch.num_rows
+        wire = pa.RecordBatch.from_arrays([routing_keys(batch.column(0)), *batch.columns[1:]], names=batch.schema.names)
+        results = result_array(handler(wire if is_columnar(handler) else batch_items(wire)), size)
+        yield pa.RecordBatch.from_arrays(
+            [batch.column(0), results, pa.repeat(pa.scalar("", pa.string()), size),
+             pa.repeat(pa.scalar(False), size), pa.repeat(pa.scalar(False), size)],
+            names=["key", "result", "silo", "rerouted", "via_sidecar"],
+        )  # fmt: skip
+
+
+def floor(spark: Any, config: Config) -> tuple[float, Totals]:
+    """The routed job's floor: the same handler on the same Arrow batches in the task, no silos."""
+    started = time.perf_counter()
+    out = records(spark, config).mapInArrow(partial(handle_in_task, CHECKSUM_HANDLER), FLOOR_SCHEMA)
+    summary = routing_summary(out, checksum=True)
+    assert summary.checksum is not None
+    return time.perf_counter() - started, (summary.records, summary.checksum)
+
+
 def routed(
     spark: Any,
     config: Config,
@@ -131,3 +172,71 @@ def routed(
         "per_silo": dict(summary.per_silo),
         "cost": stats.value.as_dict(),
     }
+
+
+RoutedRun = Callable[[Config], dict[str, Any]]
+"""One routed run of a config (``routed`` with the cluster's table, plus what the caller observes)."""
+
+
+@dataclass
+class Rounds:
+    """Seconds of every baseline, floor and routed run, and the totals the baseline computed."""
+
+    baseline_s: list[float] = field(default_factory=list)
+    floor_s: list[float] = field(default_factory=list)
+    routed_runs: list[dict[str, Any]] = field(default_factory=list)
+    expected: Totals = (0, 0)
+    floor_matches_baseline: bool = True
+
+
+def rounds(spark: Any, config: Config, run_routed: RoutedRun) -> Rounds:
+    """Warm up (JVMs, Python workers, the silos' channels), then ``config.runs`` rounds of
+    baseline, floor and routed, alternating so that a slow spell of the machine hits all three."""
+    small = replace(config, records=min(config.records, WARM_UP_RECORDS))
+    baseline(spark, config)
+    floor(spark, small)
+    run_routed(small)
+    measured = Rounds()
+    for _ in range(config.runs):
+        seconds, measured.expected = baseline(spark, config)
+        measured.baseline_s.append(seconds)
+        seconds, totals = floor(spark, config)
+        measured.floor_s.append(seconds)
+        measured.floor_matches_baseline &= totals == measured.expected
+        measured.routed_runs.append(run_routed(config))
+    return measured
+
+
+def compare(config: Config, measured: Rounds) -> dict[str, Any]:
+    """The figures of ``measured``: medians, records per second, routed / baseline and routed / floor."""
+    runs = measured.routed_runs
+    base, low = summarize(measured.baseline_s), summarize(measured.floor_s)
+    route = summarize([run["seconds"] for run in runs])
+    median = median_run(runs)
+    return {
+        "baseline_seconds": base,
+        "floor_seconds": low,
+        "routed_seconds": route,
+        "baseline_records_per_s": config.records / base["median"],
+        "floor_records_per_s": config.records / low["median"],
+        "routed_records_per_s": config.records / route["median"],
+        "overhead_ratio_median": ratio(route["median"], base["median"]),
+        "floor_ratio_median": ratio(route["median"], low["median"]),
+        "results_match_baseline": all(totals(run) == measured.expected for run in runs),
+        "floor_matches_baseline": measured.floor_matches_baseline,
+        "stayed_on_host_fraction": median["stayed_on_host_fraction"],
+        "cost_of_median_run": median["cost"],
+        "routed_runs": runs,
+        "baseline_runs_s": measured.baseline_s,
+        "floor_runs_s": measured.floor_s,
+    }
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The routed run of median seconds (the upper one of an even count)."""
+    return sorted(runs, key=lambda run: run["seconds"])[len(runs) // 2]
+
+
+def totals(run: dict[str, Any]) -> Totals:
+    """The (records, checksum total) a routed run computed."""
+    return run["records_out"], run["checksum_total"]

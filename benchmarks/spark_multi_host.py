@@ -27,8 +27,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ratio, summarize
-from benchmarks.spark_jobs import CLUSTER, Config, baseline, routed
+from benchmarks.common import summarize
+from benchmarks.spark_jobs import CLUSTER, Config, Rounds, compare, median_run, rounds, routed, totals
 from silo.client.topology import ClusterView
 from silo.spark import read_view
 from silo.work.hashring import HashRing
@@ -52,31 +52,19 @@ def measure_multi_host(config: Config, root: Path) -> dict[str, Any]:
         time.sleep(partition_after)
         lab.net.lab.isolate(victim)
         raw = run.result(limit)
-    base_times = raw["baseline_runs_s"]
-    runs = raw["routed_runs"]
-    base, route = summarize(base_times), summarize([run["seconds"] for run in runs])
-    median_run = sorted(runs, key=lambda run: run["seconds"])[len(runs) // 2]
-    expected = tuple(raw["expected_totals"])
     partitioned = raw["with_a_worker_partitioned"]
+    measured = Rounds(**{**raw["rounds"], "expected": tuple(raw["rounds"]["expected"])})
     return {
         "workers": config.workers,
         "records": config.records,
-        "baseline_seconds": base,
-        "routed_seconds": route,
-        "baseline_records_per_s": config.records / base["median"],
-        "routed_records_per_s": config.records / route["median"],
-        "overhead_ratio_median": ratio(route["median"], base["median"]),
-        "results_match_baseline": all((run["records_out"], run["checksum_total"]) == expected for run in runs),
-        "stayed_on_host_fraction": median_run["stayed_on_host_fraction"],
-        "expected_on_host_fraction": median_run["expected_on_host_fraction"],
-        "cost_of_median_run": median_run["cost"],
-        "routed_runs": runs,
-        "baseline_runs_s": base_times,
+        **compare(config, measured),
+        "expected_on_host_fraction": median_run(measured.routed_runs)["expected_on_host_fraction"],
+        "ring_shares": raw["ring_shares"],
         "with_a_worker_partitioned": {
             **partitioned,
             "victim": victim.name,
             "partitioned_after_s": partition_after,
-            "results_match_baseline": (partitioned["records_out"], partitioned["checksum_total"]) == expected,
+            "results_match_baseline": totals(partitioned) == measured.expected,
         },
     }
 
@@ -124,25 +112,21 @@ def drive(spec: dict[str, Any]) -> dict[str, Any]:
     table = spec["table"]
     with driver_session(spec) as spark:
         shares = ring_shares(read_view(table, CLUSTER), config.records)
-        baseline(spark, config)  # warm-up: JVMs, Python workers
-        routed(spark, Config(**{**spec["config"], "records": min(config.records, 100_000)}), table)
-        base_times, runs = [], []
-        expected_totals = None
-        for _ in range(config.runs):
-            seconds, expected_totals = baseline(spark, config)
-            base_times.append(seconds)
+
+        def run_routed(sized: Config) -> dict[str, Any]:
+            """A routed run, with the tasks each host ran and the share of records the ring keeps on host."""
             before = tasks_by_host(spark)
-            run = routed(spark, config, table)
-            run["tasks_by_host"] = dict(tasks_of_job(spark, before, config.partitions))
+            run = routed(spark, sized, table)
+            run["tasks_by_host"] = dict(tasks_of_job(spark, before, sized.partitions))
             run["expected_on_host_fraction"] = expected_on_host(shares, Counter(run["tasks_by_host"]))
-            runs.append(run)
-        median = summarize([run["seconds"] for run in runs])["median"]
+            return run
+
+        measured = rounds(spark, config, run_routed)
+        median = summarize([run["seconds"] for run in measured.routed_runs])["median"]
         mark(spec, "faulting", str(median / 2))
         partitioned = routed(spark, config, table, count_keys=True)
     return {
-        "baseline_runs_s": base_times,
-        "routed_runs": runs,
-        "expected_totals": expected_totals,
+        "rounds": asdict(measured),
         "ring_shares": shares,
         "with_a_worker_partitioned": partitioned,
     }

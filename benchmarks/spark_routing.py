@@ -9,7 +9,13 @@ calls per task, and the results come back as Arrow. The baseline applies the ver
 Both jobs end in one action computing the count and an order-independent checksum total of the
 results, which must agree (the routed one reads its output with ``silo.spark.routing_summary``,
 one ``mapInArrow`` pass as a columnar consumer does; the baseline's output is an RDD of bytes).
-Routed and baseline runs alternate. Then one more routed run with a silo SIGKILLed half-way
+
+**The floor** (``benchmarks.spark_jobs.floor``) is the honest lower bound of the routed job: the
+same Arrow batches in a ``mapInArrow``, the same conversion a silo makes for the handler, the
+same handler and the same ``routing_summary`` pass, with no silos (no hashing, no Arrow IPC, no
+network). ``floor_ratio_median`` (routed / floor, median runs) is what routing itself costs;
+``overhead_ratio_median`` (routed / ``mapPartitions``) also counts the columnar path's gains.
+Baseline, floor and routed runs alternate. Then one more routed run with a silo SIGKILLed half-way
 through (by the time of the routed runs), persisted so its keys can be counted: records lost
 (keys missing from the output) and duplicates must be 0; records moved elsewhere are counted too.
 
@@ -35,7 +41,6 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +54,7 @@ from benchmarks.common import (
     summarize,
     workdir,
 )
-from benchmarks.spark_jobs import CLUSTER, Config, Totals, baseline, routed
+from benchmarks.spark_jobs import CLUSTER, Config, compare, rounds, routed, totals
 from benchmarks.spark_multi_host import measure_multi_host
 from silo.spark import SIDECAR_ENV, local_session
 from testbed.cluster_harness import Cluster
@@ -81,39 +86,16 @@ def measure(config: Config, root: Path) -> dict[str, Any]:
             sidecar_for_executors(silos[0].address.endpoint),
             local_session("silo-spark-routing-bench", cores=config.cores) as spark,
         ):
-            baseline(spark, config)  # warm-up: JVM, Python workers
-            routed(spark, replace(config, records=min(config.records, 100_000)), cluster.table_uri)
-            base_times, routed_runs = [], []
-            expected: Totals | None = None
-            for _ in range(config.runs):
-                seconds, expected = baseline(spark, config)
-                base_times.append(seconds)
-                routed_runs.append(routed(spark, config, cluster.table_uri))
-            routed_times = [run["seconds"] for run in routed_runs]
-            kill_after = summarize(routed_times)["median"] / 2
+            measured = rounds(spark, config, lambda sized: routed(spark, sized, cluster.table_uri))
+            kill_after = summarize([run["seconds"] for run in measured.routed_runs])["median"] / 2
             killed = routed(spark, config, cluster.table_uri, kill_after, silos[1])
             killed["killed_after_s"] = kill_after
             killed["victim_exited"] = not silos[1].running
     finally:
         cluster.close()
-    assert expected is not None
-    base, route = summarize(base_times), summarize(routed_times)
-    median_run = sorted(routed_runs, key=lambda run: run["seconds"])[len(routed_runs) // 2]
     results = {
-        "baseline_seconds": base,
-        "routed_seconds": route,
-        "baseline_records_per_s": config.records / base["median"],
-        "routed_records_per_s": config.records / route["median"],
-        "overhead_ratio_median": ratio(route["median"], base["median"]),
-        "results_match_baseline": all((run["records_out"], run["checksum_total"]) == expected for run in routed_runs),
-        "stayed_on_host_fraction": median_run["stayed_on_host_fraction"],
-        "cost_of_median_run": median_run["cost"],
-        "routed_runs": routed_runs,
-        "baseline_runs_s": base_times,
-        "with_a_silo_killed": {
-            **killed,
-            "results_match_baseline": (killed["records_out"], killed["checksum_total"]) == expected,
-        },
+        **compare(config, measured),
+        "with_a_silo_killed": {**killed, "results_match_baseline": totals(killed) == measured.expected},
     }
     if config.multi_host:
         reason = lab_unavailable_reason()
@@ -130,6 +112,9 @@ def report(results: dict[str, Any]) -> None:
         [
             ["mapPartitions", results["baseline_seconds"]["median"], results["baseline_seconds"]["p99"],
              results["baseline_records_per_s"], 1.0, 0, 0, 0, True],
+            ["floor: mapInArrow, no silos", results["floor_seconds"]["median"], results["floor_seconds"]["p99"],
+             results["floor_records_per_s"], ratio(results["floor_seconds"]["median"],
+             results["baseline_seconds"]["median"]), 0, 0, 0, results["floor_matches_baseline"]],
             ["route_to_silos", results["routed_seconds"]["median"], results["routed_seconds"]["p99"],
              results["routed_records_per_s"], results["overhead_ratio_median"],
              0 if matches else "?", 0 if matches else "?", 0, matches],
@@ -157,7 +142,7 @@ def report(results: dict[str, Any]) -> None:
         f"calls: {cost['calls']:.0f} ({cost['failed_calls']:.0f} failed), "
         f"{cost['request_bytes'] / max(1.0, cost['records']):.1f} request bytes per record; "
         f"records that stayed on their host (sent to the executor's sidecar): "
-        f"{results['stayed_on_host_fraction']:.1%}"
+        f"{results['stayed_on_host_fraction']:.1%}; routed / floor: {results['floor_ratio_median']:.2f} x"
     )
     multi = results.get("multi_host")
     if multi is not None and "skipped" in multi:
@@ -170,6 +155,9 @@ def report(results: dict[str, Any]) -> None:
             [
                 ["mapPartitions", multi["baseline_seconds"]["median"], multi["baseline_records_per_s"], 1.0, 0, 0, 0,
                  True],
+                ["floor: mapInArrow, no silos", multi["floor_seconds"]["median"], multi["floor_records_per_s"],
+                 ratio(multi["floor_seconds"]["median"], multi["baseline_seconds"]["median"]), 0, 0, 0,
+                 multi["floor_matches_baseline"]],
                 ["route_to_silos", multi["routed_seconds"]["median"], multi["routed_records_per_s"],
                  multi["overhead_ratio_median"], 0, 0, 0, multi["results_match_baseline"]],
                 ["route_to_silos, a host cut", cut["seconds"], multi["records"] / cut["seconds"],
@@ -179,7 +167,8 @@ def report(results: dict[str, Any]) -> None:
         )  # fmt: skip
         print(
             f"stayed on host: {multi['stayed_on_host_fraction']:.1%}, "
-            f"the ring predicts {multi['expected_on_host_fraction']:.1%}"
+            f"the ring predicts {multi['expected_on_host_fraction']:.1%}; "
+            f"routed / floor: {multi['floor_ratio_median']:.2f} x"
         )
 
 
@@ -189,6 +178,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     series = {
         "local[2], 4 silos": [
             results["baseline_records_per_s"],
+            results["floor_records_per_s"],
             results["routed_records_per_s"],
             results["records"] / results["with_a_silo_killed"]["seconds"],
         ]
@@ -197,12 +187,18 @@ def plot(results: dict[str, Any], path: Path) -> None:
     if "workers" in multi:
         series[f"{multi['workers']} worker hosts, a sidecar each"] = [
             multi["baseline_records_per_s"],
+            multi["floor_records_per_s"],
             multi["routed_records_per_s"],
             multi["records"] / multi["with_a_worker_partitioned"]["seconds"],
         ]
     grouped_bars(
         axis,
-        ["mapPartitions (no silos)", "route_to_silos", "route_to_silos, a silo killed / a host cut"],
+        [
+            "mapPartitions (no silos)",
+            "floor: mapInArrow (no silos)",
+            "route_to_silos",
+            "route_to_silos, a silo killed / a host cut",
+        ],
         series,
         "records per second (median run)",
     )

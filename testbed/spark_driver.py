@@ -3,10 +3,12 @@
 ``SparkLab.start_driver("testbed.spark_driver", spec)`` runs ``python -m testbed.spark_driver SPEC OUT``
 inside the driver's network namespace, since the test's process cannot reach the lab. SPEC is
 JSON: the lab's part (``conf``, ``driver_host``, ``table``, ``cluster``, ``signals``) and the
-job's (``records``, ``partitions``, ``batch_size``, ``timeout``, ``pause``, ``summary``).
+job's (``records``, ``partitions``, ``batch_size``, ``timeout``, ``pause``, ``pace``, ``handler``,
+``summary``).
 
 The job routes ``records`` keys ``k<i>`` with ``silo.spark.route_to_silos`` and the built-in
-``example.echo`` handler. Each input row is tagged, in the task that routes it, with its
+``example.echo`` handler (or ``handler``, which must echo too), the task feeding them ``pace``
+seconds apart if given (a steady stream of batches). Each input row is tagged, in the task that routes it, with its
 executor's ``SILO_SIDECAR_ADDRESS``; echo sends the tag back, so every output row says which
 executor (which host) routed it and which silo processed it. OUT gets every output row
 ``[key, tag, silo, rerouted, via_sidecar]``, the job's seconds and, with ``summary``,
@@ -65,6 +67,7 @@ def mark(spec: dict[str, Any], name: str, text: str = "") -> None:
 def tagged_records(spark: SparkSession, spec: dict[str, Any]) -> DataFrame:
     """``records`` rows ``(k<i>, executor's sidecar)`` in ``partitions`` partitions, pausing as ``spec`` says."""
     pause = tuple(spec["pause"]) if spec.get("pause") else None
+    pace = float(spec.get("pace", 0.0))
     signals = Path(spec["signals"])
 
     def feed(index: int, numbers: Iterable[int]) -> Iterator[tuple[str, str]]:
@@ -75,6 +78,8 @@ def tagged_records(spark: SparkSession, spec: dict[str, Any]) -> DataFrame:
                 deadline = time.monotonic() + PAUSE_LIMIT
                 while not (signals / "go").exists() and time.monotonic() < deadline:
                     time.sleep(0.05)
+            if pace:
+                time.sleep(pace)
             yield f"k{number}", local
 
     rows = spark.sparkContext.parallelize(range(spec["records"]), spec["partitions"]).mapPartitionsWithIndex(feed)
@@ -88,7 +93,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         routed = route_to_silos(
             tagged_records(spark, spec),
             "key",
-            ECHO_HANDLER,
+            spec.get("handler", ECHO_HANDLER),
             table=spec["table"],
             cluster=spec["cluster"],
             batch_size=spec.get("batch_size", 100),

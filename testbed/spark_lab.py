@@ -63,7 +63,9 @@ declared Dead would leave the job and move its keys, which is not what a Spark t
 WORKER_TIMEOUT_S = 10
 """``spark.worker.timeout``: seconds without a heartbeat before the master loses a worker (which
 heartbeats every quarter of it)."""
-DAEMON_PROPERTIES = {"spark.worker.timeout": str(WORKER_TIMEOUT_S)}
+DAEMON_PROPERTIES = {"spark.worker.timeout": str(WORKER_TIMEOUT_S), "spark.decommission.enabled": "true"}
+"""Workers also decommission on SIGPWR, as ``deploy/spark/decommission-worker.sh`` expects (a
+driver that lets its executors leave gracefully sets ``spark.decommission.enabled`` too)."""
 
 DRIVER_FAULT_CONF = {
     "spark.network.timeout": "20s",
@@ -179,15 +181,18 @@ class SparkLab:
 
     # --- the driver ----------------------------------------------------------------
 
-    def start_driver(self, module: str, spec: Mapping[str, Any], name: str = "driver") -> DriverRun:
-        """Run ``python -m module SPEC OUT`` on the driver host; ``spec`` gains ``conf``, ``driver_host``,
-        ``table``, ``cluster`` and ``signals`` (a directory for marker files, shared with the tasks)."""
+    def start_driver(
+        self, module: str, spec: Mapping[str, Any], name: str = "driver", conf: Mapping[str, str] | None = None
+    ) -> DriverRun:
+        """Run ``python -m module SPEC OUT`` on the driver host; ``spec`` gains ``conf`` (``driver_conf``
+        with ``conf`` over it), ``driver_host``, ``table``, ``cluster`` and ``signals`` (a directory
+        for marker files, shared with the tasks)."""
         self._runs += 1
         run_dir = self.workdir / f"{name}-{self._runs}"
         signals = run_dir / "signals"
         signals.mkdir(parents=True)
         full = {
-            "conf": self.driver_conf(f"{name}-{self._runs}"),
+            "conf": {**self.driver_conf(f"{name}-{self._runs}"), **(conf or {})},
             "driver_host": self.driver_host.address,
             "table": self.table_uri,
             "cluster": self.cluster_id,

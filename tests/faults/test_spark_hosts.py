@@ -13,22 +13,39 @@ tagged with the sidecar of the executor that routed it (``testbed/spark_driver.p
 
 The fault is injected while a task is paused half-way through a partition (the driver's
 ``pause``), on a host other than that task's, so the paused task's remaining records meet the
-fault whatever the machine's speed. Needs root; skips with the reason otherwise.
+fault whatever the machine's speed.
+
+- A worker host decommissioned gracefully mid-job by ``deploy/spark/decommission-worker.sh``, run
+  on that host: its sidecar drains (``silo drain --wait``: ShuttingDown in the view, then Dead),
+  then the worker gets Spark's own decommission signal (SIGPWR, ``spark.decommission.enabled``)
+  and ends DECOMMISSIONED. Every record once; the sidecar runs no batch that reached it after
+  its ShuttingDown row but those already admitted; its keys move to their next owners.
+
+Needs root; skips with the reason otherwise.
 """
 
 from __future__ import annotations
 
+import json
+import signal
+import sys
+import threading
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from membership_tables import SiloStatus
 from silo.client.topology import ClusterView
+from silo.work.columnar_routing import DEFAULT_IN_FLIGHT
 from silo.work.hashring import HashRing
 from testbed.netfaults import Host
-from testbed.spark_lab import SparkLab
+from testbed.services.process import wait_until
+from testbed.spark_lab import UNDER_SPARK_LOAD, SparkLab
+from tests.silo.runtime.test_drain import logged_at
+from tests.silo.work_handlers import CALLS_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -44,9 +61,28 @@ ON_HOST_TOLERANCE = 0.05
 """Points the measured stayed-on-host share may differ from the ring's prediction."""
 
 
+RECORDING_HANDLER = "rec"
+"""``example.echo`` that also records each call (``tests.silo.work_handlers.echo_and_record``)."""
+SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "spark" / "decommission-worker.sh"
+PACE = 0.004
+"""Seconds each task waits per record it feeds: a steady stream of batches for about 8 s."""
+CALLS_BEFORE = 5
+"""Calls the victim's sidecar has run when the test decommissions its host: the job is under way."""
+
+
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkLab]:
-    with SparkLab(tmp_path_factory.mktemp("spark-lab"), WORKERS) as spark_lab:
+def calls_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Where every sidecar records its ``rec`` calls (the silos inherit ``SILO_TEST_CALLS``)."""
+    path = tmp_path_factory.mktemp("calls") / "calls.jsonl"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CALLS_ENV, str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory, calls_file: Path) -> Iterator[SparkLab]:
+    handler = ("--handler", f"{RECORDING_HANDLER}=tests.silo.work_handlers:echo_and_record")
+    with SparkLab(tmp_path_factory.mktemp("spark-lab"), WORKERS, silo_args=(*UNDER_SPARK_LOAD, *handler)) as spark_lab:
         yield spark_lab
 
 
@@ -154,5 +190,83 @@ def test_a_worker_host_partitioned_mid_job_loses_and_duplicates_nothing(lab: Spa
         check_once_each(rows)
         check_only_the_victims_keys_moved(rows, view, victim)
         check_survivors(lab, victim)
+    finally:
+        lab.restore(victim)
+
+
+def calls_by(calls: Path, pid: int) -> list[dict[str, Any]]:
+    """The calls ``pid`` has recorded (complete lines only: the silos append while the test reads)."""
+    text = calls.read_text() if calls.exists() else ""
+    lines = [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines()]
+    return [line for line in lines if line["pid"] == pid]
+
+
+def decommission_host(lab: SparkLab, host: Host, tmp_path: Path) -> str:
+    """Run ``deploy/spark/decommission-worker.sh`` on ``host`` as on a real worker host: drain its
+    sidecar with the ``silo`` command, then send its worker Spark's decommission signal; its output."""
+    silo = next(silo for silo in lab.net.silos if silo.host is host)
+    env_file = tmp_path / "sidecar.env"
+    env_file.write_text(f"SILO_CLUSTER={lab.cluster_id}\nSILO_HOST={host.address}\nSILO_PORT={lab.net.port}\n")
+    silo_bin = tmp_path / "silo"
+    silo_bin.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m silo "$@"\n')
+    silo_bin.chmod(0o755)
+    worker = lab.workers[lab.net.hosts.index(host)]
+    settings = {
+        "SILO_ENV_FILE": env_file,
+        "SILO_BIN": silo_bin,
+        "SILO_DRAIN_WAIT": "40s",
+        "SPARK_DECOMMISSION_COMMAND": f"kill -{int(signal.SIGPWR)} {worker.process.process.pid}",
+    }
+    command = ["env", *(f"{name}={value}" for name, value in settings.items()), "sh", str(SCRIPT)]
+    done = host.run(command, timeout=90)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{silo.log_text()[-3000:]}"
+    return done.stdout
+
+
+def test_a_worker_host_decommissioned_mid_job_drains_its_sidecar_first_and_loses_nothing(
+    lab: SparkLab, calls_file: Path, tmp_path: Path
+) -> None:
+    view = lab.view()
+    live = {address.host for address in view.addresses}
+    victim = next(host for host in lab.net.hosts if host.address in live)
+    silo = next(silo for silo in lab.net.silos if silo.host is victim)
+    spec = {"records": RECORDS, "partitions": PARTITIONS, "pace": PACE, "handler": RECORDING_HANDLER}
+    # Arrow batches of 100 rows reach the router while the task still feeds the rest.
+    conf = {"spark.decommission.enabled": "true", "spark.sql.execution.arrow.maxRecordsPerBatch": "100"}
+    run = lab.start_driver(DRIVER, spec, "decommissioned", conf)
+    outcome: dict[str, str] = {}
+
+    def decommission_mid_job() -> None:
+        wait_until(lambda: len(calls_by(calls_file, silo.pid)) >= CALLS_BEFORE, 120, "the job to reach the victim")
+        outcome["script"] = decommission_host(lab, victim, tmp_path)
+
+    trigger = threading.Thread(target=decommission_mid_job, daemon=True)
+    trigger.start()
+    try:
+        rows = run.result()
+        trigger.join(120)
+        assert "script" in outcome, f"the decommission did not run (see the thread's error):\n{run.log_tail()}"
+        script = outcome["script"]
+        assert script.index("has exited") < script.index("decommission-worker: kill"), script
+        worker = lab.workers[lab.net.hosts.index(victim)]
+
+        def victim_state() -> str:
+            return next(
+                entry["state"]
+                for entry in lab.spark.state()["workers"]
+                if entry["port"] == worker.port and entry["host"] == victim.address
+            )
+
+        wait_until(lambda: victim_state() == "DECOMMISSIONED", 60, "the victim's worker to be DECOMMISSIONED")
+        assert lab.net.statuses()[victim.name] is SiloStatus.DEAD
+        assert silo.exit_code == 0
+        check_once_each(rows["rows"])
+        check_only_the_victims_keys_moved(rows["rows"], view, victim)
+        shutting_down = logged_at(silo.log_text(), "as SHUTTING_DOWN")
+        late = [call for call in calls_by(calls_file, silo.pid) if call["at"] > shutting_down]
+        # At most the calls the executors had in flight when the drain began (admitted before it).
+        assert len(late) <= WORKERS * DEFAULT_IN_FLIGHT, late
+        moved = sum(row[3] for row in rows["rows"])
+        print(f"{moved} of {RECORDS} records rerouted; {len(late)} calls began on the sidecar after ShuttingDown")
     finally:
         lab.restore(victim)

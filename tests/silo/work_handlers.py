@@ -93,16 +93,28 @@ CALLS_ENV = "SILO_TEST_CALLS"
 """A file ``checksum_and_record`` appends one line per call to: the pid, the wall-clock time and the keys."""
 
 
-def checksum_and_record(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
-    """``example.checksum`` after a short pause (a job that takes a while), recording which silo ran
-    which keys when, so a test can tell which calls reached a draining silo."""
+def _record_call(items: Sequence[tuple[str, bytes]]) -> None:
+    """Append this call (pid, wall-clock start, keys) to ``$SILO_TEST_CALLS``, then pause briefly
+    (a job that takes a while)."""
     import time
 
     started = time.time()
     with Path(os.environ[CALLS_ENV]).open("a") as calls:
         calls.write(json.dumps({"pid": os.getpid(), "at": started, "keys": [key for key, _ in items]}) + "\n")
     time.sleep(0.02)
+
+
+def checksum_and_record(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    """``example.checksum``, recording which silo ran which keys when, so a test can tell which
+    calls reached a draining silo."""
+    _record_call(items)
     return checksum_handler(items)
+
+
+def echo_and_record(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    """``example.echo``, recording calls as ``checksum_and_record`` does."""
+    _record_call(items)
+    return [payload for _, payload in items]
 
 
 def pause_own_silo(items: Sequence[tuple[str, bytes]]) -> list[bytes]:

@@ -8,20 +8,19 @@ cluster whose silos run with ``--property spark.host=<host name>``.
 from __future__ import annotations
 
 import json
-import os
 import socket
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
-from silo.spark import SIDECAR_ENV, local_session, read_view, route_to_silos, routing_summary
+from silo.spark import SIDECAR_ENV, local_session, read_view, route_to_silos
 from silo.spark.sidecar import SIDECAR_HOST_ENV
-from silo.work.handlers import CHECKSUM_HANDLER, ECHO_HANDLER
+from silo.work.handlers import CHECKSUM_HANDLER
 from silo.work.hashring import HashRing
 from testbed.cluster_harness import Cluster
-from testbed.services.spark import spark_session, start_spark_cluster
 from tests.silo.spark import UNDER_SPARK_LOAD
+from tests.silo.spark.standalone import route_tagged
 
 pytestmark = pytest.mark.slow
 
@@ -74,29 +73,15 @@ def test_standalone_executors_each_find_their_workers_silo_by_host(tmp_path: Pat
     hosts = ["worker-a", "worker-b"]
     try:
         endpoints = start_host_silos(silos, hosts)
-        (tmp_path / "spark").mkdir()
-        with (
-            start_spark_cluster(tmp_path / "spark", [{SIDECAR_HOST_ENV: host} for host in hosts]) as spark_cluster,
-            spark_session(spark_cluster, "sidecar-discovery") as spark,
-        ):
-
-            def tag(numbers: Iterable[int]) -> Iterator[tuple[str, str]]:
-                assert SIDECAR_ENV not in os.environ
-                host = os.environ[SIDECAR_HOST_ENV]
-                for number in numbers:
-                    yield f"k{number}", host
-
-            rows = spark.sparkContext.parallelize(range(RECORDS), PARTITIONS).mapPartitions(tag)
-            frame = spark.createDataFrame(rows, "key string, executor_host string")
-            routed = route_to_silos(frame, "key", ECHO_HANDLER, table=silos.table_uri, cluster=CLUSTER).persist()
-            out = routed.collect()
-            summary = routing_summary(routed)
-        view = read_view(silos.table_uri, CLUSTER)
+        envs = [{SIDECAR_HOST_ENV: host} for host in hosts]
+        run = route_tagged(
+            tmp_path, silos, envs, SIDECAR_HOST_ENV, records=RECORDS, partitions=PARTITIONS, unset_env=SIDECAR_ENV
+        )
     finally:
         silos.close()
-    ring = HashRing(view.addresses)
+    ring = HashRing(run.view.addresses)
     seen: dict[str, list[bool]] = {host: [] for host in hosts}
-    for row in out:
+    for row in run.rows:
         (executor_host,) = json.loads(row["result"])
         owner = ring.owner(row["key"])
         assert owner is not None
@@ -104,7 +89,7 @@ def test_standalone_executors_each_find_their_workers_silo_by_host(tmp_path: Pat
         local = owner.endpoint == endpoints[executor_host]
         assert row["via_sidecar"] is local, row
         seen[executor_host].append(local)
-    assert (summary.records, summary.via_sidecar) == (RECORDS, sum(sum(marks) for marks in seen.values()))
+    assert (run.summary.records, run.summary.via_sidecar) == (RECORDS, sum(sum(marks) for marks in seen.values()))
     for host, marks in seen.items():
         assert any(marks), f"the executor on {host} never found its sidecar"
         assert not all(marks), f"the executor on {host} sent every key to its sidecar"
