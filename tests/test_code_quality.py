@@ -43,7 +43,7 @@ def test_mypy_strict_is_clean() -> None:
 MODULE_LINES = 450
 """The most lines a module of ``silo`` may have: a module is one role, read in one sitting."""
 
-CLASS_LINES = 320
+CLASS_LINES = 300
 """The most lines a class of ``silo`` or ``membership_tables`` may span."""
 
 LARGER_CLASSES: dict[str, int] = {}

@@ -115,6 +115,34 @@ def next_tick(now: float, interval: float) -> float:
     return (math.floor(now / interval + 0.5) + 1) * interval
 
 
+class PauseWatch:
+    """Notices that our own process was not running, from the gaps between our callbacks.
+
+    A loop that wakes every ``interval`` leaves gaps of about one interval; a gap of more than
+    two means we were paused (a GC pause, SIGSTOP, a starved CPU), and all of it beyond one
+    interval was time in which we could observe nothing. Up to two is scheduling jitter.
+    """
+
+    def __init__(self, clock: Clock, interval: float) -> None:
+        self._clock = clock
+        self._interval = interval
+        self._last_awake = clock.monotonic()
+        self.paused_seconds = 0.0
+        """Blind time found so far."""
+
+    def awake(self) -> None:
+        """We run now; what came before does not count as a gap."""
+        self._last_awake = self._clock.monotonic()
+
+    def blind(self) -> float:
+        """The blind part of the gap since the previous call (or ``awake``), 0 for ordinary jitter."""
+        now = self._clock.monotonic()
+        gap, self._last_awake = now - self._last_awake, now
+        blind = gap - self._interval if gap > 2 * self._interval else 0.0
+        self.paused_seconds += blind
+        return blind
+
+
 async def with_timeout(clock: Clock, awaitable: Awaitable[_T], timeout: float) -> _T:
     """Await ``awaitable`` for at most ``timeout`` seconds of ``clock`` time, else raise ``TimeoutError``.
 

@@ -47,7 +47,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from membership_tables import SiloAddress
 from silo.membership.background import BackgroundTasks
-from silo.membership.clock import Clock, next_tick, with_timeout
+from silo.membership.clock import Clock, PauseWatch, next_tick, with_timeout
 from silo.membership.indirect_rounds import IndirectRounds
 from silo.membership.local_health import LocalHealth, effective_timeout
 from silo.membership.new_connections import NewConnectionProbes
@@ -107,36 +107,20 @@ class SiloHealthMonitor:
         self.answered = False
         """True once the target answered us (or an intermediary) at least once."""
         self._rounds = IndirectRounds(
-            target=target,
-            local=local,
-            options=options,
-            clock=clock,
-            prober=prober,
-            local_health=local_health,
-            intermediaries=intermediaries,
-            random=random,
-            observer=observer,
-            settled=self._round_settled,
-        )
+            target=target, local=local, options=options, clock=clock, prober=prober, local_health=local_health,
+            intermediaries=intermediaries, random=random, observer=observer, settled=self._round_settled,
+        )  # fmt: skip
         self._last_vote: float | None = None
         self._last_denied_log: float | None = None
         self._voting: asyncio.Task[None] | None = None
         self._new_connections = NewConnectionProbes(
-            target=target,
-            local=local,
-            options=options,
-            clock=clock,
-            prober=prober,
-            local_health=local_health,
+            target=target, local=local, options=options, clock=clock, prober=prober, local_health=local_health,
             answered=self._answered_on_new_connection,
-        )
+        )  # fmt: skip
         self._probes = BackgroundTasks()
         self._loop: asyncio.Task[None] | None = None
         self.votes_cast = 0
-        self._last_awake = clock.monotonic()
-        """Monotonic time at which one of our callbacks last ran (to notice our own pauses)."""
-        self.paused_seconds = 0.0
-        """Time not counted as silence because we were paused ourselves."""
+        self._pauses = PauseWatch(clock, options.effective_probe_interval)
 
     # --- what others read -----------------------------------------------------------
 
@@ -192,7 +176,8 @@ class SiloHealthMonitor:
     def start(self, first_probe_after: float = 0.0) -> None:
         """Start probing; the first probe ``first_probe_after`` seconds from now (the silence, and
         our own activity, are counted from then)."""
-        self.last_heard = self._last_awake = self._clock.monotonic()
+        self.last_heard = self._clock.monotonic()
+        self._pauses.awake()
         self._loop = asyncio.create_task(self._run(first_probe_after))
 
     def cancel(self) -> list[asyncio.Task[None]]:
@@ -212,7 +197,8 @@ class SiloHealthMonitor:
     async def _run(self, first_probe_after: float) -> None:
         if first_probe_after > 0:
             await self._clock.sleep(first_probe_after)
-            self.last_heard = self._last_awake = self._clock.monotonic()
+            self.last_heard = self._clock.monotonic()
+        self._pauses.awake()
         while True:
             self._discount_pause()
             self._probes.spawn(self.probe_once())
@@ -291,28 +277,22 @@ class SiloHealthMonitor:
             logger.debug("silo %s: ping of %s failed: %r", self._local, self.target, exc)
             return ProbeOutcome.TIMED_OUT
 
-    def _discount_pause(self) -> None:
-        """Move ``last_heard`` forward by the part of a gap in our own activity that was a pause.
+    @property
+    def paused_seconds(self) -> float:
+        """Time not counted as silence because we were paused ourselves."""
+        return self._pauses.paused_seconds
 
-        The probe loop wakes every probe interval, so a longer gap between two of our callbacks
-        means we were not running: no probe left, and the answers that came could not be read.
+    def _discount_pause(self) -> None:
+        """Move ``last_heard`` forward by the part of a gap in our own activity that was a pause
+        (``PauseWatch``): no probe left then, and the answers that came could not be read.
         Whichever callback runs first after the pause (the loop, a timed-out probe, a round)
-        notices it, before any evaluation, so a resumed observer never votes on its own stall.
-        A gap up to two intervals is ordinary scheduling jitter and counts in full.
-        """
-        now = self._clock.monotonic()
-        interval = self._options.effective_probe_interval
-        gap = now - self._last_awake
-        self._last_awake = now
-        if gap <= 2 * interval:
-            return
-        blind = gap - interval
-        self.paused_seconds += blind
-        self.last_heard = min(now, self.last_heard + blind)
-        logger.info(
-            "silo %s: not running for %.2fs (paused or starved); that time is not counted as silence of %s",
-            self._local, blind, self.target,
-        )  # fmt: skip
+        notices it, before any evaluation, so a resumed observer never votes on its own stall."""
+        if (blind := self._pauses.blind()) > 0:
+            self.last_heard = min(self._clock.monotonic(), self.last_heard + blind)
+            logger.info(
+                "silo %s: not running for %.2fs (paused or starved); that time is not counted as silence of %s",
+                self._local, blind, self.target,
+            )  # fmt: skip
 
     async def evaluate(self) -> None:
         """Start an indirect round or a vote if the evidence calls for one."""
