@@ -15,7 +15,10 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from silo.membership.options import SiloOptions
 
 _T = TypeVar("_T")
 logger = logging.getLogger(__name__)
@@ -141,6 +144,13 @@ class PauseWatch:
         blind = gap - self._interval if gap > 2 * self._interval else 0.0
         self.paused_seconds += blind
         return blind
+
+
+def until_next_probe(now: float, options: SiloOptions) -> float:
+    """Seconds from ``now`` to a monitor's next probe: one interval, or to the next instant of the
+    grid (``align_probes``)."""
+    interval = options.effective_probe_interval
+    return next_tick(now, interval) - now if options.align_probes else interval
 
 
 async def with_timeout(clock: Clock, awaitable: Awaitable[_T], timeout: float) -> _T:

@@ -23,6 +23,12 @@ from silo.membership.probing import ProbeOutcome, Prober
 logger = logging.getLogger(__name__)
 
 
+REFUSAL_RECHECK = 0.25
+"""Fraction of a probe interval after a first refusal at which it is checked on a new connection:
+two observations apart in time, without waiting for the next probe (a crash costs one interval
+less to find)."""
+
+
 class NewConnectionProbes:
     """One target's pings on new connections and bare connects, for its ``SiloHealthMonitor``."""
 
@@ -55,16 +61,25 @@ class NewConnectionProbes:
         Not counted in local health (its loss share is the usual connection's), and a failure
         adds nothing: silence is measured on the usual connection as before."""
         sent = self._clock.monotonic()
+        if await self.outcome() is ProbeOutcome.ANSWERED:
+            logger.debug("silo %s: %s answered on a new connection", *self._names)
+            self._answered(sent)
+
+    async def recheck(self) -> tuple[float, ProbeOutcome]:
+        """After a first refusal: ``REFUSAL_RECHECK`` of a probe interval later, a ping on a new
+        connection, and its send time and outcome."""
+        await self._clock.sleep(REFUSAL_RECHECK * self._options.effective_probe_interval)
+        sent = self._clock.monotonic()
+        return sent, await self.outcome()
+
+    async def outcome(self) -> ProbeOutcome:
+        """How a ping of the target on a connection opened for it ends (any failure: timed out)."""
         timeout = effective_timeout(self._options.probe_timeout, self._health.score())
         try:
-            ping = self._prober.ping_on_new_connection(self._target, timeout)
-            outcome = await with_timeout(self._clock, ping, timeout)
+            return await with_timeout(self._clock, self._prober.ping_on_new_connection(self._target, timeout), timeout)
         except Exception as exc:
             logger.debug("silo %s: ping of %s on a new connection failed: %r", self._local, self._target, exc)
-            return
-        if outcome is ProbeOutcome.ANSWERED:
-            logger.debug("silo %s: %s answered on a new connection", self._local, self._target)
-            self._answered(sent)
+            return ProbeOutcome.TIMED_OUT
 
     async def check_path(self) -> None:
         """A bare TCP connect: remembers when the path to the target's host was last seen down."""

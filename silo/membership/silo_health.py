@@ -47,7 +47,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from membership_tables import SiloAddress
 from silo.membership.background import BackgroundTasks
-from silo.membership.clock import Clock, PauseWatch, next_tick, with_timeout
+from silo.membership.clock import Clock, PauseWatch, until_next_probe, with_timeout
 from silo.membership.indirect_rounds import IndirectRounds
 from silo.membership.local_health import LocalHealth, effective_timeout
 from silo.membership.new_connections import NewConnectionProbes
@@ -61,7 +61,8 @@ logger = logging.getLogger(__name__)
 REFUSALS_TO_SUSPECT = 2
 """Consecutive refused probes that make a suspicion. A refusal cannot come from loss or a
 partition (those are silence): only from a closed port or another incarnation. Two, so one
-refusal while a restarted process binds is not enough."""
+refusal while a restarted process binds is not enough (the second comes from a recheck a
+quarter interval later, ``REFUSAL_RECHECK``)."""
 
 RequestVote = Callable[[SiloAddress], Awaitable[VoteOutcome]]
 """Vote against a target (the table manager's ``try_vote``)."""
@@ -205,15 +206,7 @@ class SiloHealthMonitor:
             if self._wants_new_connection():
                 self._probes.spawn(self._new_connections.ping())
                 self._probes.spawn(self._new_connections.check_path())
-            await self._clock.sleep(self._until_next_probe())
-
-    def _until_next_probe(self) -> float:
-        """Seconds to our next probe: one interval, or to the next instant of the grid (``align_probes``)."""
-        interval = self._options.effective_probe_interval
-        if not self._options.align_probes:
-            return interval
-        now = self._clock.monotonic()
-        return next_tick(now, interval) - now
+            await self._clock.sleep(until_next_probe(self._clock.monotonic(), self._options))
 
     # --- one probe and its consequences ----------------------------------------------
 
@@ -228,10 +221,26 @@ class SiloHealthMonitor:
             self._alive_at(sent)
         elif outcome is ProbeOutcome.REFUSED:
             self.refusals += 1
+            if self.refusals == 1:
+                self._probes.spawn(self._confirm_refusal())
+        self._note_suspicion()
+        await self.evaluate()
+
+    async def _confirm_refusal(self) -> None:
+        """A first refusal is checked again on a new connection (``NewConnectionProbes.recheck``)."""
+        sent, outcome = await self._new_connections.recheck()
+        if outcome is ProbeOutcome.ANSWERED:
+            self._answered_on_new_connection(sent)
+        elif outcome is ProbeOutcome.REFUSED and self.refusals > 0:  # a timeout says nothing
+            self._discount_pause()
+            self.refusals += 1
+            self._note_suspicion()
+            await self.evaluate()
+
+    def _note_suspicion(self) -> None:
         if self.suspected() and not self._was_suspected:
             self._observer.suspicion_started(self.target)
         self._was_suspected = self.suspected()
-        await self.evaluate()
 
     def _wants_new_connection(self) -> bool:
         """Silent for a probe timeout (a ping of ours timed out) after answering before, and not

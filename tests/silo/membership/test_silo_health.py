@@ -13,6 +13,7 @@ import pytest
 from membership_tables import SiloAddress
 from silo.membership.clock import FakeClock
 from silo.membership.local_health import SILENCE_MEMORY, LocalHealth
+from silo.membership.new_connections import REFUSAL_RECHECK
 from silo.membership.options import SiloOptions
 from silo.membership.probing import IndirectProbeResult, ProbeOutcome
 from silo.membership.silo_health import REFUSALS_TO_SUSPECT, SiloHealthMonitor
@@ -349,13 +350,28 @@ async def test_repeated_refusals_are_a_crash_found_well_inside_the_floor() -> No
     scene = Scene(FunctionProber(reachable=lambda target: ProbeOutcome.REFUSED))
     monitor = scene.monitor()
     monitor.start()
-    await run_for(scene, monitor, OPTIONS.probe_interval * (REFUSALS_TO_SUSPECT - 1) + 0.01)
-    assert len(scene.votes) == 1
+    await run_for(scene, monitor, OPTIONS.probe_interval * REFUSAL_RECHECK + 0.01, step=0.01)
+    assert len(scene.votes) == 1, "the second refusal is a recheck on a new connection, not the next probe"
     assert scene.votes[0] <= FLOOR / 2
+    assert scene.prober.new_connection_pings == [TARGET]
     await monitor.stop()
 
 
-CRASH_SUSPECTED_AT = OPTIONS.probe_interval * (REFUSALS_TO_SUSPECT - 1)
+@async_test
+async def test_a_refusal_that_a_new_connection_does_not_confirm_is_no_suspicion() -> None:
+    scene = Scene(
+        FunctionProber(reachable=lambda target: ProbeOutcome.REFUSED, reachable_on_new_connection=lambda t: True)
+    )
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, OPTIONS.probe_interval * REFUSAL_RECHECK + 0.01, step=0.01)
+    assert monitor.refusals == 0, "the same incarnation answered: it is alive"
+    assert not monitor.suspected()
+    assert scene.votes == []
+    await monitor.stop()
+
+
+CRASH_SUSPECTED_AT = OPTIONS.probe_interval * REFUSAL_RECHECK
 """When refusals from the first probe on make a suspicion (no intermediary to ask)."""
 
 
