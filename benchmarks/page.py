@@ -134,6 +134,15 @@ BENCHMARKS = (
         "same silos without, side by side at the same time.",
         (Result("metrics_overhead", "3 idle silos per variant"),),
     ),
+    Benchmark(
+        "slow_store",
+        "python -m benchmarks.slow_store",
+        "A slow store (a gray failure): 5 silos on PostgreSQL behind a proxy that holds every request 1-5 s for "
+        "five minutes. Live silos declared Dead or fenced meanwhile, store requests per second while slow beside "
+        "the steady state's (counted on the wire), and a kill to Dead one refresh period after the store recovers "
+        "beside one before.",
+        (Result("slow_store", "5 silos, 300 s slow"),),
+    ),
 )
 
 

@@ -433,6 +433,31 @@ def metrics_overhead(document: dict[str, Any]) -> list[str]:
     ]
 
 
+def slow_store(document: dict[str, Any]) -> list[str]:
+    config, results = document["config"], document["results"]
+    lines = [
+        f"{config['silos']} silos (local preset) on PostgreSQL through a proxy that holds each request "
+        f"{config['delay_low']:g}-{config['delay_high']:g} s (drawn per request) for {config['slow']:g} s, after "
+        f"{config['steady']:g} s at full speed. Store requests are client flights counted on the wire (connection "
+        "handshakes included). Kill -> Dead: a SIGKILL to the recorded Dead write, before the slow phase and one "
+        "table refresh period after the store is fast again. Targets: nobody Dead, nobody fenced, requests while "
+        f"slow at most {results['target']['traffic_ratio']:g} x the steady state's.",
+        "",
+        *header("trial", "requests/s steady", "requests/s slow", "slow/steady", "connections/s steady",
+                "connections/s slow", "Dead while slow", "fenced", "kill -> Dead before s",
+                "kill -> Dead after recovery s", "floor s", "targets met"),
+    ]  # fmt: skip
+    for index, trial in enumerate(results["trials"], 1):
+        steady, slow = trial["steady"]["per_second"], trial["slow"]["per_second"]
+        lines.append(
+            row(index, steady["round_trips"], slow["round_trips"], trial["traffic_ratio"], steady["connections"],
+                slow["connections"], len(trial["dead_while_slow"]), sum(trial["fenced"].values()),
+                trial["baseline_kill_to_dead"], trial["kill_to_dead_after_recovery"], trial["floor"],
+                _met(trial["targets_met"]))
+        )  # fmt: skip
+    return lines
+
+
 RENDERERS = {
     "tables": tables,
     "round_trips": round_trips,
@@ -442,6 +467,7 @@ RENDERERS = {
     "scale": scale,
     "spark_routing": spark_routing,
     "metrics_overhead": metrics_overhead,
+    "slow_store": slow_store,
 }
 
 
