@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import RESULTS, ROOT, fmt, ratio
+from benchmarks.lossy_store import LOSSY_STORE_HEADERS, lossy_store_rows
 from benchmarks.markdown import header, row
 from benchmarks.round_trips_report import round_trips
 
@@ -161,6 +162,15 @@ def detection(document: dict[str, Any]) -> list[str]:
                     f"{entry['minority_exited_with_3']}/{entry['trials']}", entry["majority_declared_dead"],
                     f"{entry['trials'] - entry['history_errors']}/{entry['trials']}")
             )  # fmt: skip
+    lossy = results.get("lossy_store")
+    if lossy is not None:  # absent in results written before the lossy-store scenario existed
+        lines += ["", "Kill to Dead with the table's link lossy (5 silos in network namespaces, PostgreSQL on a host "
+                  "of its own, packets to and from it dropped at random; lossless kills alternated on the same "
+                  "cluster):", ""]  # fmt: skip
+        if "unavailable" in lossy:
+            lines.append(f"Not measured: {lossy['unavailable']}.")
+        else:
+            lines += [*header(*LOSSY_STORE_HEADERS), *(row(*cells) for cells in lossy_store_rows(lossy))]
     lines += ["", "Cost of an idle cluster:", "",
               *header("system", "N", "probes/s per member", "basis", "CPU s/min per member (median)",
                       "ZooKeeper server CPU s/min")]  # fmt: skip
