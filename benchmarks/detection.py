@@ -842,8 +842,15 @@ def plot(results: dict[str, Any], path: Path) -> None:
         for measure, label in (("all_dead", "all Dead"), ("all_exited", "all exited"))
         for stat in ("median", "p99")
     }
+    lossy = results.get("lossy_store", {})
+    if "lossy" in lossy:  # kill -> Dead with the table's link lossy, and its lossless control
+        for key, group in (("lossless", "store link whole"), ("lossy", f"store link {lossy['loss']:.0%} loss")):
+            scenarios.append(group)
+            for label, values in series.items():
+                stat = label.rsplit(" ", 1)[1]
+                values.append(lossy[key]["ratio_to_floor"][stat] if label.startswith("all Dead") else math.nan)
     grouped_bars(axes[1][0], scenarios or ["not measured"], series if scenarios else {}, "x floor")
-    axes[1][0].set_title("partition: cut to every minority silo Dead / exited")
+    axes[1][0].set_title("partition: cut to every minority silo Dead / exited; kill -> Dead, lossy store link")
     cost = {
         "silo": [
             results["silos"][s]["idle"].get("cpu_s_per_min_per_silo", {}).get("median", math.nan)

@@ -55,12 +55,14 @@ BENCHMARKS = (
         "Crash (SIGKILL) and hang (SIGSTOP) of one silo to its Dead row, to the takeover of its keys and to the "
         "last survivor's view, as multiples of the floor `num_missed_probes_limit x probe_timeout`; 3|2 and 1|4 "
         "partitions in network namespaces to every minority silo Dead and exited; the same failures of ZooKeeper "
-        "ephemeral nodes with the floor as session timeout and of HashiCorp Serf agents; an idle cluster's CPU.",
+        "ephemeral nodes with the floor as session timeout and of HashiCorp Serf agents; a kill to Dead with the "
+        "PostgreSQL table's link lossy; an idle cluster's CPU.",
         (
             Result("detection_takeover", "silos, with the takeover of the dead silo's keys"),
             Result("detection", "silos beside ZooKeeper ephemeral nodes, and partitions"),
             Result("detection_tls", "silos over mutual TLS beside plaintext"),
             Result("detection_serf", "silos beside ZooKeeper and Serf (`-profile lan` and `local`)"),
+            Result("detection_lossy_store", "silos with 30% loss on the table's link (`--systems lossy-store`)"),
         ),
     ),
     Benchmark(

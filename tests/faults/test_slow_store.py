@@ -44,6 +44,10 @@ def test_a_slow_store_kills_nobody_fences_nobody_and_costs_no_extra_traffic(
     with SlowStoreCluster(tmp_path, postgres_server, "slow_store") as bench:
         run = bench.run(STEADY_SECONDS, SLOW_SECONDS)
         describe = bench.cluster.describe()
+        survivors = [silo for silo in bench.cluster.silos if silo.running]
+        assert len(survivors) == run.size - 1, describe
+        # every versioned write: deaths with their quorum, and none of a silo that still runs
+        bench.cluster.check_history(bench.cluster.options.num_votes_for_death_declaration, protected=survivors)
     steady, slow = run.steady.per_second(), run.slow.per_second()
     print(
         f"\n[slow store {run.delay[0]:g}-{run.delay[1]:g}s per round trip, {run.slow.seconds:.0f}s] "
