@@ -193,7 +193,22 @@ def detection(document: dict[str, Any]) -> list[str]:
     if segments:
         lines += ["", f"Measured network traffic of an idle silo, N = 5 in network namespaces: "
                   f"{fmt(sorted(segments)[len(segments) // 2])} TCP segments/s (in + out)."]  # fmt: skip
-    return lines
+    return _without_empty_tables(lines)
+
+
+def _without_empty_tables(lines: list[str]) -> list[str]:
+    """``lines`` with each table that has no rows (a run whose ``--systems`` left it out) said so instead."""
+    kept: list[str] = []
+    for index, line in enumerate(lines):
+        following = lines[index + 1 : index + 3]
+        header_row = line.startswith("| ") and following[:1] and following[0].startswith("| ---")
+        if header_row and (len(following) < 2 or not following[1].startswith("|")):
+            kept.append("Not run in this run (`--systems` left it out).")
+            continue
+        if line.startswith("| ---") and not (kept and kept[-1].startswith("|")):
+            continue  # the separator of a table just left out
+        kept.append(line)
+    return kept
 
 
 def _tls_vs_plaintext(comparison: dict[str, Any] | None) -> list[str]:
