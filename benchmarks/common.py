@@ -298,7 +298,7 @@ def fmt(value: float, digits: int = 3) -> str:
 def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     """Print ``rows`` as aligned columns under ``title`` (floats shortened by ``fmt``)."""
     cells = [[fmt(cell) if isinstance(cell, float) else str(cell) for cell in row] for row in rows]
-    widths = [max(len(str(header)), *(len(row[i]) for row in cells)) for i, header in enumerate(headers)]
+    widths = [max([len(str(header)), *(len(row[i]) for row in cells)]) for i, header in enumerate(headers)]
     print(f"\n{title}")
     print("  ".join(str(header).ljust(width) for header, width in zip(headers, widths, strict=True)))
     print("  ".join("-" * width for width in widths))

@@ -29,6 +29,11 @@ Everything is measured against the **floor**, ``num_missed_probes_limit x probe_
   minority) cut with iptables; time cut -> every minority silo Dead in the table, and cut ->
   every minority process exited (it must exit with 3, DECLARED_DEAD); no majority silo may
   be declared Dead (checked at every poll and in the recorded write history).
+* **A lossy store link** (``lossy-store``): 5 silos in network namespaces on a PostgreSQL table
+  on a host of its own, 30% of the packets to and from that host dropped (the silos' links to
+  each other whole); SIGKILL a random silo, time kill -> Dead row (read through the server's unix
+  socket every 50 ms), alternated with the same kill without loss (``benchmarks.lossy_store``).
+  Target: median <= 1.3 x floor.
 * **Cost of an idle cluster**: CPU seconds per silo per minute (``/proc/<pid>/stat``) at each
   N, against a ZooKeeper member's and the ZooKeeper server's; probe RPCs per silo per second
   are **computed from the options** (``min(N - 1, num_probed_silos) / probe_interval``; idle
@@ -41,12 +46,13 @@ Everything is measured against the **floor**, ``num_missed_probes_limit x probe_
   (development CA certificates, ``silo.cli.dev_ca``); the report gives both and the ratio of
   the TLS medians to the plaintext ones (target: within 10%).
 
-    python -m benchmarks.detection [--quick] [--systems silos,zookeeper,serf-lan,serf-local,partitions]
+    python -m benchmarks.detection [--quick] [--systems silos,zookeeper,serf-lan,serf-local,partitions,lossy-store]
         [--sizes 5,10,20] [--trials 30] [--transport plaintext,tls]
 
-A full run takes about 45 minutes on two cores; ``--quick`` (N = 5, 3 + 3 trials, one
-partition of each kind, no Serf) about a minute. ``--systems`` picks what runs (default:
-all; ``partitions`` is the silos' partition scenario), ``--sizes`` the cluster sizes,
+A full run takes about 50 minutes on two cores; ``--quick`` (N = 5, 3 + 3 trials, one
+partition of each kind, one lossy-store kill and its control, no Serf) about two minutes.
+``--systems`` picks what runs (default: all; ``partitions`` and ``lossy-store`` are the silos'
+scenarios in namespaces), ``--sizes`` the cluster sizes,
 ``--trials`` the crash and the hang trials per size, ``--transport`` the silos' transports
 (default plaintext); they override either preset.
 """
@@ -82,6 +88,7 @@ from benchmarks.common import (
     wall,
     workdir,
 )
+from benchmarks.lossy_store import LOSSY_STORE_HEADERS, lossy_store_rows, lossy_store_trials
 from benchmarks.serf_group import PROFILE_TIMINGS, PROFILES, SerfGroup, SerfKill, serf_unavailable_reason
 from benchmarks.silo_cluster import (
     BenchCluster,
@@ -104,9 +111,9 @@ TARGETS = {"crash_median": 0.5, "hang_median": 1.0, "hang_p99": 1.2}
 """Acceptance targets, as multiples of the floor, for the silos' signal -> Dead row."""
 SCENARIOS = {"split_3_2": 2, "isolate_1_4": 1}
 """Partition scenarios of 5 silos: name -> size of the cut-off minority."""
-SYSTEMS = ("silos", "zookeeper", *(f"serf-{profile}" for profile in PROFILES), "partitions")
-"""What ``--systems`` can choose: each failure detector, and the silos' partition scenario."""
-QUICK_SYSTEMS = ("silos", "zookeeper", "partitions")
+SYSTEMS = ("silos", "zookeeper", *(f"serf-{profile}" for profile in PROFILES), "partitions", "lossy-store")
+"""What ``--systems`` can choose: each failure detector, and the silos' partition and lossy-store scenarios."""
+QUICK_SYSTEMS = ("silos", "zookeeper", "partitions", "lossy-store")
 """``--quick`` leaves Serf out (its profiles take 5-20 s per trial); ``--systems`` puts it back."""
 TRANSPORTS = ("plaintext", "tls")
 """What ``--transport`` can choose for the silos' trials."""
@@ -132,6 +139,11 @@ class Config:
     """Idle window before each cut, for the TCP segment count."""
     hold_seconds: float = 5.0
     """After the minority is gone, the majority must stay Active and running this long."""
+    lossy_store_trials: int = 10
+    """Kills with the table's link lossy, and as many without (alternated, one cluster)."""
+    lossy_store_loss: float = 0.3
+    lossy_store_settle: float = 3.0
+    """Seconds between setting the loss (or healing it) and the kill."""
     watch_views: bool = True
     """Also poll every survivor's GetMembership every 0.1 s during crash/hang trials (the last view)."""
     seed: int = 20261122
@@ -147,6 +159,7 @@ class Config:
             crash_trials=3,
             hang_trials=3,
             partition_trials=1,
+            lossy_store_trials=1,
             idle_seconds=5.0,
             partition_idle_seconds=3.0,
             hold_seconds=2.0,
@@ -508,6 +521,17 @@ async def partition_trials(config: Config, root: Path, rng: random.Random) -> di
     return results
 
 
+def lossy_store_scenario(config: Config, root: Path, rng: random.Random) -> dict[str, Any]:
+    from testbed.netfaults import lab_unavailable_reason
+
+    reason = lab_unavailable_reason()
+    if reason is not None:
+        print(f"[detection] lossy store skipped: {reason}", flush=True)
+        return {"unavailable": reason}
+    print(f"[detection] kill to Dead with {config.lossy_store_loss:.0%} loss on the table's link", flush=True)
+    return lossy_store_trials(root, config.lossy_store_trials, config.lossy_store_loss, rng, config.lossy_store_settle)
+
+
 def summarize_partitions(trials: list[PartitionTrial], errors: list[str]) -> dict[str, Any]:
     dead = summarize(present([t.all_dead for t in trials]))
     exited = summarize(present([t.all_exited for t in trials]))
@@ -576,6 +600,10 @@ async def run(config: Config) -> dict[str, Any]:
             started = wall()
             results["partitions"] = await partition_trials(config, root / "partitions", rng)
             results["elapsed_s"]["partitions"] = wall() - started
+        if "lossy-store" in config.systems:
+            started = wall()
+            results["lossy_store"] = await asyncio.to_thread(lossy_store_scenario, config, root / "lossy-store", rng)
+            results["elapsed_s"]["lossy-store"] = wall() - started
     print("[detection] seconds per phase: " + ", ".join(f"{k} {v:.0f}" for k, v in results["elapsed_s"].items()))
     return results
 
@@ -738,12 +766,14 @@ def transport_rows(results: dict[str, Any]) -> list[list[object]]:
 
 def report(results: dict[str, Any]) -> None:
     floor = results["floor_s"]
-    print_table(
-        f"Failure to detection; floor = num_missed_probes_limit x probe_timeout = {floor}s, "
-        f"probe_interval = {results['probe_interval_s']}s",
-        DETECTION_HEADERS,
-        detection_rows(results),
-    )
+    rows = detection_rows(results)
+    if rows:
+        print_table(
+            f"Failure to detection; floor = num_missed_probes_limit x probe_timeout = {floor}s, "
+            f"probe_interval = {results['probe_interval_s']}s",
+            DETECTION_HEADERS,
+            rows,
+        )
     if "unavailable" in results["partitions"]:
         print(f"\nPartitions not measured: {results['partitions']['unavailable']}")
     elif not results["partitions"]:
@@ -756,6 +786,13 @@ def report(results: dict[str, Any]) -> None:
             f"Detection with mutual TLS beside plaintext (Dead row medians; target TLS / plaintext <= {TLS_TARGET})",
             TRANSPORT_HEADERS,
             transport_rows(results),
+        )
+    lossy = results.get("lossy_store")
+    if lossy is not None and "unavailable" not in lossy:
+        print_table(
+            f"Kill to Dead with {lossy['loss']:.0%} loss on the table's link (5 silos, PostgreSQL, namespaces)",
+            LOSSY_STORE_HEADERS,
+            lossy_store_rows(lossy),
         )
     print_table("Cost of an idle cluster", COST_HEADERS, cost_rows(results))
     note = segments_note(results)
@@ -805,8 +842,15 @@ def plot(results: dict[str, Any], path: Path) -> None:
         for measure, label in (("all_dead", "all Dead"), ("all_exited", "all exited"))
         for stat in ("median", "p99")
     }
+    lossy = results.get("lossy_store", {})
+    if "lossy" in lossy:  # kill -> Dead with the table's link lossy, and its lossless control
+        for key, group in (("lossless", "store link whole"), ("lossy", f"store link {lossy['loss']:.0%} loss")):
+            scenarios.append(group)
+            for label, values in series.items():
+                stat = label.rsplit(" ", 1)[1]
+                values.append(lossy[key]["ratio_to_floor"][stat] if label.startswith("all Dead") else math.nan)
     grouped_bars(axes[1][0], scenarios or ["not measured"], series if scenarios else {}, "x floor")
-    axes[1][0].set_title("partition: cut to every minority silo Dead / exited")
+    axes[1][0].set_title("partition: cut to every minority silo Dead / exited; kill -> Dead, lossy store link")
     cost = {
         "silo": [
             results["silos"][s]["idle"].get("cpu_s_per_min_per_silo", {}).get("median", math.nan)

@@ -55,12 +55,14 @@ BENCHMARKS = (
         "Crash (SIGKILL) and hang (SIGSTOP) of one silo to its Dead row, to the takeover of its keys and to the "
         "last survivor's view, as multiples of the floor `num_missed_probes_limit x probe_timeout`; 3|2 and 1|4 "
         "partitions in network namespaces to every minority silo Dead and exited; the same failures of ZooKeeper "
-        "ephemeral nodes with the floor as session timeout and of HashiCorp Serf agents; an idle cluster's CPU.",
+        "ephemeral nodes with the floor as session timeout and of HashiCorp Serf agents; a kill to Dead with the "
+        "PostgreSQL table's link lossy; an idle cluster's CPU.",
         (
             Result("detection_takeover", "silos, with the takeover of the dead silo's keys"),
             Result("detection", "silos beside ZooKeeper ephemeral nodes, and partitions"),
             Result("detection_tls", "silos over mutual TLS beside plaintext"),
             Result("detection_serf", "silos beside ZooKeeper and Serf (`-profile lan` and `local`)"),
+            Result("detection_lossy_store", "silos with 30% loss on the table's link (`--systems lossy-store`)"),
         ),
     ),
     Benchmark(
@@ -133,6 +135,15 @@ BENCHMARKS = (
         "CPU and memory of idle silos serving Prometheus metrics (scraped every 15 s and every 5 s) beside the "
         "same silos without, side by side at the same time.",
         (Result("metrics_overhead", "3 idle silos per variant"),),
+    ),
+    Benchmark(
+        "slow_store",
+        "python -m benchmarks.slow_store",
+        "A slow store (a gray failure): 5 silos on PostgreSQL behind a proxy that holds every request 1-5 s for "
+        "five minutes. Live silos declared Dead or fenced meanwhile, store requests per second while slow beside "
+        "the steady state's (counted on the wire), and a kill to Dead one refresh period after the store recovers "
+        "beside one before.",
+        (Result("slow_store", "5 silos, 300 s slow"),),
     ),
 )
 

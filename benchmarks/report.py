@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import RESULTS, ROOT, fmt, ratio
+from benchmarks.lossy_store import LOSSY_STORE_HEADERS, lossy_store_rows
 from benchmarks.markdown import header, row
 from benchmarks.round_trips_report import round_trips
 
@@ -161,6 +162,15 @@ def detection(document: dict[str, Any]) -> list[str]:
                     f"{entry['minority_exited_with_3']}/{entry['trials']}", entry["majority_declared_dead"],
                     f"{entry['trials'] - entry['history_errors']}/{entry['trials']}")
             )  # fmt: skip
+    lossy = results.get("lossy_store")
+    if lossy is not None:  # absent in results written before the lossy-store scenario existed
+        lines += ["", "Kill to Dead with the table's link lossy (5 silos in network namespaces, PostgreSQL on a host "
+                  "of its own, packets to and from it dropped at random; lossless kills alternated on the same "
+                  "cluster):", ""]  # fmt: skip
+        if "unavailable" in lossy:
+            lines.append(f"Not measured: {lossy['unavailable']}.")
+        else:
+            lines += [*header(*LOSSY_STORE_HEADERS), *(row(*cells) for cells in lossy_store_rows(lossy))]
     lines += ["", "Cost of an idle cluster:", "",
               *header("system", "N", "probes/s per member", "basis", "CPU s/min per member (median)",
                       "ZooKeeper server CPU s/min")]  # fmt: skip
@@ -183,7 +193,22 @@ def detection(document: dict[str, Any]) -> list[str]:
     if segments:
         lines += ["", f"Measured network traffic of an idle silo, N = 5 in network namespaces: "
                   f"{fmt(sorted(segments)[len(segments) // 2])} TCP segments/s (in + out)."]  # fmt: skip
-    return lines
+    return _without_empty_tables(lines)
+
+
+def _without_empty_tables(lines: list[str]) -> list[str]:
+    """``lines`` with each table that has no rows (a run whose ``--systems`` left it out) said so instead."""
+    kept: list[str] = []
+    for index, line in enumerate(lines):
+        following = lines[index + 1 : index + 3]
+        header_row = line.startswith("| ") and following[:1] and following[0].startswith("| ---")
+        if header_row and (len(following) < 2 or not following[1].startswith("|")):
+            kept.append("Not run in this run (`--systems` left it out).")
+            continue
+        if line.startswith("| ---") and not (kept and kept[-1].startswith("|")):
+            continue  # the separator of a table just left out
+        kept.append(line)
+    return kept
 
 
 def _tls_vs_plaintext(comparison: dict[str, Any] | None) -> list[str]:
@@ -457,6 +482,31 @@ def metrics_overhead(document: dict[str, Any]) -> list[str]:
     ]
 
 
+def slow_store(document: dict[str, Any]) -> list[str]:
+    config, results = document["config"], document["results"]
+    lines = [
+        f"{config['silos']} silos (local preset) on PostgreSQL through a proxy that holds each request "
+        f"{config['delay_low']:g}-{config['delay_high']:g} s (drawn per request) for {config['slow']:g} s, after "
+        f"{config['steady']:g} s at full speed. Store requests are client flights counted on the wire (connection "
+        "handshakes included). Kill -> Dead: a SIGKILL to the recorded Dead write, before the slow phase and one "
+        "table refresh period after the store is fast again. Targets: nobody Dead, nobody fenced, requests while "
+        f"slow at most {results['target']['traffic_ratio']:g} x the steady state's.",
+        "",
+        *header("trial", "requests/s steady", "requests/s slow", "slow/steady", "connections/s steady",
+                "connections/s slow", "Dead while slow", "fenced", "kill -> Dead before s",
+                "kill -> Dead after recovery s", "floor s", "targets met"),
+    ]  # fmt: skip
+    for index, trial in enumerate(results["trials"], 1):
+        steady, slow = trial["steady"]["per_second"], trial["slow"]["per_second"]
+        lines.append(
+            row(index, steady["round_trips"], slow["round_trips"], trial["traffic_ratio"], steady["connections"],
+                slow["connections"], len(trial["dead_while_slow"]), sum(trial["fenced"].values()),
+                trial["baseline_kill_to_dead"], trial["kill_to_dead_after_recovery"], trial["floor"],
+                _met(trial["targets_met"]))
+        )  # fmt: skip
+    return lines
+
+
 RENDERERS = {
     "tables": tables,
     "round_trips": round_trips,
@@ -466,6 +516,7 @@ RENDERERS = {
     "scale": scale,
     "spark_routing": spark_routing,
     "metrics_overhead": metrics_overhead,
+    "slow_store": slow_store,
 }
 
 

@@ -23,6 +23,7 @@ BENCHMARKS = [
     "scale",
     "spark_routing",
     "metrics_overhead",
+    "slow_store",
 ]
 
 

@@ -154,7 +154,7 @@ class LeaseKeeper:
         view = self._view
         view.announced_version = max(view.announced_version, known_version)
         snapshot = view.snapshot
-        if snapshot.entry(asker) is not None and not view.terminated.is_set():
+        if snapshot.entry(asker) is not None and not view.terminated.is_set() and not self._earlier_read_running(asker):
             # within half the asker's wait, so it gets our answer either way
             read = await self._read_within(asker, view.options.lease_renew_interval / 2)
             if read is not None:
@@ -167,6 +167,14 @@ class LeaseKeeper:
         return MembershipConfirmation(
             view.address, False, SiloStatus.NONE, snapshot.version, view.newest_version_heard, view.unconfirmed_writes
         )
+
+    def _earlier_read_running(self, asker: SiloAddress) -> bool:
+        """Whether a read of ``asker``'s row started for an earlier ask is still running (a slow or
+        hung store). It cannot answer this ask: it may be linearized before this ask was sent,
+        where the asker anchors its lease, so a Dead write in between would go unseen; and a
+        second one is not started (``_read_within``). The asker hears at once that we cannot read."""
+        pending = self._pending_reads.get(asker)
+        return pending is not None and not pending[1].done() and pending[0] < self._view.clock.monotonic()
 
     def cancel_reads(self) -> list[asyncio.Future[MembershipTableData]]:
         """Cancel the lease reads a hung store left running; returns them to be awaited."""

@@ -28,7 +28,8 @@ Faults are iptables rules in each receiving host's namespace, in dedicated chain
 
 * ``INPUT -j SMF-PART``: ``-s <peer> -j DROP`` rules for ``partition``, ``block`` and ``isolate``.
 * ``INPUT ! -i lo -j SMF-LOSS``: one ``-m statistic --mode random --probability p -j DROP`` rule
-  for ``set_loss``; loopback traffic inside a host is spared.
+  for ``set_loss`` (with ``-s <host>`` for ``set_link_loss``: one host's link only); loopback
+  traffic inside a host is spared.
 
 Packets are dropped only where they arrive, never in the sender's OUTPUT chain: a DROP in OUTPUT
 makes a UDP ``sendto()`` fail at once with EPERM (checked on this kernel), which no real network
@@ -419,12 +420,26 @@ class NetworkLab:
         A packet crosses the LAN into exactly one host, so it is dropped at most once; a request
         and its reply are each lost independently. Replaces the hosts' earlier loss; 0 removes it.
         """
+        self._set_loss(fraction, self.hosts if hosts is None else hosts)
+
+    def set_link_loss(self, fraction: float, host: Host) -> None:
+        """Drop each packet that crosses ``host``'s link, either way, with probability ``fraction``:
+        every packet arriving at ``host``, and every packet from ``host`` arriving at another host
+        (a lossy cable or switch port of one server, say the store's). The other links stay whole.
+        Replaces every host's earlier loss; 0 removes it."""
+        others = [other for other in self.hosts if other is not host]
+        self._set_loss(fraction, [host])
+        self._set_loss(fraction, others, source=host)
+
+    def _set_loss(self, fraction: float, hosts: Sequence[Host], source: Host | None = None) -> None:
+        """``hosts`` drop each packet arriving (from ``source`` only, if given) with probability ``fraction``."""
         if not 0.0 <= fraction <= 1.0:
             raise ValueError(f"loss fraction must be in [0, 1], got {fraction}")
-        for host in self._check(self.hosts if hosts is None else hosts):
+        match = "" if source is None else f"-s {self._check([source])[0].address} "
+        for host in self._check(hosts):
             lines = [f"-F {LOSS_CHAIN}"]
             if fraction > 0:
-                lines.append(f"-A {LOSS_CHAIN} -m statistic --mode random --probability {fraction:.6f} -j DROP")
+                lines.append(f"-A {LOSS_CHAIN} {match}-m statistic --mode random --probability {fraction:.6f} -j DROP")
             self._load_rules(host, *lines)
 
     def heal(self) -> None:

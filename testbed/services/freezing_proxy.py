@@ -37,6 +37,8 @@ class FreezingProxy:
         self._flowing = threading.Event()
         self._flowing.set()
         self._closed = False
+        self._closing = threading.Event()
+        """Set by ``close``: ends a pump's hold (``_passing``) at once."""
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -61,6 +63,7 @@ class FreezingProxy:
         with self._lock:
             self._closed = True
             sockets, self._sockets = self._sockets, []
+        self._closing.set()
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the acceptor (closing alone would not)
         self._listener.close()
@@ -105,10 +108,13 @@ class FreezingProxy:
         """A new connection was accepted: what ``_passing`` gets to tell its bytes from others' (a subclass's hook)."""
         return None
 
-    def _passing(self, link: object, upstream: bool, data: bytes) -> None:
-        """``data`` is about to be forwarded on ``link``, to the server if ``upstream`` (a subclass's hook).
+    def _passing(self, link: object, upstream: bool, data: bytes) -> float:
+        """``data`` is about to be forwarded on ``link``, to the server if ``upstream`` (a subclass's
+        hook); returns the seconds to hold it first (0: none). A hold delays that direction of
+        ``link`` only: later bytes queue behind it, other connections flow on.
 
         Called before the bytes are sent on, so the answer to them is always seen after them."""
+        return 0.0
 
     def _pump(self, source: socket.socket, sink: socket.socket, link: object, upstream: bool) -> None:
         """Copy ``source`` to ``sink`` while flowing; at its end, end ``sink``'s side too."""
@@ -121,7 +127,9 @@ class FreezingProxy:
                 self._flowing.wait()  # a freeze while reading holds what was read
                 if self._closed:
                     return
-                self._passing(link, upstream, data)
+                hold = self._passing(link, upstream, data)
+                if hold > 0 and self._closing.wait(hold):
+                    return
                 sink.sendall(data)
         except OSError:
             pass

@@ -235,6 +235,17 @@ def test_loss_on_some_hosts_spares_the_others(lab: NetworkLab) -> None:
     assert udp_received(a, b, 50) == 50
 
 
+def test_link_loss_thins_one_hosts_link_both_ways_and_spares_the_others(lab: NetworkLab) -> None:
+    a, b, c = lab.hosts
+    lab.set_link_loss(1.0, b)
+    assert udp_received(a, b, 50) == 0, "packets to the host are lost"
+    assert udp_received(b, c, 50) == 0, "packets from the host are lost"
+    assert udp_received(a, c, 50) == 50, "a link without the host stays whole"
+    assert udp_received(c, a, 50) == 50
+    lab.set_link_loss(0, b)
+    assert udp_received(b, a, 50) == 50
+
+
 def packets_into(host: Host) -> int:
     """Packets the host's INPUT chain has seen (its first rule, the jump to SMF-PART, counts all)."""
     listing = host.run([iptables_backend(), "-L", "INPUT", "-v", "-x", "-n"], check=True).stdout

@@ -1,15 +1,16 @@
-"""The counting proxy counts client flights (a round trip each) and leaves ZooKeeper pings out."""
+"""The counting proxy counts client flights (a round trip each), leaves ZooKeeper pings out, and slows flights down."""
 
 from __future__ import annotations
 
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
-from testbed.services.counting_proxy import CountingProxy, ZooKeeperRequests, through
+from testbed.services.counting_proxy import CountingProxy, ZooKeeperRequests, through, uniform_delay
 
 
 @pytest.fixture
@@ -89,3 +90,39 @@ def test_a_uri_without_the_server_cannot_be_routed(echo_port: int) -> None:
         assert through(f"consul://127.0.0.1:{echo_port}/x", echo_port, proxy) == f"consul://127.0.0.1:{proxy.port}/x"
         with pytest.raises(ValueError, match="does not name the server"):
             through("consul://10.0.0.1:1/x", echo_port, proxy)
+
+
+def test_a_slowed_proxy_holds_each_round_trip_and_counts_it(echo_port: int) -> None:
+    """Each flight is held its delay (a lower bound: a loaded machine only adds), later bytes of
+    the same flight are not held again, and ``full_speed`` stops the holding."""
+    hold = 0.2
+    with CountingProxy("127.0.0.1", echo_port) as proxy, socket.create_connection(("127.0.0.1", proxy.port)) as client:
+        ask(client, b"warm\n")
+        proxy.slow_down(lambda: hold)
+        assert proxy.slowed
+        with proxy.counting() as tally:
+            started = time.monotonic()
+            for _ in range(2):
+                ask(client, b"ping\n")
+            slowed = time.monotonic() - started
+            client.sendall(b"one")  # a flight in two pieces: held once
+            client.sendall(b"two\n")
+            received = b""
+            while len(received) < 7:
+                received += client.recv(4096)
+        assert slowed >= 2 * hold
+        assert (tally.round_trips, tally.delayed) == (3, 3)
+        assert (tally.bytes_sent, tally.bytes_received) == (17, 17)
+        proxy.full_speed()
+        with proxy.counting() as after:
+            ask(client, b"ping\n")
+        assert (after.round_trips, after.delayed) == (1, 0)
+
+
+def test_a_uniform_delay_stays_in_its_range_and_rejects_a_bad_one() -> None:
+    delay = uniform_delay(1.0, 5.0, seed=7)
+    draws = [delay() for _ in range(200)]
+    assert all(1.0 <= draw <= 5.0 for draw in draws)
+    assert max(draws) - min(draws) > 3.0
+    with pytest.raises(ValueError, match="low <= high"):
+        uniform_delay(5.0, 1.0)

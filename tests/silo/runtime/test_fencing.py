@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import pytest
 
@@ -36,6 +37,7 @@ from tests.silo.harness import (
 )
 
 STEP = LOCAL.lease_renew_interval / 5
+T = TypeVar("T")
 
 
 class Cluster:
@@ -248,6 +250,53 @@ async def test_a_table_outage_for_everyone_fences_nobody_and_declares_nobody_dea
     assert all(cluster.status_in_table(index) is SiloStatus.ACTIVE for index in range(5))
     assert all(records == [] for records in cluster.fencing.values())
     await cluster.stop()
+
+
+class HeldReads:
+    """A blocking-call runner whose calls wait, while ``held``, until ``release()``: a slow store."""
+
+    def __init__(self) -> None:
+        self.held = False
+        self._gate = asyncio.Event()
+
+    async def __call__(self, call: Callable[[], T]) -> T:
+        if self.held:
+            await self._gate.wait()
+        return call()
+
+    def release(self) -> None:
+        self.held = False
+        self._gate.set()
+
+
+@async_test
+async def test_a_peer_vouches_only_with_a_read_that_started_after_the_ask() -> None:
+    """On a slow store a peer's read of the asker's row outlives the ask it was started for. A
+    later ask must not be answered with it (the read may be linearized before that ask was sent,
+    where the asker anchors its lease): the peer says at once that it cannot read, and answers
+    from the table again only with a read started after the ask."""
+    clock, network, store = FakeClock(T0), FakeNetwork(), memory_table()
+    reads = HeldReads()
+    asker = network_silo(store, 1, clock, network)
+    peer = network_silo(store, 2, clock, network, run_blocking=reads)
+    starting = [asyncio.create_task(silo.start()) for silo in (asker, peer)]
+    while not all(start.done() for start in starting):
+        await clock.advance(STEP)
+    reads.held = True
+    first = asyncio.create_task(peer.confirm_membership(asker.silo_address))
+    await clock.advance(LOCAL.lease_renew_interval)  # its read hangs: after half the asker's wait, "cannot read"
+    assert not (await first).table_read
+    second = asyncio.create_task(peer.confirm_membership(asker.silo_address))
+    await asyncio.sleep(0)
+    reads.release()  # the first ask's read completes now, before the second ask is answered
+    answer = await second
+    assert not answer.table_read, "answered with a read that started before the ask"
+    third = asyncio.create_task(peer.confirm_membership(asker.silo_address))
+    await clock.advance(STEP)
+    answer = await third
+    assert (answer.table_read, answer.asker_status) == (True, SiloStatus.ACTIVE)
+    for silo in (asker, peer):
+        await silo.stop()
 
 
 @async_test
