@@ -16,18 +16,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import NoReturn
 
-from membership_tables.contract import MembershipTable, RowUpdate
+from membership_tables.contract import RowUpdate
 from membership_tables.errors import ReadOnlyTableError
-from membership_tables.model import CommittedWrite, MembershipEntry, MembershipTableData, SiloAddress, TableVersion
+from membership_tables.model import CommittedWrite, MembershipEntry, SiloAddress, TableVersion
+from membership_tables.wrapped import WrappedTable
 
 
-class ReadOnlyMembershipTable(MembershipTable):
+class ReadOnlyMembershipTable(WrappedTable):
     """The reads of ``inner``; every write raises ``ReadOnlyTableError`` and changes nothing."""
-
-    def __init__(self, inner: MembershipTable) -> None:
-        super().__init__(inner.cluster_id)
-        self.inner = inner
-        self.max_rows_per_update = inner.max_rows_per_update
 
     def __repr__(self) -> str:
         return f"ReadOnlyMembershipTable({self.inner!r})"
@@ -38,18 +34,6 @@ class ReadOnlyMembershipTable(MembershipTable):
             "(open_table(..., read_only=True), as silo status and silo dashboard open it); nothing was written: "
             "open it without read_only to write (silo kill, silo cleanup and silo table init do)"
         )
-
-    def read_all(self) -> MembershipTableData:
-        return self.inner.read_all()
-
-    def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
-        return self.inner.read_row(silo_address)
-
-    def read_version(self) -> TableVersion:
-        return self.inner.read_version()
-
-    def close(self) -> None:
-        self.inner.close()
 
     def initialize(self, try_init_version: bool = True) -> None:
         self._refuse("initialize")
