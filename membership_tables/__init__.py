@@ -15,6 +15,7 @@ from membership_tables.errors import (
     InvalidUpdateError,
     MalformedRowError,
     MembershipTableError,
+    ReadOnlyTableError,
     TableUnavailableError,
 )
 from membership_tables.model import (
@@ -44,6 +45,7 @@ __all__ = [
     "MembershipTable",
     "MembershipTableData",
     "MembershipTableError",
+    "ReadOnlyTableError",
     "SiloAddress",
     "SiloStatus",
     "TableUnavailableError",

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Literal, Self
+from typing import ClassVar, Literal, Self
 
 from membership_tables.errors import InvalidUpdateError, TableUnavailableError
 from membership_tables.model import CommittedWrite, MembershipEntry, MembershipTableData, SiloAddress, TableVersion
@@ -107,6 +107,10 @@ class MembershipTable(abc.ABC):
 
     Each backend sets it (see ``update_rows`` for the figures and why).
     """
+
+    read_only_sessions: ClassVar[bool] = False
+    """Whether ``from_uri`` takes ``read_only=True`` and then opens a session that the store (or
+    its client) keeps from writing, under the guard of ``open_table(..., read_only=True)``."""
 
     def __init__(self, cluster_id: str) -> None:
         self.cluster_id = cluster_id

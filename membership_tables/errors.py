@@ -16,6 +16,8 @@ Every error this package raises on purpose derives from one root::
     │                            ``silo table init URI`` as the fix)
     ├── TableUnavailableError    the store cannot be reached or failed; ``__cause__`` is
     │                            the driver's own exception
+    ├── ReadOnlyTableError       a write on a handle opened with ``read_only=True`` (refused
+    │                            by the handle, or by the database: nothing was written)
     ├── LostRaceError            membership_tables.sql.transactions: a conditional write's
     │                            precondition failed; caught inside (the write returns False)
     ├── MalformedHistoryError    membership_tables.history: a history line cannot be parsed
@@ -100,4 +102,13 @@ class TableUnavailableError(MembershipTableError):
 
     The driver's exception is chained as ``__cause__``. The outcome of a write that
     raised this is unknown: read the table again before deciding what happened.
+    """
+
+
+class ReadOnlyTableError(MembershipTableError):
+    """A write was attempted on a handle opened read-only (``open_table(..., read_only=True)``,
+    as ``silo status``, ``status --watch`` and ``silo dashboard`` open it): nothing was written.
+
+    Raised by the handle before anything reaches the store, or mapped from the database's own
+    refusal (a SQL session opened read-only); then the driver's exception is ``__cause__``.
     """

@@ -34,11 +34,11 @@ from membership_tables.errors import InvalidEntryError, MalformedRowError, Membe
 from membership_tables.model import (
     CommittedWrite,
     MembershipEntry,
-    MembershipTableData,
     SiloAddress,
     TableVersion,
     ensure_utc,
 )
+from membership_tables.wrapped import WrappedTable
 
 __all__ = [
     "HistoryRecord",
@@ -276,7 +276,7 @@ def _read_file(path: Path) -> Iterator[HistoryRecord]:
 # --- the decorator -----------------------------------------------------------------
 
 
-class RecordingTable(MembershipTable):
+class RecordingTable(WrappedTable):
     """A ``MembershipTable`` that records its successful versioned writes.
 
     Every call goes to ``inner`` unchanged, and nothing else touches the store: after an
@@ -291,26 +291,15 @@ class RecordingTable(MembershipTable):
     """
 
     def __init__(self, inner: MembershipTable, writer: str, sink: HistorySink) -> None:
-        super().__init__(inner.cluster_id)
-        self.inner = inner
+        super().__init__(inner)
         self.writer = writer
         self.sink = sink
-        self.max_rows_per_update = inner.max_rows_per_update
 
     def _record(self, operation: Operation, entry: MembershipEntry, version: TableVersion, at: datetime) -> None:
         self.sink.append(HistoryRecord(version.version, self.writer, operation, entry, "", at))
 
     def initialize(self, try_init_version: bool = True) -> None:
         self.inner.initialize(try_init_version)
-
-    def read_all(self) -> MembershipTableData:
-        return self.inner.read_all()
-
-    def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
-        return self.inner.read_row(silo_address)
-
-    def read_version(self) -> TableVersion:
-        return self.inner.read_version()
 
     def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
         # Timestamped before the call: a writer's later write can only start after its
@@ -377,9 +366,6 @@ class RecordingTable(MembershipTable):
 
     def delete_cluster_entries(self) -> None:
         self.inner.delete_cluster_entries()
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 # --- replay ------------------------------------------------------------------------

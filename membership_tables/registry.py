@@ -9,9 +9,12 @@ from urllib.parse import urlsplit
 from membership_tables.contract import MembershipTable
 from membership_tables.errors import BackendNotInstalledError, InvalidTableUriError
 from membership_tables.model import validate_cluster_id
+from membership_tables.read_only import ReadOnlyMembershipTable
 
 
 class BackendFactory(Protocol):
+    read_only_sessions: bool
+
     def from_uri(self, uri: str, cluster_id: str, **options: Any) -> MembershipTable: ...
 
 
@@ -44,7 +47,7 @@ def uri_scheme(uri: object) -> str:
     return scheme.split("+", 1)[0]
 
 
-def open_table(uri: str, cluster_id: str, **options: Any) -> MembershipTable:
+def open_table(uri: str, cluster_id: str, *, read_only: bool = False, **options: Any) -> MembershipTable:
     """Open the membership table of ``cluster_id`` in the store named by ``uri``.
 
     Supported URIs: ``memory://NAME``; any SQLAlchemy URL (``sqlite:///file.db``,
@@ -52,6 +55,11 @@ def open_table(uri: str, cluster_id: str, **options: Any) -> MembershipTable:
     ``zookeeper://[user:password@]host:port[,host:port]/chroot``; ``consul://host:port/key/prefix``;
     ``dynamodb://TABLE?region=REGION&endpoint_url=URL``. ``options`` go to the
     backend. Nothing is created until ``initialize()``.
+
+    ``read_only``: a handle that only reads (``silo status``, ``silo dashboard``): every write
+    raises ``ReadOnlyTableError`` and changes nothing, and where the store can be told
+    (``MembershipTable.read_only_sessions``: SQL, DynamoDB) it refuses writes too (see
+    ``membership_tables.read_only``).
     """
     validate_cluster_id(cluster_id)
     scheme = uri_scheme(uri)
@@ -67,4 +75,7 @@ def open_table(uri: str, cluster_id: str, **options: Any) -> MembershipTable:
             f"install it with: pip install '{DISTRIBUTION}[{extra}]'"
         ) from exc
     backend = cast(BackendFactory, getattr(module, class_name))
-    return backend.from_uri(uri, cluster_id, **options)
+    if not read_only:
+        return backend.from_uri(uri, cluster_id, **options)
+    session = {"read_only": True} if backend.read_only_sessions else {}
+    return ReadOnlyMembershipTable(backend.from_uri(uri, cluster_id, **options, **session))

@@ -15,11 +15,12 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.model import OperationModel
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
 
 from membership_tables.dynamodb._items import Item
 from membership_tables.dynamodb._settings import DynamoDbSettings
-from membership_tables.errors import AccessDeniedError, InvalidTableUriError, TableUnavailableError
+from membership_tables.errors import AccessDeniedError, InvalidTableUriError, ReadOnlyTableError, TableUnavailableError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -80,6 +81,27 @@ def cancellation_reasons(exc: ClientError) -> list[tuple[str, Item | None]]:
     return [(str(reason.get("Code", "None")), reason.get("Item")) for reason in reasons]
 
 
+READ_OPERATIONS = frozenset({"DescribeTable", "GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems"})
+"""The DynamoDB operations that change nothing: all a read-only client sends."""
+
+
+def send_only_reads(client: DynamoDBClient, table_name: str) -> None:
+    """Make ``client`` refuse, before anything is sent, every operation outside ``READ_OPERATIONS``.
+
+    A guard of the client, not of DynamoDB: what DynamoDB itself enforces is the IAM policy of
+    the credentials (give a read-only command one that allows only reads, docs/dynamodb.md).
+    """
+
+    def refuse_writes(model: OperationModel, **_: Any) -> None:
+        if model.name not in READ_OPERATIONS:
+            raise ReadOnlyTableError(
+                f"{model.name} is a write, and this handle of DynamoDB table {table_name!r} was opened read-only; "
+                "nothing was sent: open it without read_only to write"
+            )
+
+    client.meta.events.register("before-call.dynamodb", refuse_writes)
+
+
 class DynamoDbConnection:
     """The client (created once, shared by every thread of the handle: clients are thread-safe;
     the session that made it is never used again) and the retry policy of its calls."""
@@ -108,6 +130,8 @@ class DynamoDbConnection:
                 read_timeout=settings.read_timeout,
             ),
         )
+        if settings.read_only:
+            send_only_reads(self.client, settings.table_name)
 
     def call(self, what: str, operation: Callable[[], T]) -> T:
         """Run ``operation`` under the retry policy; map what is left to TableUnavailableError."""

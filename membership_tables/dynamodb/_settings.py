@@ -38,6 +38,8 @@ class DynamoDbSettings:
     aws_access_key_id: str | None = None
     aws_secret_access_key: str | None = field(default=None, repr=False)
     aws_session_token: str | None = field(default=None, repr=False)
+    read_only: bool = False
+    """The client sends read operations only (``send_only_reads``); ``from_uri(..., read_only=True)``."""
 
 
 _NUMBER_OPTIONS = ("retry_time", "connect_timeout", "read_timeout", "table_wait_time")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -58,6 +59,7 @@ class DynamoDbMembershipTable(MembershipTable):
 
     max_rows_per_update = MAX_TRANSACT_ITEMS - 1
     """``update_rows`` is one ``TransactWriteItems``: a ``Put`` per row plus the version item."""
+    read_only_sessions = True
 
     def __init__(self, settings: DynamoDbSettings, cluster_id: str) -> None:
         super().__init__(cluster_id)
@@ -68,8 +70,9 @@ class DynamoDbMembershipTable(MembershipTable):
         self._items = ClusterItems(settings.table_name, cluster_id)
 
     @classmethod
-    def from_uri(cls, uri: str, cluster_id: str, **options: Any) -> DynamoDbMembershipTable:
-        return cls(parse_uri(uri, **options), cluster_id)
+    def from_uri(cls, uri: str, cluster_id: str, *, read_only: bool = False, **options: Any) -> DynamoDbMembershipTable:
+        """``read_only``: a client that sends only read operations (``send_only_reads``)."""
+        return cls(replace(parse_uri(uri, **options), read_only=read_only), cluster_id)
 
     def __repr__(self) -> str:
         where = f", endpoint_url={self.settings.endpoint_url!r}" if self.settings.endpoint_url else ""

@@ -32,6 +32,13 @@ _DENIED: dict[str, frozenset[object]] = {
     "mysql": frozenset({1044, 1045, 1142, 1143, 1227, 1370}),
     "sqlite": frozenset({23}),  # SQLITE_AUTH
 }
+# A write on a session opened read-only: read_only_sql_transaction, ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION,
+# SQLITE_READONLY (a mode=ro file or query_only).
+_READ_ONLY: dict[str, frozenset[object]] = {
+    "postgresql": frozenset({"25006"}),
+    "mysql": frozenset({1792}),
+    "sqlite": frozenset({8}),
+}
 
 _PG_SCHEMA_LOCK_KEY = 7_297_115_001  # any constant bigint that every process agrees on
 _MYSQL_SCHEMA_LOCK = "silo_membership_schema"
@@ -89,6 +96,11 @@ def is_transient(dialect: str, exc: sa.exc.DBAPIError) -> bool:
 def is_access_denied(dialect: str, exc: sa.exc.DBAPIError) -> bool:
     """The server refused the login or the statement for lack of a privilege."""
     return _error_code(dialect, exc) in _DENIED.get(dialect, _DENIED["mysql"])
+
+
+def is_read_only(dialect: str, exc: sa.exc.DBAPIError) -> bool:
+    """The server refused a write because the session (or the SQLite file) is read-only."""
+    return _error_code(dialect, exc) in _READ_ONLY.get(dialect, _READ_ONLY["mysql"])
 
 
 def is_missing_table(dialect: str, exc: sa.exc.DBAPIError) -> bool:

@@ -13,6 +13,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
@@ -108,13 +109,18 @@ def parse_url(uri: str) -> URL:
     return url
 
 
-def create_engine(url: URL, options: SqlOptions, clock: Callable[[], float] = time.monotonic) -> sa.Engine:
+def create_engine(
+    url: URL, options: SqlOptions, clock: Callable[[], float] = time.monotonic, *, read_only: bool = False
+) -> sa.Engine:
     """An engine with short connect timeouts, bounded lock waits, a deadline on every answer of a
     server (see ``SqlOptions.network_timeout``) and liveness checks on checkout.
 
     ``clock`` (seconds) times how long pooled connections sit idle (see ``_ping_idle_connections``).
+    ``read_only``: every connection's session refuses writes (``_open_sessions_read_only``).
     """
     backend = url.get_backend_name()
+    if read_only and backend == "sqlite":
+        url = _sqlite_read_only_url(url)
     timeout = math.ceil(options.statement_timeout)
     connect_args: dict[str, Any]
     isolation: dict[str, str] = {}
@@ -152,11 +158,43 @@ def create_engine(url: URL, options: SqlOptions, clock: Callable[[], float] = ti
             f"install it with: pip install '{DISTRIBUTION}[{extra}]'"
         ) from exc
     if backend == "sqlite":
-        _configure_sqlite(engine)
+        _configure_sqlite(engine, read_only=read_only)
     elif backend == "postgresql":
         _guard_round_trips(engine, Watchdog(options.answer_timeout))
+    if read_only and backend != "sqlite":
+        _open_sessions_read_only(engine)
     _ping_idle_connections(engine, options.ping_after_idle, clock)
     return engine
+
+
+def _sqlite_read_only_url(url: URL) -> URL:
+    """A SQLite file opened ``mode=ro``: the file can be neither created nor written. A URL that is
+    already a SQLite URI (``file:...``) or has a query of its own is kept (``query_only`` still holds)."""
+    database = url.database or ""
+    if url.query or database.startswith("file:"):
+        return url
+    return url.set(database=f"file:{quote(database)}", query={"mode": "ro", "uri": "true"})
+
+
+_READ_ONLY_SESSION = {
+    "postgresql": "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY",
+    "mysql": "SET SESSION TRANSACTION READ ONLY",
+    "mariadb": "SET SESSION TRANSACTION READ ONLY",
+}
+
+
+def _open_sessions_read_only(engine: sa.Engine) -> None:
+    """PostgreSQL, MySQL/MariaDB: every new connection's transactions (autocommit statements
+    included) are READ ONLY, so the server refuses any write on it (a guard against mistakes: a
+    session could turn it off; a role that may only read is the access control, docs/security.md)."""
+    statement = _READ_ONLY_SESSION[engine.dialect.name]
+
+    @sa.event.listens_for(engine, "connect")
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute(statement)
+        cursor.close()
+        dbapi_connection.commit()
 
 
 def _tcp_keepalives(network_timeout: float) -> dict[str, int]:
@@ -258,8 +296,9 @@ def _ping_idle_connections(engine: sa.Engine, idle: float, clock: Callable[[], f
         check.check(dbapi_connection, record.info)
 
 
-def _configure_sqlite(engine: sa.Engine) -> None:
-    """WAL (readers never block the writer), and transactions we begin ourselves.
+def _configure_sqlite(engine: sa.Engine, *, read_only: bool) -> None:
+    """WAL (readers never block the writer), and transactions we begin ourselves; ``read_only``:
+    ``query_only`` instead, so SQLite refuses every write on the connection.
 
     The ``sqlite3`` module would start transactions lazily and as DEFERRED; two writers could
     then both hold read locks and deadlock on the upgrade. Writes use ``BEGIN IMMEDIATE``
@@ -271,8 +310,9 @@ def _configure_sqlite(engine: sa.Engine) -> None:
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
+        pragmas = ("query_only=ON",) if read_only else ("journal_mode=WAL", "synchronous=NORMAL")
+        for pragma in pragmas:
+            cursor.execute(f"PRAGMA {pragma}")
         cursor.close()
 
     @sa.event.listens_for(engine, "begin")

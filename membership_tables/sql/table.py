@@ -87,16 +87,20 @@ class SqlMembershipTable(SqlTransactions, MembershipTable):
     """``update_rows`` holds the version row's lock while it updates every row, which blocks every
     other writer of the cluster: the bound keeps that wait short."""
 
-    def __init__(self, engine: sa.Engine, cluster_id: str) -> None:
+    read_only_sessions = True
+
+    def __init__(self, engine: sa.Engine, cluster_id: str, *, read_only: bool = False) -> None:
         MembershipTable.__init__(self, validate_cluster_id(cluster_id))
-        SqlTransactions.__init__(self, engine)
+        SqlTransactions.__init__(self, engine, read_only=read_only)
         self._bump = BUMP_UNLOCKED_VERSION if dialects.skips_locked_rows(engine.dialect) else BUMP_VERSION
         self._rows = RowParser(self.cluster_id)
 
     @classmethod
-    def from_uri(cls, uri: str, cluster_id: str, **options: Any) -> SqlMembershipTable:
-        """Open ``uri`` (a SQLAlchemy URL); ``options`` are the fields of ``SqlOptions``."""
-        return cls(create_engine(parse_url(uri), SqlOptions.from_kwargs(options)), cluster_id)
+    def from_uri(cls, uri: str, cluster_id: str, *, read_only: bool = False, **options: Any) -> SqlMembershipTable:
+        """Open ``uri`` (a SQLAlchemy URL); ``options`` are the fields of ``SqlOptions``. ``read_only``:
+        sessions the database keeps from writing (``engine.create_engine``); a write raises ``ReadOnlyTableError``."""
+        engine = create_engine(parse_url(uri), SqlOptions.from_kwargs(options), read_only=read_only)
+        return cls(engine, cluster_id, read_only=read_only)
 
     def __repr__(self) -> str:
         return f"SqlMembershipTable({self._where!r}, cluster_id={self.cluster_id!r})"

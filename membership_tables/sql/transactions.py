@@ -4,7 +4,8 @@
 for the calls made rarely) and the DB-API path (``_fast_transaction``, ``_dbapi.Driver``, for the
 hot ones), each retrying deadlocks and lock timeouts a few times, reads also on a connection
 found dead; a missing schema gives the call's ``if_no_schema``, a refused login or privilege
-``AccessDeniedError``, anything else ``TableUnavailableError``. A conditional write whose work
+``AccessDeniedError``, a write refused by a session opened read-only ``ReadOnlyTableError``,
+anything else ``TableUnavailableError``. A conditional write whose work
 raises ``LostRaceError`` is rolled back and returns ``None``.
 """
 
@@ -17,7 +18,12 @@ from typing import TypeVar
 
 import sqlalchemy as sa
 
-from membership_tables.errors import AccessDeniedError, MembershipTableError, TableUnavailableError
+from membership_tables.errors import (
+    AccessDeniedError,
+    MembershipTableError,
+    ReadOnlyTableError,
+    TableUnavailableError,
+)
 from membership_tables.sql import dialects
 from membership_tables.sql._dbapi import Driver, Transaction
 
@@ -34,8 +40,9 @@ class LostRaceError(MembershipTableError):
 class SqlTransactions:
     """Transactions on one engine, with the retries and error mapping of the SQL table."""
 
-    def __init__(self, engine: sa.Engine) -> None:
+    def __init__(self, engine: sa.Engine, *, read_only: bool = False) -> None:
         self._engine = engine
+        self._read_only = read_only
         self._dialect = engine.dialect.name
         self._where = engine.url.render_as_string(hide_password=True)
         self._driver = Driver(engine)
@@ -70,6 +77,8 @@ class SqlTransactions:
             except sa.exc.DBAPIError as exc:
                 if dialects.is_missing_table(self._dialect, exc):
                     return if_no_schema
+                if self._read_only and dialects.is_read_only(self._dialect, exc):
+                    raise self._refused_write(exc) from exc
                 if dialects.is_access_denied(self._dialect, exc):
                     raise self._denied(exc) from exc
                 retry = dialects.is_transient(self._dialect, exc) or (exc.connection_invalidated and not write)
@@ -91,6 +100,13 @@ class SqlTransactions:
         return AccessDeniedError(
             f"the database at {self._where} refused this role ({type(exc.orig).__name__}: {exc.orig}); "
             "check the user and password, and grant the privileges listed in docs/security.md"
+        )
+
+    def _refused_write(self, exc: sa.exc.DBAPIError) -> ReadOnlyTableError:
+        return ReadOnlyTableError(
+            f"the database at {self._where} refused a write ({type(exc.orig).__name__}: {exc.orig}): this handle "
+            "was opened read-only and its session may only read; nothing was written. Open it without read_only "
+            "to write"
         )
 
     def _write(self, work: Callable[[sa.Connection], T]) -> T | None:

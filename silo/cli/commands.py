@@ -86,7 +86,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if args.command == "demo":
             return run_demo(args)
         if args.command == "dashboard":
-            return run_dashboard(args, build_options, lambda: table_access.open_configured_table(args, environ))
+            return run_dashboard(
+                args, build_options, lambda: table_access.open_configured_table(args, environ, read_only=True)
+            )
         if args.command == "certs":
             return certs.run(args)
         if args.command == "table":
@@ -112,7 +114,7 @@ def _open_existing(
     args: argparse.Namespace, environ: Mapping[str, str], *, read_only: bool = False, watching: bool = False
 ) -> MembershipTable:
     """The table of a command that reads (or administers) an existing one: a missing SQLite file is an
-    error, not a new empty database; ``read_only`` where the backend allows it (``read_only_uri``).
+    error, not a new empty database; ``read_only``: a handle that may only read (``open_table``).
     ``watching`` (``status --watch``: it reads until stopped) accepts a SQLite file that does not exist
     yet: read-only, it reports it unreadable and retries until a silo creates it."""
     missing = table_access.missing_sqlite_file(args.table)

@@ -150,30 +150,14 @@ def open_configured_table(
     args: argparse.Namespace, environ: Mapping[str, str] = os.environ, *, read_only: bool = False
 ) -> MembershipTable:
     """The table of ``args.table`` and ``args.cluster``, with the secret and the ``--table-option``s;
-    ``read_only`` for a command that only reads (where the backend allows it, see ``read_only_uri``)."""
-    table_uri = read_only_uri(args.table) if read_only else args.table
-    uri, options = with_secret(table_uri, table_secret(args, environ))
+    ``read_only`` for a command that only reads: a handle that refuses writes, on a session the store
+    keeps from writing where it can (``open_table(..., read_only=True)``)."""
+    uri, options = with_secret(args.table, table_secret(args, environ))
     extra = backend_options(getattr(args, "table_options", []))
     clash = sorted(set(options) & set(extra))
     if clash:
         raise OptionsError(f"--table-option {clash[0]} would replace the table's secret; drop that option")
-    return open_table(uri, args.cluster, **options, **extra)
-
-
-def read_only_uri(uri: str) -> str:
-    """``uri`` opened read-only where the URI alone can say so: a SQLite file becomes a ``mode=ro``
-    SQLite URI, which can neither create the file nor write it. Other stores, and a SQLite URI
-    with a query of its own, are returned as given (use a role that may only read: docs/security.md)."""
-    if uri_scheme(uri) != "sqlite":
-        return uri
-    try:
-        url = sa.engine.make_url(uri)
-    except (sa.exc.ArgumentError, ValueError):
-        return uri  # open_table reports it
-    database = url.database
-    if url.query or not database or database == ":memory:" or database.startswith("file:"):
-        return uri
-    return f"{url.drivername}:///file:{quote(database)}?mode=ro&uri=true"
+    return open_table(uri, args.cluster, read_only=read_only, **options, **extra)
 
 
 def missing_sqlite_file(uri: str) -> str | None:

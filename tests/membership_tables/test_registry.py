@@ -27,6 +27,7 @@ def test_public_names_are_exactly_the_intended_ones() -> None:
             "MembershipTable",
             "MembershipTableData",
             "MembershipTableError",
+            "ReadOnlyTableError",
             "SiloAddress",
             "SiloStatus",
             "TableUnavailableError",

@@ -14,9 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from membership_tables import MembershipTable, MembershipTableError, SiloAddress, SiloStatus, open_table
+from membership_tables import (
+    MembershipTable,
+    ReadOnlyTableError,
+    SiloAddress,
+    SiloStatus,
+    open_table,
+)
 from silo.cli.commands import main
-from silo.cli.table_access import read_only_uri
 from silo.exit_codes import ExitCode
 from testbed.cluster_harness import sqlite_cluster
 from tests.silo.rpc_fakes import T0, entry
@@ -134,13 +139,12 @@ def test_run_refuses_a_wildcard_host_without_an_advertised_one(capsys: pytest.Ca
     assert "give --advertise-host" in capsys.readouterr().err
 
 
-def test_status_opens_a_sqlite_table_read_only(uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_opens_a_sqlite_table_read_only(uri: str, capsys: pytest.CaptureFixture[str]) -> None:
     with open_table(uri, CLUSTER) as table:
         add(table, (A, SiloStatus.ACTIVE))
-    assert read_only_uri(uri) == f"sqlite:///file:{tmp_path / 'm.db'}?mode=ro&uri=true"
-    with open_table(read_only_uri(uri), CLUSTER) as reader:
+    with open_table(uri, CLUSTER, read_only=True) as reader:
         assert reader.read_all().version.version == 1
-        with pytest.raises(MembershipTableError):
+        with pytest.raises(ReadOnlyTableError, match="opened read-only"):
             reader.update_i_am_alive(A, T0 + timedelta(days=1))
     assert main(["status", "--table", uri, "--cluster", CLUSTER], {}) == 0
     assert str(A) in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""``silo kill`` and ``silo cleanup`` through the CLI on every store with a server (real servers, ``tests/services``).
+"""``silo kill``, ``silo cleanup`` and ``silo status`` (read-only) through the CLI on every store with a server.
 
 The table's secret goes the way an operator gives it: MariaDB's password and ZooKeeper's digest
 password (the URI names only the user; the znodes carry that user's digest ACL, so no other
@@ -8,6 +8,7 @@ credentials as ``--table-option``.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -113,3 +114,20 @@ def test_kill_writes_dead_with_the_reason_and_refuses_the_last_active_silo(store
     assert {e.status for e in table.read_all().entries} == {SiloStatus.DEAD}
     assert cli(store, "cleanup", "--older-than", "1d") == 0  # both are fresh: nothing removed
     assert len(table.read_all().entries) == 2
+
+
+def test_status_reads_every_store_read_only_and_changes_nothing(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = store.table
+    for address in (A, B):
+        assert table.insert_row(entry(address, SiloStatus.ACTIVE), table.read_all().version.next())
+    before = table.read_all()
+    capsys.readouterr()
+    assert cli(store, "status", "--json") == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [silo["address"] for silo in document["silos"]] == [str(A), str(B)]
+    assert document["version"] == before.version.version
+    assert cli(store, "status") == 0
+    assert str(A) in capsys.readouterr().out
+    assert table.read_all() == before

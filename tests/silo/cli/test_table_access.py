@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from membership_tables import ReadOnlyTableError
+from membership_tables.read_only import ReadOnlyMembershipTable
 from membership_tables.redaction import redact
 from silo.cli.commands import main
-from silo.cli.table_access import backend_options, table_secret, with_secret
+from silo.cli.table_access import backend_options, open_configured_table, table_secret, with_secret
 from silo.errors import OptionsError
 
 
@@ -91,3 +93,17 @@ def test_table_options_reach_the_backend(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["status", *common, "--table-option", "statement_timeout=2"], {}) == 0
     assert main(["status", *common], {"SILO_TABLE_OPTION": "bogus=1"}) == 2
     assert "unknown SQL table options ['bogus']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+def test_read_commands_get_a_handle_that_refuses_writes(tmp_path: Path, read_only: bool) -> None:
+    """What ``silo status`` (and ``--watch``) and ``silo dashboard`` open; ``kill`` and ``cleanup`` open it to write."""
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    assert main(["table", "init", uri, "--cluster", "c"], {}) == 0
+    opened = argparse.Namespace(table=uri, cluster="c", table_password_file=None, table_options=[("pool_size", "1")])
+    with open_configured_table(opened, {}, read_only=read_only) as table:
+        assert isinstance(table, ReadOnlyMembershipTable) == read_only
+        if read_only:
+            with pytest.raises(ReadOnlyTableError):
+                table.delete_cluster_entries()
+        assert table.read_version().version == 0
