@@ -15,11 +15,8 @@ import random as random_module
 from collections.abc import Awaitable, Callable, Sequence
 
 from membership_tables import SiloAddress
-from silo.membership.clock import Clock
-from silo.membership.local_health import LocalHealth, effective_timeout
 from silo.membership.observer import MembershipObserver
-from silo.membership.options import SiloOptions
-from silo.membership.probing import Prober, reached_through
+from silo.membership.probing import MonitoredLink, reached_through
 
 logger = logging.getLogger(__name__)
 
@@ -32,24 +29,14 @@ class IndirectRounds:
 
     def __init__(
         self,
+        link: MonitoredLink,
         *,
-        target: SiloAddress,
-        local: SiloAddress,
-        options: SiloOptions,
-        clock: Clock,
-        prober: Prober,
-        local_health: LocalHealth,
         intermediaries: Callable[[], Sequence[SiloAddress]],
         random: random_module.Random,
         observer: MembershipObserver,
         settled: RoundSettled,
     ) -> None:
-        self._target = target
-        self._local = local
-        self._options = options
-        self._clock = clock
-        self._prober = prober
-        self._health = local_health
+        self._link = link
         self._intermediaries = intermediaries
         self._random = random
         self._observer = observer
@@ -68,11 +55,11 @@ class IndirectRounds:
             return False
         if self.started is None or self.started <= evidence_start:
             return True  # no round covers the current silence yet (or the last one vetoed, or a heal)
-        return self._clock.monotonic() - self.started >= suspect_after
+        return self._link.clock.monotonic() - self.started >= suspect_after
 
     def allow_vote(self, evidence_start: float) -> bool:
         """No veto from a finished round that covers the silence from ``evidence_start`` (or no one to ask)."""
-        if not self._options.enable_indirect_probes:
+        if not self._link.options.enable_indirect_probes:
             return True
         if self.started is None:
             return not self._candidates()  # no intermediary exists: our own evidence decides
@@ -84,25 +71,27 @@ class IndirectRounds:
         candidates = self._candidates()
         if not candidates:
             return
-        chosen = self._random.sample(candidates, min(self._options.num_indirect_probes, len(candidates)))
-        self.started = self._clock.monotonic()
+        chosen = self._random.sample(candidates, min(self._link.options.num_indirect_probes, len(candidates)))
+        self.started = self._link.clock.monotonic()
         self._vetoed = False
         self.task = asyncio.create_task(self._round(chosen, self.started))
 
     def _candidates(self) -> list[SiloAddress]:
-        return [silo for silo in self._intermediaries() if silo not in (self._target, self._local)]
+        return [silo for silo in self._intermediaries() if silo not in (self._link.target, self._link.local)]
 
     async def _round(self, intermediaries: Sequence[SiloAddress], started: float) -> None:
         results = await asyncio.gather(*(self._probe_through(via) for via in intermediaries))
         self._vetoed = any(results)
-        self._observer.indirect_round_completed(self._target, len(intermediaries), self._vetoed)
+        self._observer.indirect_round_completed(self._link.target, len(intermediaries), self._vetoed)
         if self._vetoed:
             logger.info(
                 "silo %s: %s answered an intermediary, so it is alive (our link to it may be bad): no vote",
-                self._local, self._target,
+                self._link.local, self._link.target,
             )  # fmt: skip
         await self._settled(started, self._vetoed)
 
     async def _probe_through(self, intermediary: SiloAddress) -> bool:
-        timeout = effective_timeout(self._options.probe_timeout, self._health.score())
-        return await reached_through(self._prober, self._clock, self._local, intermediary, self._target, timeout)
+        timeout = self._link.probe_timeout()
+        return await reached_through(
+            self._link.prober, self._link.clock, self._link.local, intermediary, self._link.target, timeout
+        )

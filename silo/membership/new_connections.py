@@ -14,11 +14,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from membership_tables import SiloAddress
-from silo.membership.clock import Clock, with_timeout
-from silo.membership.local_health import LocalHealth, effective_timeout
-from silo.membership.options import SiloOptions
-from silo.membership.probing import ProbeOutcome, Prober
+from silo.membership.clock import with_timeout
+from silo.membership.probing import MonitoredLink, ProbeOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -32,26 +29,11 @@ less to find)."""
 class NewConnectionProbes:
     """One target's pings on new connections and bare connects, for its ``SiloHealthMonitor``."""
 
-    def __init__(
-        self,
-        *,
-        target: SiloAddress,
-        local: SiloAddress,
-        options: SiloOptions,
-        clock: Clock,
-        prober: Prober,
-        local_health: LocalHealth,
-        answered: Callable[[float], None],
-    ) -> None:
+    def __init__(self, link: MonitoredLink, *, answered: Callable[[float], None]) -> None:
         """``answered(sent)``: the target answered a ping on a new connection sent at ``sent``."""
+        self._link = link
         self._answered = answered
-        self._names = (local, target)
-        self._target = target
-        self._local = local
-        self._options = options
-        self._clock = clock
-        self._prober = prober
-        self._health = local_health
+        self._names = (link.local, link.target)
         self.path_down_at: float | None = None
         """Monotonic send time of the latest bare connect to the target that got no answer."""
 
@@ -60,7 +42,7 @@ class NewConnectionProbes:
 
         Not counted in local health (its loss share is the usual connection's), and a failure
         adds nothing: silence is measured on the usual connection as before."""
-        sent = self._clock.monotonic()
+        sent = self._link.clock.monotonic()
         if await self.outcome() is ProbeOutcome.ANSWERED:
             logger.debug("silo %s: %s answered on a new connection", *self._names)
             self._answered(sent)
@@ -68,23 +50,25 @@ class NewConnectionProbes:
     async def recheck(self) -> tuple[float, ProbeOutcome]:
         """After a first refusal: ``REFUSAL_RECHECK`` of a probe interval later, a ping on a new
         connection, and its send time and outcome."""
-        await self._clock.sleep(REFUSAL_RECHECK * self._options.effective_probe_interval)
-        sent = self._clock.monotonic()
+        await self._link.clock.sleep(REFUSAL_RECHECK * self._link.options.effective_probe_interval)
+        sent = self._link.clock.monotonic()
         return sent, await self.outcome()
 
     async def outcome(self) -> ProbeOutcome:
         """How a ping of the target on a connection opened for it ends (any failure: timed out)."""
-        timeout = effective_timeout(self._options.probe_timeout, self._health.score())
+        timeout = self._link.probe_timeout()
         try:
-            return await with_timeout(self._clock, self._prober.ping_on_new_connection(self._target, timeout), timeout)
+            return await with_timeout(
+                self._link.clock, self._link.prober.ping_on_new_connection(self._link.target, timeout), timeout
+            )
         except Exception as exc:
-            logger.debug("silo %s: ping of %s on a new connection failed: %r", self._local, self._target, exc)
+            logger.debug("silo %s: ping of %s on a new connection failed: %r", self._link.local, self._link.target, exc)
             return ProbeOutcome.TIMED_OUT
 
     async def check_path(self) -> None:
         """A bare TCP connect: remembers when the path to the target's host was last seen down."""
-        sent = self._clock.monotonic()
-        if await self._connect(self._options.probe_timeout) is ProbeOutcome.TIMED_OUT:
+        sent = self._link.clock.monotonic()
+        if await self._connect(self._link.options.probe_timeout) is ProbeOutcome.TIMED_OUT:
             self.path_down_at = sent if self.path_down_at is None else max(self.path_down_at, sent)
 
     async def last_check(self, silent_since: float) -> None:
@@ -96,14 +80,14 @@ class NewConnectionProbes:
         its vote is not delayed; a cut still on delays it by the connect's wait."""
         if self.path_down_at is None or self.path_down_at < silent_since:
             return
-        quick = min(self._options.probe_timeout, self._options.effective_probe_interval / 2)
+        quick = min(self._link.options.probe_timeout, self._link.options.effective_probe_interval / 2)
         if await self._connect(quick) is ProbeOutcome.ANSWERED:
             logger.info("silo %s: the cut to %s healed; a ping on a new connection before any vote", *self._names)
             await self.ping()
 
     async def _connect(self, timeout: float) -> ProbeOutcome:
         try:
-            return await with_timeout(self._clock, self._prober.connect(self._target, timeout), timeout)
+            return await with_timeout(self._link.clock, self._link.prober.connect(self._link.target, timeout), timeout)
         except Exception as exc:
-            logger.debug("silo %s: connect to %s failed: %r", self._local, self._target, exc)
+            logger.debug("silo %s: connect to %s failed: %r", self._link.local, self._link.target, exc)
             return ProbeOutcome.TIMED_OUT

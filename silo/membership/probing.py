@@ -17,7 +17,8 @@ from membership_tables import MembershipTableData, SiloAddress
 from silo.errors import SiloError
 from silo.membership.clock import Clock, with_timeout
 from silo.membership.lease import MembershipConfirmation
-from silo.membership.local_health import MAX_SCORE, effective_timeout
+from silo.membership.local_health import MAX_SCORE, LocalHealth, effective_timeout
+from silo.membership.options import SiloOptions
 from silo.membership.snapshot import MembershipDelta
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,22 @@ class ProbeOutcome(enum.Enum):
     answered: evidence of a crash or a restart, never produced by loss or a partition."""
     TIMED_OUT = "timed_out"
     """No answer in time (or any other failure): silence, which may be loss or a partition."""
+
+
+@dataclass(frozen=True)
+class MonitoredLink:
+    """What the parts of one target's monitor share: who probes whom, through what, on which clock."""
+
+    target: SiloAddress
+    local: SiloAddress
+    options: SiloOptions
+    clock: Clock
+    prober: Prober
+    health: LocalHealth
+
+    def probe_timeout(self) -> float:
+        """The probe timeout, lengthened by our local-health score (Lifeguard)."""
+        return effective_timeout(self.options.probe_timeout, self.health.score())
 
 
 @dataclass(frozen=True)

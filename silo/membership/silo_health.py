@@ -53,7 +53,7 @@ from silo.membership.local_health import LocalHealth, effective_timeout
 from silo.membership.new_connections import NewConnectionProbes
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
-from silo.membership.probing import ProbeOutcome, Prober
+from silo.membership.probing import MonitoredLink, ProbeOutcome, Prober
 from silo.membership.votes import VoteOutcome
 
 logger = logging.getLogger(__name__)
@@ -107,17 +107,14 @@ class SiloHealthMonitor:
         self.refusals = 0
         self.answered = False
         """True once the target answered us (or an intermediary) at least once."""
+        link = MonitoredLink(target, local, options, clock, prober, local_health)
         self._rounds = IndirectRounds(
-            target=target, local=local, options=options, clock=clock, prober=prober, local_health=local_health,
-            intermediaries=intermediaries, random=random, observer=observer, settled=self._round_settled,
-        )  # fmt: skip
+            link, intermediaries=intermediaries, random=random, observer=observer, settled=self._round_settled
+        )
         self._last_vote: float | None = None
         self._last_denied_log: float | None = None
         self._voting: asyncio.Task[None] | None = None
-        self._new_connections = NewConnectionProbes(
-            target=target, local=local, options=options, clock=clock, prober=prober, local_health=local_health,
-            answered=self._answered_on_new_connection,
-        )  # fmt: skip
+        self._new_connections = NewConnectionProbes(link, answered=self._answered_on_new_connection)
         self._probes = BackgroundTasks()
         self._loop: asyncio.Task[None] | None = None
         self.votes_cast = 0
