@@ -51,11 +51,11 @@ class LossyProber:
         self._rng = random.Random(seed)
         self.injected = Injected()
 
-    async def ping(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
+    async def ping(self, target: SiloAddress, timeout: float, known_version: int = 0) -> ProbeOutcome:
         remaining = await self._impair(timeout)
         if remaining is None:
             return ProbeOutcome.TIMED_OUT
-        return await self._inner.ping(target, remaining)
+        return await self._inner.ping(target, remaining, known_version)
 
     async def ping_on_new_connection(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
         remaining = await self._impair(timeout)

@@ -78,6 +78,18 @@
  *   VOUCH_WITNESS                  assert that the peers never renew the lease of a silo that
  *                                  owns the key and whose lease ran out: the counterexample
  *                                  shows that the vouching does take place
+ *   JOINS                          (with PEERS) silo 0 joins (section "Joins" below): it starts
+ *                                  outside the table, inserts its row Joining, validates by
+ *                                  pinging every fresh Active silo of its view (each takes the
+ *                                  joiner's known version as heard), writes itself Active and
+ *                                  serves the key, which it takes from silo 1, only after its
+ *                                  takeover wait; every ConfirmMembership ask carries the asker's
+ *                                  newest version heard (taken as heard by whoever answers)
+ *   MUTANT_JOIN_PING_SILENT        the validation pings carry no version
+ *   MUTANT_JOINER_NO_WAIT          the joiner serves as soon as it wrote itself Active
+ *   MUTANT_GHOST_ONLY_IF_SEEN_ACTIVE  a death starts the takeover wait only if the dead silo was
+ *                                  Active in the silo's previous view (not if it joined and died
+ *                                  between two of its reads)
  *   ZOMBIE_WITNESS=1 / =2          assert that a new owner never serves while the silo declared
  *                                  Dead before it, which served the key after that on its
  *                                  lease, still believes it owns the key, hung (1) or running
@@ -120,6 +132,14 @@
 #endif
 #else
 #undef PEERS              /* the lease through peers needs the lease */
+#endif
+#ifndef PEERS
+#undef JOINS              /* joins are checked with the lease through peers */
+#endif
+#ifdef JOINS
+#define JOINER 0          /* first in the key's order: its join takes the key from silo 1 */
+#undef DELAYS
+#define DELAYS 0          /* a read's view is taken in when it is sent (see "Joins") */
 #endif
 
 #define S             2   /* rounds of silence to suspect (num_missed_probes_limit * probe_timeout) */
@@ -206,6 +226,13 @@ byte unsure_left = UNSURE;
 #ifdef VOUCH_WITNESS
 hidden byte no_fenced_owner_vouched;
 #endif
+#ifdef JOINS
+/* ---- joins (see "Joins"): the joiner's row, absent, then Joining, then Active ------------ */
+byte absm = B(JOINER); /* rows not in the table yet */
+byte joinm = B(JOINER);/* rows not Active yet (absent or Joining) */
+bit  validated;        /* every fresh Active silo of the joiner's view answered its ping */
+byte jdeadv;           /* the silos whose view shows the joiner Dead */
+#endif
 #endif
 hidden byte hn;
 hidden byte one_server_per_key, no_zombie_takeover;
@@ -235,10 +262,17 @@ hidden byte hi, hj, hk, hc, hsucc, hfail, hmask, hfa, hreq, ht;
 hidden byte version_written_once, dead_is_terminal, dead_silo_writes_nothing;
 hidden byte own_vote_only, voter_observed_silence, quorum_of_distinct_voters, majority_side_survives;
 
+#ifdef JOINS
+/* a silo not Active in the table yet (absent or Joining) is not monitored, not voted on and
+ * not counted: for the failure detector it is as good as Dead (its row never was) */
+#define DEAD(x)     BIT(deadm | joinm, x)
+#define FAILED(x)   BIT(failm | joinm, x)
+#else
 #define DEAD(x)     BIT(deadm, x)
+#define FAILED(x)   BIT(failm, x)
+#endif
 #define CRASHED(x)  BIT(crashm, x)
 #define HUNG(x)     BIT(hungm, x)
-#define FAILED(x)   BIT(failm, x)
 #define STALE(x)    BIT(stalem, x)
 #define TERM(x)     BIT(termm, x)
 #define DOWN(x)     ((downv >> (2 * (x))) & 3)
@@ -471,11 +505,33 @@ inline end_vote(me) {
 #define ZOMBIE(me, x)   ((x) < N && (x) != (me) && DEAD(x) && !LEFT(x) && BIT(zservedm, x) \
                          && !CRASHED(x) && !TERM(x) && KEY_OWNER(x) && ZOMBIE_HOW(x))
 
+#ifdef JOINS
+/* what a read shows: rows Dead or not Active yet (for the key), and the Joining ones */
+#define KVIEW           (deadm | joinm)
+#define JOINING_ROWS    (joinm & ~absm)
+#else
+#define KVIEW           deadm
+#define JOINING_ROWS    0
+#endif
 /* a read sent `age` rounds ago showed its own row Active and the Dead rows `view` */
 inline confirm(me, view, age) {
   /* the deaths ahead of it that it learns now, by the others' votes, of silos that do not
    * refuse connections: each starts the wait */
   hn = (view) & AHEAD(me) & ~kdead[me];
+#if defined(JOINS) && !defined(MUTANT_GHOST_ONLY_IF_SEEN_ACTIVE)
+  /* a death is learned when the row turns Dead in the view, whatever it was before: the
+   * joiner may have joined and died between two of this silo's reads (never Active in its view) */
+  if
+  :: BIT(deadm, JOINER) && !BIT(jdeadv, me) -> hn = hn | (B(JOINER) & AHEAD(me))
+  :: else -> skip
+  fi;
+#endif
+#ifdef JOINS
+  if
+  :: BIT(deadm, JOINER) -> SET(jdeadv, me)
+  :: else -> skip
+  fi;
+#endif
 #ifdef MUTANT_WAIT_FOR_PREVIOUS_OWNER_ONLY
   if
   :: ((view) & AHEAD(me)) == AHEAD(me) -> hn = hn & (~hn + 1)   /* the owner of its previous view */
@@ -488,7 +544,7 @@ inline confirm(me, view, age) {
   fi;
   kdead[me] = (view) & AHEAD(me);
 #ifdef PEERS
-  vdead[me] = (view);
+  vdead[me] = (view) & ~JOINING_ROWS;   /* a Joining row is a member (not Dead), not an owner */
 #endif
   if
   :: KEY_OWNER(me) -> lage[me] = age
@@ -504,10 +560,11 @@ inline confirm(me, view, age) {
 }
 #ifdef PEERS
 /* a read of version v: the view is v, and whatever the silo wrote is in it */
-#define READ_VERSION(me, v) vver[me] = (v); hver[me] = (hver[me] < (v) -> (v) : hver[me]); CLR(unsurem, me)
-#define CONFIRM(me) if :: !DEAD(me) -> confirm(me, deadm, 0); READ_VERSION(me, tver) :: else -> skip fi
+#define HEAR(x, v)      hver[x] = (hver[x] < (v) -> (v) : hver[x])
+#define READ_VERSION(me, v) vver[me] = (v); HEAR(me, v); CLR(unsurem, me)
+#define CONFIRM(me) if :: !DEAD(me) -> confirm(me, KVIEW, 0); READ_VERSION(me, tver) :: else -> skip fi
 #else
-#define CONFIRM(me) if :: !DEAD(me) -> confirm(me, deadm, 0) :: else -> skip fi
+#define CONFIRM(me) if :: !DEAD(me) -> confirm(me, KVIEW, 0) :: else -> skip fi
 #endif
 
 /* a crashed or stopped silo serves nothing again: its lease state goes */
@@ -658,6 +715,72 @@ inline committed(me) {
   fi
 }
 #define COMMITTED(me)   committed(me)
+
+#ifdef JOINS
+/* ---- joins (silo.membership.agent.join, row_writer.insert_self, "Joins" in the docs) -------
+ * The joiner reads the table and inserts its row Joining (one versioned write); pings every
+ * fresh Active silo of its view until each answered (a stale one, crashed or hung, is skipped:
+ * the code gives up on a heartbeat that stood still), each taking the joiner's newest version
+ * heard as heard before it answers (PingRequest.known_version); then writes itself Active,
+ * which confirms its lease and starts its own takeover wait (none if it is alone). Until it is
+ * Active the failure detector leaves it out (DEAD and FAILED include joinm). */
+#define PINGED(j, x)    ((x) < N && (x) != (j) && !BIT(vdead[j], x) && !STALE(x))
+#define MISSED1(j, x)   (PINGED(j, x) && !REACH(j, x))
+#define VALIDATES(j)    (!BIT(absm, j) && !validated && SUM5(MISSED1, j) == 0)
+
+inline join_insert(j) {
+  tver++; current = 0; CLR(absm, j);
+  vver[j] = tver; hver[j] = tver;
+  vdead[j] = deadm
+}
+
+inline join_validate(j) {
+  validated = 1;
+#ifndef MUTANT_JOIN_PING_SILENT
+  hi = 0;
+  do
+  :: hi < N ->
+     if
+     :: PINGED(j, hi) -> HEAR(hi, hver[j])
+     :: else -> skip
+     fi;
+     hi++
+  :: else -> break
+  od;
+  hi = 0;
+#endif
+  skip
+}
+
+inline join_activate(j) {
+  tver++; current = 0; CLR(joinm, j);
+  vver[j] = tver; hver[j] = tver;
+  vdead[j] = deadm; kdead[j] = 0; lage[j] = 0;
+#ifdef MUTANT_JOINER_NO_WAIT
+  lwait[j] = 0
+#else
+  if
+  :: (deadm | B(j)) == B(N) - 1 -> lwait[j] = 0     /* alone: nobody else held the key */
+  :: else -> lwait[j] = WAIT_TICKS
+  fi
+#endif
+}
+
+/* every member of me's view that answers its ask hears me's newest version */
+inline tell_members(me) {
+  hi = 0;
+  do
+  :: hi < N ->
+     if
+     :: MEMBER(me, hi) && ANSWERS(me, hi) -> HEAR(hi, hver[me])
+     :: else -> skip
+     fi;
+     hi++
+  :: else -> break
+  od;
+  hi = 0
+}
+#endif
 #else
 #define COMMITTED(me)   skip
 #endif
@@ -870,6 +993,18 @@ inline conditional_write(me) {
 }
 
 proctype Silo(byte me) {
+#ifdef JOINS
+  if
+  :: me == JOINER ->
+end_insert:
+     atomic { !tdown && SERVING(me) -> join_insert(me) };
+end_validate:
+     atomic { SERVING(me) && VALIDATES(me) -> join_validate(me) };
+end_activate:
+     atomic { !tdown && SERVING(me) -> join_activate(me) }
+  :: else -> skip
+  fi;
+#endif
 end_silo:
   do
   :: atomic {
@@ -912,17 +1047,29 @@ end_silo:
 #ifdef MUTANT_LEAVE_WRITES_FIRST
   :: atomic { BIT(leavingm, me) && RUNNING(me) -> stop_serving(me) }
 #endif
-#ifdef PEERS
+#if defined(PEERS) && !defined(JOINS)
   /* the table is down: it asks every other member of its view (ConfirmMembership) */
   :: atomic {
        tdown && !BIT(writem, me) && !READING(me) && SERVING(me) && MAY_ASK(me) && VOUCHED(me) ->
        vouched(me)
      }
 #endif
+#ifdef JOINS
+  /* the same, and every member that answers takes the asker's newest version as heard first
+   * (ConfirmMembershipRequest.known_version), whether or not the ask renews the lease */
+  :: atomic {
+       tdown && !BIT(writem, me) && !READING(me) && SERVING(me) && !BIT(vdead[me], me) ->
+       tell_members(me);
+       if
+       :: MAY_ASK(me) && VOUCHED(me) -> vouched(me)
+       :: else -> skip
+       fi
+     }
+#endif
   /* a read whose answer takes rounds: it is linearized when sent (the latest anchor it could
    * claim), its answer is taken in when it returns; meanwhile the silo reads nothing else */
   :: atomic { delays_left > 0 && rdm == 0 && !BIT(writem, me) && SERVING(me) && !tdown ->
-              delays_left--; rdm = B(me); rdage = 0; rdview = deadm; rdok = !DEAD(me)
+              delays_left--; rdm = B(me); rdage = 0; rdview = KVIEW; rdok = !DEAD(me)
 #ifdef PEERS
               ; rdver = tver
 #endif
@@ -949,6 +1096,15 @@ end_silo:
 
 init {
   atomic {
+#ifdef JOINS
+    /* the joiner is in nobody's view; silo 1 owns the key, confirmed just now */
+    hi = 0;
+    do
+    :: hi < N -> kdead[hi] = B(JOINER) & AHEAD(hi); vdead[hi] = B(JOINER); hi++
+    :: else -> break
+    od;
+    lage[JOINER] = LEASE_TICKS;
+#endif
     run Clock();
     hi = 0;
     do

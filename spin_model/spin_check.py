@@ -8,6 +8,8 @@
     python spin_model/spin_check.py --n 3 --lease -D MUTANT_NO_TAKEOVER_WAIT
     python spin_model/spin_check.py --n 3 --peers                  # ... and the lease through peers
     python spin_model/spin_check.py --n 3 --peers -D MUTANT_VOUCH_MAJORITY
+    python spin_model/spin_check.py --n 3 --joins                  # ... and a silo that joins
+    python spin_model/spin_check.py --n 3 --joins -D MUTANT_JOIN_PING_SILENT
 
 Each check runs ``spin -a`` on a copy of the model in a temporary directory, compiles
 ``pan.c`` with gcc and runs ``./pan``; the verdict says how many errors pan found, which
@@ -77,6 +79,13 @@ table outages, and one write whose writer does not learn that it committed."""
 
 PEERS_MUTANT_BOUNDS = Bounds(3, loss=1, faults=1, outages=1, unsure=1)
 """Smaller bounds for the lease-through-peers mutants and witness: their counterexamples need one outage."""
+
+JOINS_CHECKED = Bounds(3, loss=1, faults=1, outages=1)
+"""The bounds the test suite proves joins under (``-DLEASE -DPEERS -DJOINS``): silo 0 joins; one
+table outage (no graceful leave, no delayed read, no write of unknown outcome)."""
+
+JOINS_MUTANT_BOUNDS = Bounds(3, loss=0, faults=0, outages=1)
+"""Smaller bounds for the join mutants: a join and one outage, nothing else, give their counterexamples."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +166,7 @@ def verify(
     defines: Sequence[str] = (),
     lease: bool = False,
     peers: bool = False,
+    joins: bool = False,
     symmetry: bool = True,
     ignore_assertions: bool = False,
     optimize: bool = True,
@@ -172,7 +182,8 @@ def verify(
     ``lease`` adds the membership lease, the key and the takeover wait (``-DLEASE``: its
     assertion ``one_server_per_key``; assertions only, without the symmetry reduction, which
     the key's order of the silos breaks); ``peers`` adds to it the lease through peers during a
-    table outage (``-DPEERS``). ``symmetry`` reduces assertion runs by renaming the
+    table outage (``-DPEERS``), and ``joins`` a silo that joins (``-DJOINS``). ``symmetry`` reduces
+    assertion runs by renaming the
     silos (never for ltl blocks, which name silo 0); ``ignore_assertions`` makes a liveness
     run report the ltl property only (a safety ltl block is itself an assertion of the never
     claim: use ``NO_ASSERTIONS``). ``optimize`` False compiles pan with ``gcc -O0`` (about 1 s
@@ -184,8 +195,10 @@ def verify(
     workdir = Path(tempfile.mkdtemp(prefix="spin-", dir=keep)) if keep else Path(tempfile.mkdtemp(prefix="spin-"))
     try:
         shutil.copy(MODEL, workdir / MODEL.name)
+        peers = peers or joins
         lease = lease or peers
-        flags = [*bounds.defines(), *(["LEASE"] if lease else []), *(["PEERS"] if peers else []), *defines]
+        flags = [*bounds.defines(), *(["LEASE"] if lease else []), *(["PEERS"] if peers else [])]
+        flags += [*(["JOINS"] if joins else []), *defines]
         if ltl is None and symmetry and not lease:
             flags.append("SYMMETRY")
         liveness = ltl is not None and ltl not in SAFETY_LTL
@@ -229,6 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--outages", type=int, help="table outages (default: the suite's bound for N, else 1)")
     parser.add_argument("--lease", action="store_true", help="add the lease and the takeover wait (-DLEASE)")
     parser.add_argument("--peers", action="store_true", help="the lease through peers too (-DLEASE -DPEERS)")
+    parser.add_argument("--joins", action="store_true", help="a silo that joins too (-DLEASE -DPEERS -DJOINS)")
     parser.add_argument("--unsure", type=int, help="writes of unknown outcome, with --peers (default: 1)")
     parser.add_argument("--leaves", type=int, help="graceful leaves, with --lease (default: 1)")
     parser.add_argument("--delays", type=int, help="reads answered rounds later, with --lease (default: 1)")
@@ -244,9 +258,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if reason:
         print(reason, file=sys.stderr)
         return 2
-    if (args.lease or args.peers) and args.ltl:
-        parser.error("--lease and --peers check assertions only")
-    if args.peers:
+    if (args.lease or args.peers or args.joins) and args.ltl:
+        parser.error("--lease, --peers and --joins check assertions only")
+    if args.joins:
+        default = JOINS_CHECKED if args.n == JOINS_CHECKED.n else Bounds(args.n, 1, 1, 1)
+    elif args.peers:
         default = PEERS_CHECKED if args.n == PEERS_CHECKED.n else Bounds(args.n, 1, 1, 2, unsure=1)
     elif args.lease:
         default = LEASE_CHECKED if args.n == LEASE_CHECKED.n else Bounds(args.n, 1, 1, 1, leaves=1, delays=1)
@@ -267,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         defines=args.defines,
         lease=args.lease,
         peers=args.peers,
+        joins=args.joins,
         symmetry=not args.no_symmetry,
         hash_bits=args.hash_bits,
         memory_mb=args.memory_mb,
@@ -274,6 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         keep=args.keep,
     )
     lease = " with the lease through peers" if args.peers else " with the lease" if args.lease else ""
+    lease = " with the lease through peers and a join" if args.joins else lease
     what = f"ltl {args.ltl}" if args.ltl else "assertions" + lease
     what += " (bitstate)" if args.bitstate else ""
     print(f"{bounds} {' '.join('-D' + d for d in args.defines)} {what}: {verdict.summary()}")

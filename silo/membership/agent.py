@@ -217,7 +217,10 @@ class MembershipAgent:
         timeout = self._options.probe_timeout
         async with in_flight:
             try:
-                outcome = await with_timeout(self._clock, self._prober.ping(peer, timeout), timeout)
+                # the ping tells the peer our insert's version before it answers: the peer then
+                # vouches for no view without our row in an outage (``silo.membership.lease``)
+                ping = self._prober.ping(peer, timeout, self._manager.newest_version_heard)
+                outcome = await with_timeout(self._clock, ping, timeout)
                 return outcome is ProbeOutcome.ANSWERED
             except Exception as exc:
                 logger.debug("silo %s: join ping of %s failed: %r", self._address, peer, exc)

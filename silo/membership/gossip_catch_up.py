@@ -44,7 +44,7 @@ class GossipCatchUp:
         """
         view = self._view
         version = message.version
-        view.announced_version = max(view.announced_version, version)
+        view.hear_of(version)
         if message.delta is not None and await view.apply(message.delta):
             return
         delta = message.delta

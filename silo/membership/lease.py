@@ -36,9 +36,9 @@ peer can read the table either, the outage may be everyone's: the asker goes on 
 if **every** other non-Dead member of its view answered that it cannot reach the table, holds
 the same view version, has heard of no newer one and has no write whose outcome it does not
 know. Then no write has been made since that version by any of them, so none declared anyone
-Dead, and a silo that joined meanwhile would have announced its insert to them (its gossip,
-and every ``ConfirmMembership`` carries the newest version its asker knows of, which the asked
-silo takes as heard: a joiner asking during the outage tells them too).
+Dead, and a silo that joined meanwhile told them of its insert before it turned Active: its
+connectivity pings carry the newest version it knows of (``PingRequest.known_version``), as
+does every ``ConfirmMembership``, and the silo asked takes it as heard before it answers.
 One member that does not answer (crashed, cut off, or with a newer view) and the asker
 fences: it cannot tell an outage for all from a cut between it and the part that has the
 table. docs/protocol.md, "The membership lease", has the argument.

@@ -152,7 +152,7 @@ class LeaseKeeper:
         Only for silos of our view: a stranger must not make us read the table for it. The
         asker's ``known_version``, newest it knows of, is taken as heard, as gossip is."""
         view = self._view
-        view.announced_version = max(view.announced_version, known_version)
+        view.hear_of(known_version)
         snapshot = view.snapshot
         if snapshot.entry(asker) is not None and not view.terminated.is_set() and not self._earlier_read_running(asker):
             # within half the asker's wait, so it gets our answer either way

@@ -79,8 +79,10 @@ def bounded_indirect_timeout(requested: float, probe_timeout: float) -> float:
 class Prober(Protocol):
     """Direct and indirect probes of other silos."""
 
-    async def ping(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
-        """Ping ``target`` and say how it ended within ``timeout`` seconds."""
+    async def ping(self, target: SiloAddress, timeout: float, known_version: int = 0) -> ProbeOutcome:
+        """Ping ``target`` and say how it ended within ``timeout`` seconds; ``known_version`` (a
+        joiner's validation ping): the newest table version we know of, which ``target`` takes
+        as heard before it answers (0: not said)."""
         ...
 
     async def ping_on_new_connection(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
@@ -179,6 +181,11 @@ class MembershipRpcHandler(Protocol):
 
     def health_score(self) -> int:
         """This silo's local-health score (0 = healthy, larger = worse)."""
+        ...
+
+    def hear_of(self, version: int) -> None:
+        """A peer's ping says the table has reached ``version`` (a joiner's insert): taken as heard,
+        as from gossip, so we vouch for no older view during a table outage."""
         ...
 
     async def on_gossip(self, message: GossipMessage, sender: SiloAddress | None) -> None:

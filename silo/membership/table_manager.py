@@ -167,6 +167,9 @@ class MembershipTableManager:
     async def confirm_member(self, asker: SiloAddress, known_version: int = 0) -> MembershipConfirmation:
         return await self.lease_keeper.confirm_member(asker, known_version)
 
+    def hear_of(self, version: int) -> None:
+        self.view.hear_of(version)
+
     # --- writes ----------------------------------------------------------------------------
 
     async def insert_self(self, entry: MembershipEntry, deadline: float) -> None:

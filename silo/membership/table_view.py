@@ -112,6 +112,11 @@ class TableView:
         """The newest table version we know exists: our view's, or one gossip, a lost race or a peer's ask announced."""
         return max(self.announced_version, self.snapshot.version)
 
+    def hear_of(self, version: int) -> None:
+        """A peer (gossip, a ``ConfirmMembership`` ask, a joiner's ping) or our own write says the
+        table has reached ``version``: we vouch for no older view in an outage until a read."""
+        self.announced_version = max(self.announced_version, version)
+
     @property
     def table_down(self) -> bool:
         """True once table calls have failed for ``probe_timeout`` with no success in between."""
@@ -314,6 +319,7 @@ class TableView:
         our full re-read after it: receivers at the base version need nothing from our read, and
         a death must not wait for it. ``reread_if_behind=False`` keeps our older view instead
         (the periodic refresh catches up)."""
+        self.hear_of(committed.version.version)  # even while our view lags it (a join storm's insert)
         base = committed.version.version - 1
         delta = MembershipDelta(base, committed.version, committed.rows)
         since = self._applies_from(base, delta.silos) if self.snapshot.version == base else base

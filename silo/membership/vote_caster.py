@@ -337,7 +337,7 @@ class VoteCaster:
             functools.partial(view.table.update_rows_with_etags, updates, data.version.next())
         )
         if committed is None:  # the table moved past the version decided on
-            view.announced_version = max(view.announced_version, read.version + 1)
+            view.hear_of(read.version + 1)
             return {target: VoteOutcome.LOST_RACE if target in decisions else outcomes[target] for target in outcomes}
         declared = []
         for target, (decision, _) in decisions.items():

@@ -6,7 +6,8 @@ certainly stopped serving (docs/protocol.md, "Takeover after fencing"):
 
 * **A silo declared Dead** (its row Dead with suspicion votes: others decided it) may still be
   serving, cut off or paused, until its membership lease runs out. Its keys stay *held* by it,
-  a ghost on our ring, for ``takeover_wait`` from when we learned of the death, unless it
+  a ghost on our ring, for ``takeover_wait`` from when we learned of the death (also when our
+  view never had it Active: it may have joined and died between two of our views), unless it
   provably cannot serve: its endpoint refuses connections (nothing listens) or another
   incarnation answers there. Then they are released at once.
 * **A silo that drains** (ShuttingDown or Stopping after it was Active) refuses new work but
@@ -64,6 +65,8 @@ class OwnershipGuard:
         self._virtual_nodes = virtual_nodes
         self._version = -1
         self._active: frozenset[SiloAddress] = frozenset()
+        self._dead: frozenset[SiloAddress] = frozenset()
+        """The silos Dead in the last snapshot observed."""
         self._ghosts: dict[SiloAddress, float] = {}
         """Silos declared Dead whose keys we may not serve yet, with the time they are released."""
         self._leavers: set[SiloAddress] = set()
@@ -89,8 +92,14 @@ class OwnershipGuard:
             return
         now = self._monotonic()
         active = frozenset(snapshot.active_silos)
+        dead = frozenset(entry.silo_address for entry in snapshot.with_status(SiloStatus.DEAD))
+        # a death learned now: of a silo Active or draining in our last view, or of one that was
+        # not Dead there at all (it joined and was declared Dead between two of our views: it may
+        # have served on its lease all the same). Not on the first view: a joiner holds every key
+        # for the takeover wait anyway.
+        died = dead - self._dead - {self._address} if self._version >= 0 else frozenset()
         leavers = set()
-        for silo in (self._active | self._leavers) - active:
+        for silo in ((self._active | self._leavers) - active) | died:
             entry = snapshot.entry(silo)
             if entry is not None and entry.status in _DRAINING:
                 leavers.add(silo)
@@ -105,7 +114,7 @@ class OwnershipGuard:
         joined = self._address in active and self._address not in self._active and self._own_hold_until is None
         if joined:
             self._own_hold_until = now + self._wait if active - {self._address} else now
-        self._version, self._active = snapshot.version, active
+        self._version, self._active, self._dead = snapshot.version, active, dead
         if not self._rebuild() and joined and self.on_change is not None:
             self.on_change()
 

@@ -151,6 +151,9 @@ class Silo(ServingQueries):
     def health_score(self) -> int:
         return self._roles.health.score()
 
+    def hear_of(self, version: int) -> None:
+        self._manager.hear_of(version)
+
     async def on_gossip(self, message: GossipMessage, sender: SiloAddress | None) -> None:
         """Relay the message, and take it in the background: the sender's call returns at once.
 

@@ -122,8 +122,8 @@ class GrpcProber:
         self._encoded_delta: tuple[MembershipDelta, pb.MembershipDelta] | None = None
         """The last delta sent and its encoding: one write goes to up to ``gossip_fanout`` silos."""
 
-    async def ping(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
-        request = pb.PingRequest(header=self._header(), sequence=next(self._sequences))
+    async def ping(self, target: SiloAddress, timeout: float, known_version: int = 0) -> ProbeOutcome:
+        request = pb.PingRequest(header=self._header(), sequence=next(self._sequences), known_version=known_version)
         streamed = self._streamed(target.endpoint, codec.PING_STREAM, codec.PING)
         return await self._ping_outcome(target, timeout, streamed.call(request, timeout))
 

@@ -416,7 +416,10 @@ async def _take_gossip(handler: SiloRpcHandler, request: pb.GossipRequest, conte
 
 
 def _ping_response(handler: SiloRpcHandler, request: pb.PingRequest) -> pb.PingResponse:
-    """The answer to one ping (unary or on a stream): who answers, its health, the ping's sequence."""
+    """The answer to one ping (unary or on a stream): who answers, its health, the ping's sequence.
+    A version the caller knows of (a joiner's) is taken as heard before the answer goes out."""
+    if request.known_version > 0:
+        handler.hear_of(request.known_version)
     return pb.PingResponse(
         responder=codec.address_to_proto(handler.silo_address),
         health_score=handler.health_score(),

@@ -190,13 +190,20 @@ class FunctionProber:
     connects: Reachability = lambda target: True
     """How bare TCP connects end (``Prober.connect``): the path to the target's host."""
     connects_made: list[SiloAddress] = field(default_factory=list)
+    tell: Callable[[SiloAddress, int], None] | None = None
+    """Hands a ping's ``known_version`` to its target before the target answers (``hear_of``)."""
+    known_versions: list[int] = field(default_factory=list)
+    """The ``known_version`` of every ping."""
 
-    async def ping(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
+    async def ping(self, target: SiloAddress, timeout: float, known_version: int = 0) -> ProbeOutcome:
         self.pings.append(target)
         self.timeouts.append(timeout)
+        self.known_versions.append(known_version)
         result = await _maybe_await(self.reachable(target))
         if isinstance(result, ProbeOutcome):
             return result
+        if result and known_version and self.tell is not None:
+            self.tell(target, known_version)
         return ProbeOutcome.ANSWERED if result else ProbeOutcome.TIMED_OUT
 
     async def ping_on_new_connection(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
@@ -274,7 +281,11 @@ class FakeNetwork:
                 raise ConnectionError(f"{intermediary} is unreachable from {source}")
             return await self.nodes[intermediary].probe_for_peer(target, 1.0)
 
-        return FunctionProber(reachable=lambda target: self.connected(source, target), indirect=indirect)
+        return FunctionProber(
+            reachable=lambda target: self.connected(source, target),
+            indirect=indirect,
+            tell=lambda target, version: self.nodes[target].hear_of(version),
+        )
 
     def gossip(self, source: SiloAddress) -> RecordingGossip:
         async def deliver(target: SiloAddress, message: GossipMessage) -> None:

@@ -56,6 +56,8 @@ class FakeHandler:
     """What the silo says of its lease (a fenced silo ends its watch streams)."""
     known_versions: list[int] = field(default_factory=list)
     """The ``known_version`` of every ``ConfirmMembership`` asked of it."""
+    heard: list[int] = field(default_factory=list)
+    """Every version a ping told it of (``hear_of``)."""
     withheld: str | None = None
     """Why results are withheld when a handler returns (as if the lease ran out during it)."""
     observed_at: datetime | None = None
@@ -63,6 +65,9 @@ class FakeHandler:
 
     def health_score(self) -> int:
         return self.score
+
+    def hear_of(self, version: int) -> None:
+        self.heard.append(version)
 
     def ownership(self) -> OwnershipCheck:
         """The keys this silo owns on the ring of itself and ``ring_peers`` (every key without peers)."""

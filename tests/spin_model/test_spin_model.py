@@ -15,7 +15,9 @@ behaviour:
   silos serve the one key, while silos hang, are cut off and are declared Dead, leave
   gracefully, and reads return rounds after they were sent;
 * with the lease through peers too (``-DPEERS``): the same, while silos that cannot read the
-  table renew their leases on their peers' word during table outages.
+  table renew their leases on their peers' word during table outages;
+* with a join too (``-DJOINS``): the same, while a silo joins (inserted Joining, validated by
+  pings that carry its version, Active) and takes the key after its takeover wait.
 
 Each mutant reintroduces one broken rule and must give a counterexample: the model is not
 vacuous and the properties see what they claim to; two witnesses show that the zombie (a silo
@@ -30,7 +32,16 @@ from __future__ import annotations
 import pytest
 
 from spin_model import spin_check
-from spin_model.spin_check import CHECKED, LEASE_CHECKED, PEERS_CHECKED, PEERS_MUTANT_BOUNDS, Bounds, Verdict
+from spin_model.spin_check import (
+    CHECKED,
+    JOINS_CHECKED,
+    JOINS_MUTANT_BOUNDS,
+    LEASE_CHECKED,
+    PEERS_CHECKED,
+    PEERS_MUTANT_BOUNDS,
+    Bounds,
+    Verdict,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -232,3 +243,32 @@ def test_the_peers_do_renew_a_lease_that_ran_out() -> None:
         PEERS_MUTANT_BOUNDS, peers=True, defines=["VOUCH_WITNESS"], hash_bits=22, optimize=False
     )
     assert verdict.violation == "no_fenced_owner_vouched", describe(verdict)
+
+
+def test_one_silo_serves_the_key_while_a_silo_joins_and_takes_it() -> None:
+    """``-DLEASE -DPEERS -DJOINS``: every assertion holds (N=3: ~1M states) while silo 0 joins (its
+    row absent, Joining, then Active) and takes the key from silo 1 after its takeover wait, with
+    a table outage during which the others vouch for one another, a lost link-round and a fault."""
+    verdict = spin_check.verify(JOINS_CHECKED, joins=True, hash_bits=24)
+    assert verdict.proved, describe(verdict)
+
+
+@pytest.mark.parametrize(
+    ("defines", "bounds"),
+    [
+        # the validation pings carry no version: silo 1 (the key's owner, its view without the
+        # joiner) and silo 2 vouch for each other in the outage after the join, and silo 1 serves
+        # on that lease while the joiner, its wait over, serves too
+        (["MUTANT_JOIN_PING_SILENT"], JOINS_MUTANT_BOUNDS),
+        # the joiner serves as soon as it is Active, while silo 1 still serves on its lease
+        (["MUTANT_JOINER_NO_WAIT"], JOINS_MUTANT_BOUNDS),
+        # a silo whose view never had the joiner Active reads it Dead and serves at once, while
+        # the joiner, declared Dead, still serves on its lease
+        (["MUTANT_GHOST_ONLY_IF_SEEN_ACTIVE"], Bounds(3, loss=0, faults=1, outages=1)),
+    ],
+    ids=["join-ping-silent", "joiner-no-wait", "ghost-only-if-seen-active"],
+)
+def test_a_broken_join_rule_gives_a_counterexample(defines: list[str], bounds: Bounds) -> None:
+    verdict = spin_check.verify(bounds, joins=True, defines=defines, hash_bits=22, optimize=False)
+    assert verdict.errors > 0, describe(verdict)
+    assert verdict.violation == "one_server_per_key", describe(verdict)

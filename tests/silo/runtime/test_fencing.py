@@ -30,8 +30,10 @@ from tests.silo.harness import (
     T0,
     FakeNetwork,
     FlakyTable,
+    RecordingGossip,
     address,
     async_test,
+    make_silo,
     memory_table,
     network_silo,
 )
@@ -327,6 +329,34 @@ async def test_in_a_table_outage_a_newer_version_one_asker_knows_reaches_every_m
     # silo 0 heard of it only through silo 1's asks
     passed_on = await cluster.silos[0].confirm_membership(cluster.silos[2].silo_address)
     assert passed_on.newest_version_heard == version + 2
+    await cluster.stop()
+
+
+@async_test
+async def test_a_joiner_whose_gossip_is_lost_stops_the_members_it_validated_with_vouching_for_older_views() -> None:
+    """The members lost the table and vouch for one another (an outage for all, as far as they
+    can tell); a joiner that still has the table joins, and its gossip reaches none of them. Its
+    validation pings carry its insert's version, which they take as heard: they no longer vouch
+    for their older view, and each one fences before the joiner serves the keys it took from them."""
+    cluster = await started(3)
+    for table in cluster.tables:
+        table.down = True
+    await cluster.clock.advance(2 * LOCAL.lease_timeout)
+    assert not any(silo.fenced for silo in cluster.silos), "they vouch for one another"
+    joiner_address = address(9)
+    pings = cluster.network.prober(joiner_address)
+    joiner = make_silo(FlakyTable(cluster.store), joiner_address, cluster.clock, prober=pings, gossip=RecordingGossip())
+    cluster.network.nodes[joiner_address] = joiner  # pings reach it; its gossip and asks reach nobody
+    joining = asyncio.create_task(joiner.start())
+    await cluster.advance_until(joining.done, LOCAL.max_join_attempt_time)
+    await joining
+    assert joiner.status is SiloStatus.ACTIVE
+    validation = [version for version in pings.known_versions if version]  # its probes since say nothing
+    assert validation == 3 * [joiner.snapshot.version - 1], "each member was told of its insert (then Active)"
+    serving_in = joiner.ownership().own_hold
+    assert serving_in > 0, "the joiner waits before serving the keys it took"
+    await cluster.advance_until(lambda: all(silo.fenced for silo in cluster.silos), serving_in)
+    await joiner.stop()
     await cluster.stop()
 
 

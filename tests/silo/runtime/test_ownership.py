@@ -81,6 +81,28 @@ def test_a_dead_silos_keys_are_held_for_the_takeover_wait_then_served_under_a_la
     assert released.token > token_before
 
 
+def test_a_silo_that_joined_and_was_declared_dead_between_two_views_is_a_ghost_all_the_same() -> None:
+    """A joined, served on its lease and was declared Dead while B's view lagged: B never saw it
+    Active, and A may still be serving (cut off, paused). Found by the SPIN model (``-DJOINS``)."""
+    clock = Clock()
+    guard = guard_of(B, clock)
+    started(guard, clock, B, C)
+    moved = [key for key in keys_of(A, A, B, C) if HashRing([B, C]).owner(key) == B]
+    assert moved, "some of A's keys are B's without A"
+    guard.observe(view(dead(A), row(B), row(C), version=4))
+    assert guard.pending_ghosts() == {A}
+    assert guard.check().refusal(moved) is not None, "held for the takeover wait"
+    clock.now += WAIT + 0.01
+    assert guard.check().refusal(moved) is None
+
+
+def test_dead_rows_of_the_first_view_hold_nothing() -> None:
+    clock = Clock()
+    guard = guard_of(B, clock)
+    guard.observe(view(dead(A), row(B), version=3))
+    assert guard.pending_ghosts() == frozenset()
+
+
 def test_a_silo_that_left_by_itself_hands_its_keys_over_at_once() -> None:
     clock = Clock()
     guard = guard_of(B, clock)

@@ -63,6 +63,16 @@ def test_ping_of_a_live_silo_is_answered() -> None:
     assert run(scenario()) is ProbeOutcome.ANSWERED
 
 
+def test_a_ping_tells_the_target_the_version_it_carries_unary_or_on_the_stream_and_a_probe_tells_nothing() -> None:
+    async def scenario() -> list[int]:
+        async with serving(FakeHandler) as (_, handler), GrpcProber(CLUSTER, ME, unary_calls_first=1) as prober:
+            for known_version in (7, 0, 9, 0):  # the first unary, the others on the ping stream
+                assert await prober.ping(handler.silo_address, 2.0, known_version) is ProbeOutcome.ANSWERED
+            return handler.heard
+
+    assert run(scenario()) == [7, 9]
+
+
 def test_ping_of_another_generation_at_the_same_endpoint_is_a_refusal() -> None:
     async def scenario() -> ProbeOutcome:
         async with serving(FakeHandler) as (_, handler):

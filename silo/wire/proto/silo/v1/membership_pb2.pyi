@@ -59,12 +59,14 @@ class RequestHeader(_message.Message):
     def __init__(self, cluster_id: _Optional[str] = ..., sender: _Optional[_Union[SiloAddress, _Mapping]] = ...) -> None: ...
 
 class PingRequest(_message.Message):
-    __slots__ = ("header", "sequence")
+    __slots__ = ("header", "sequence", "known_version")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_VERSION_FIELD_NUMBER: _ClassVar[int]
     header: RequestHeader
     sequence: int
-    def __init__(self, header: _Optional[_Union[RequestHeader, _Mapping]] = ..., sequence: _Optional[int] = ...) -> None: ...
+    known_version: int
+    def __init__(self, header: _Optional[_Union[RequestHeader, _Mapping]] = ..., sequence: _Optional[int] = ..., known_version: _Optional[int] = ...) -> None: ...
 
 class PingResponse(_message.Message):
     __slots__ = ("responder", "health_score", "sequence")
