@@ -86,7 +86,8 @@ def kill_table(network: dict[str, Any]) -> Table | None:
     title = (
         "A crash found under the loss: at the end of each loss level, the loss still on, one host's silo, "
         "ZooKeeper member and Serf agents SIGKILLed; seconds from each kill to its Dead row, to its session's "
-        "expiry, to `EventMemberFailed` at the first and at every other agent:"
+        "expiry, to `EventMemberFailed` at the first and at every other agent (an agent that held it failed already, "
+        "after a false failure, logs nothing more and is not waited for):"
     )
     headers = ["loss", "host", "silo Dead row s", "ZooKeeper session expired s",
                *(f"Serf {p} first / all s" for p in profiles)]  # fmt: skip
@@ -108,11 +109,13 @@ def _zookeeper_found(kill: dict[str, Any], bound: float) -> object:
 
 
 def _serf_found(kill: dict[str, Any] | None, bound: float) -> str:
-    """``first / all`` seconds of one Serf profile's finding of a kill."""
+    """``first / all`` seconds of one Serf profile's finding of a kill, and the agents that held it failed already."""
     if kill is None:
         return "-"
-    return " / ".join(fmt(found) if isinstance(found := _found(kill[key], bound), float) else str(found)
-                      for key in ("first_failed", "all_failed"))  # fmt: skip
+    found = " / ".join(fmt(seconds) if isinstance(seconds := _found(kill[key], bound), float) else str(seconds)
+                       for key in ("first_failed", "all_failed"))  # fmt: skip
+    already = kill.get("already_failed", 0)
+    return f"{found} ({already} of {kill['observers']} held it failed already)" if already else found
 
 
 def flap_table(network: dict[str, Any], no: str = "NO") -> Table | None:

@@ -201,10 +201,13 @@ class SerfKill:
     first_failed: float | None
     all_failed: float | None
     observers: int
+    already_failed: int = 0
+    """Observers that already held ``member`` failed at the signal (a false failure under loss): they log
+    nothing more, so "every survivor" means the others."""
 
     def to_json(self) -> dict[str, Any]:
         return {"member": self.member, "first_failed": self.first_failed, "all_failed": self.all_failed,
-                "observers": self.observers}  # fmt: skip
+                "observers": self.observers, "already_failed": self.already_failed}  # fmt: skip
 
 
 @dataclass
@@ -270,6 +273,8 @@ class SerfGroup:
         self.agents: dict[str, SerfAgent] = {}
         self.killed: dict[str, float] = {}
         """Agents killed (or frozen) on purpose, with the wall time of the signal."""
+        self._failed_at_kill: dict[str, set[str]] = {}
+        """Per killed agent: the observers that held it failed at the signal."""
         self.events: list[SerfEvent] = []
         self._views: dict[str, dict[str, str]] = {}
         """Per observer, per member: the last of join / failed / leave it logged."""
@@ -352,21 +357,26 @@ class SerfGroup:
     def kill(self, name: str, freeze: bool = False) -> float:
         """SIGKILL (or SIGSTOP) agent ``name`` now; returns the wall time of the signal. Its failures from then
         on are the detection, not false ones (``tally`` leaves them out)."""
-        killed_at = wall()
-        self.killed[name] = killed_at
+        with self._changed:
+            killed_at = wall()
+            self.killed[name] = killed_at
+            self._failed_at_kill[name] = {o for o, view in self._views.items() if view.get(name) == "failed"}
         self.agents[name].signal(signal.SIGSTOP if freeze else signal.SIGKILL)
         return killed_at
 
     def wait_failed(self, name: str, observers: Sequence[str], bound: float) -> SerfKill:
-        """Wait up to ``bound`` seconds after ``name``'s kill until every one of ``observers`` logged it failed."""
+        """Wait up to ``bound`` seconds after ``name``'s kill until every one of ``observers`` logged it failed
+        (or held it failed already at the kill)."""
         killed_at = self.killed[name]
+        already = self._failed_at_kill.get(name, set()) & set(observers)
+        waited = set(observers) - already
 
         def seen() -> list[float]:
             return [e.t for e in self.events if e.kind == "failed" and e.member == name and e.t >= killed_at]
 
         def everyone() -> bool:
             observed = {e.observer for e in self.events if e.kind == "failed" and e.member == name and e.t >= killed_at}
-            return set(observers) <= observed
+            return waited <= observed
 
         with self._changed:
             self._changed.wait_for(everyone, timeout=max(0.0, killed_at + bound - wall()))
@@ -375,8 +385,9 @@ class SerfGroup:
         return SerfKill(
             member=name,
             first_failed=min(times) - killed_at if times else None,
-            all_failed=max(times) - killed_at if complete and times else None,
+            all_failed=max(times, default=killed_at) - killed_at if complete else None,
             observers=len(observers),
+            already_failed=len(already),
         )
 
     def replace_missing(self, count: int) -> None:
