@@ -415,7 +415,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         )
         first = next(iter(levels.values()))
         axis.set_title(
-            f"real packet loss and flapping links (iptables), N={first['size']}, {first['seconds']:.0f}s per level, "
+            f"real packet loss and flapping links (iptables)\nN={first['size']}, {first['seconds']:.0f}s per level, "
             f"session timeout = floor {network['session_timeout_s']}s"
         )
     if not stress and not levels:
