@@ -329,6 +329,25 @@ def emit(event: str, **fields: object) -> None:
         print(line, flush=True)
 
 
+def _register(client: KazooClient, path: str, session: int) -> bool:
+    """Create the ephemeral znode in ``session``; False if the connection failed on the way (try again).
+
+    A create whose answer was lost with the connection leaves the node in place: it counts if its
+    owner is this session. The check itself can fail with the connection too (it used to escape,
+    killing the member under heavy loss, which then counted no more expiries)."""
+    try:
+        client.create(path, ephemeral=True, makepath=True)
+    except NodeExistsError:
+        try:
+            stat = client.exists(path)
+        except KazooException:
+            return False
+        return stat is not None and stat.owner_session_id == session
+    except KazooException:
+        return False
+    return True
+
+
 def run_member(hosts: str, path: str, session_timeout: float) -> int:
     """Hold an ephemeral znode at ``path``; register again in every new session after an expiry."""
     client = KazooClient(hosts=hosts, timeout=session_timeout)
@@ -345,14 +364,7 @@ def run_member(hosts: str, path: str, session_timeout: float) -> int:
         client_id = client.client_id
         session = client_id[0] if client_id else None
         if session is not None and session != registered:
-            try:
-                client.create(path, ephemeral=True, makepath=True)
-            except NodeExistsError:
-                stat = client.exists(path)  # a create whose answer was lost with the connection
-                if stat is None or stat.owner_session_id != session:
-                    time.sleep(0.05)
-                    continue
-            except KazooException:
+            if not _register(client, path, session):
                 time.sleep(0.05)
                 continue
             registered = session
