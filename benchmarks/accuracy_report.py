@@ -128,9 +128,11 @@ def flap_table(network: dict[str, Any], no: str = "NO") -> Table | None:
         f"Flapping links, no loss: one host's links (its silo, ZooKeeper member and Serf agents) cut and healed "
         f"over and over, N = {first['size']}, {first['seconds']} s per level, session timeout = floor "
         f"{network['session_timeout_s']} s. Target: a cut short enough to have healed before a vote on silence "
-        'never kills a silo; a longer one may (docs/protocol.md, "Short cuts"):'
+        'never kills a silo; a longer one may (docs/protocol.md, "Short cuts"). A cut\'s length is given from its '
+        "last rule to the start of its heal - from its first rule to the end of its heal (the rules reach the hosts "
+        "one at a time):"
     )
-    headers = ["cut s", "healed s", "cuts", "cut mean s (complete-span)", "cut max s (complete-span)",
+    headers = ["cut s", "healed s", "cuts", "cut length mean s", "cut length max s",
                "live silos declared dead",
                "suspicion votes", "silo restarts", "live ZooKeeper sessions expired",
                *(f"Serf {p} live members failed" for p in profiles), "target", "target met"]  # fmt: skip
