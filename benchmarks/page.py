@@ -70,12 +70,15 @@ BENCHMARKS = (
         "python -m benchmarks.accuracy",
         "Live silos wrongly declared dead, beside ZooKeeper sessions expired (and Serf members failed) in the "
         "same lab at the same time: under real packet loss (iptables in network namespaces), under stalls with "
-        "a CPU hog and SIGSTOP jitter, and under probe loss and delay injected in the prober. Nobody is killed, "
-        "so every death is a false one.",
+        "a CPU hog and SIGSTOP jitter, under probe loss and delay injected in the prober, and with one host's links "
+        "flapping. Nobody is killed during a run, so every death is a false one; a crash at the end of each loss "
+        "level, the loss still on, is timed to its finding.",
         (
             Result("accuracy", "stalls, prober loss and 10/20/30% packet loss"),
             Result("accuracy_network_loss", "20% and 30% packet loss, 600 s per level"),
             Result("accuracy_serf", "packet loss with Serf beside silos and ZooKeeper"),
+            Result("accuracy_loss_40pct", "40% packet loss, 600 s, and a crash found under it"),
+            Result("accuracy_flapping", "one host's links cut 1 s or 2 s and healed 1 s, over and over"),
         ),
     ),
     Benchmark(

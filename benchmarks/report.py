@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.accuracy_report import met, network_tables
 from benchmarks.common import RESULTS, ROOT, fmt, ratio
 from benchmarks.lossy_store import LOSSY_STORE_HEADERS, lossy_store_rows
 from benchmarks.markdown import header, row
@@ -221,7 +222,7 @@ def _tls_vs_plaintext(comparison: dict[str, Any] | None) -> list[str]:
     for size in sorted(comparison, key=int):
         for mode, entry in comparison[size].items():
             lines.append(row(size, mode, entry["plaintext_median_s"], entry["tls_median_s"],
-                             entry["tls_over_plaintext"], _met(entry["within_target"])))  # fmt: skip
+                             entry["tls_over_plaintext"], met(entry["within_target"], no="**no**")))  # fmt: skip
     return lines
 
 
@@ -279,64 +280,21 @@ def accuracy(document: dict[str, Any]) -> list[str]:
                     "delayed", "forwarded", "ZooKeeper", "target met"),
             row(f"{lossy['probe_loss']:.0%}", f"{lossy['probe_delay']:.0%}", lossy["live_silos_declared_dead"],
                 lossy["suspicion_votes"], injected["dropped"], injected["delayed"], injected["forwarded"],
-                "not applicable (no netem)", _met(lossy.get("target_met"))),
+                "not applicable (no netem)", met(lossy.get("target_met"), no="**no**")),
         ]  # fmt: skip
     lines += _network_loss(results.get("network_loss"))
     return [line for i, line in enumerate(lines) if line or (i and lines[i - 1])]  # no double blank lines
 
 
-def _met(value: bool | None) -> str:
-    return "-" if value is None else ("yes" if value else "**no**")
-
-
 def _network_loss(network: dict[str, Any] | None) -> list[str]:
-    """The real-network runs of ``benchmarks.accuracy``: silos and ZooKeeper under the same iptables loss."""
+    """The real-network runs of ``benchmarks.accuracy``: silos, ZooKeeper and Serf under the same faults."""
     if network is None:  # results written before the real-network scenario existed
         return []
     if "skipped" in network:
         return ["", f"Real-network loss runs skipped: {network['skipped']}."]
-    levels = list(network["levels"].values())
-    if not levels:
-        return []
-    lines = [
-        "",
-        f"Real packet loss (iptables, every lab host), N = {levels[0]['size']} silos and {levels[0]['size']} "
-        f"ZooKeeper members (one per silo's namespace; session timeout {network['session_timeout_s']} s = the "
-        f"floor), at the same time in the same lab, {levels[0]['seconds']} s per level:",
-        "",
-        *header("loss", "measured loss", "live silos declared dead", "suspicion votes", "silo restarts",
-                "live ZooKeeper sessions expired", "of which in the server log", "CPU % per silo",
-                "CPU % per ZK member", "CPU % ZK server", "target", "target met"),
-    ]  # fmt: skip
-    for entry in levels:
-        silos, zk = entry["silos"], entry["zookeeper"]
-        expired = zk["live_sessions_expired"]
-        target = {"zero": "0", "tenth_of_zookeeper": f"<= {expired / 10:g} (ZooKeeper / 10)"}.get(entry["target"], "-")
-        lines.append(
-            row(f"{entry['loss']:.0%}", f"{entry['packets']['measured_loss']:.1%}", silos["live_silos_declared_dead"],
-                silos["suspicion_votes"], silos["restarts"], expired, zk["server_expired_member_sessions"],
-                silos["cpu_percent_per_silo"]["mean"], zk["cpu_percent_per_member"]["mean"],
-                zk["cpu_percent_server"]["mean"], target, _met(entry["target_met"]))
-        )  # fmt: skip
-    serf = [(entry, profile, tally) for entry in levels for profile, tally in entry.get("serf", {}).items()]
-    if serf:
-        lines += [
-            "",
-            f"HashiCorp Serf in the same lab at the same time: one agent per profile beside each silo "
-            f"({levels[0]['size']} per profile; each profile its own cluster). A failure is a span during which at "
-            f"least one agent held a live member failed:",
-            "",
-            *header("loss", "profile", "live members failed", "member-failed events (all agents' views)",
-                    "declarations", "suspicions", "refutations", "CPU % per agent", "live silos declared dead",
-                    "live ZooKeeper sessions expired"),
-        ]  # fmt: skip
-        for entry, profile, tally in serf:
-            lines.append(
-                row(f"{entry['loss']:.0%}", profile, tally["live_members_failed"], tally["member_failed_events"],
-                    tally["declarations"], tally["suspicions"], tally["refutations"],
-                    tally["cpu_percent_per_agent"]["mean"], entry["silos"]["live_silos_declared_dead"],
-                    entry["zookeeper"]["live_sessions_expired"])
-            )  # fmt: skip
+    lines: list[str] = []
+    for table in network_tables(network, no="**no**"):
+        lines += ["", table.title, "", *header(*table.headers), *(row(*cells) for cells in table.rows)]
     if "serf_unavailable" in network:
         lines += ["", f"Serf not measured: {network['serf_unavailable']}."]
     return lines
@@ -502,7 +460,7 @@ def slow_store(document: dict[str, Any]) -> list[str]:
             row(index, steady["round_trips"], slow["round_trips"], trial["traffic_ratio"], steady["connections"],
                 slow["connections"], len(trial["dead_while_slow"]), sum(trial["fenced"].values()),
                 trial["baseline_kill_to_dead"], trial["kill_to_dead_after_recovery"], trial["floor"],
-                _met(trial["targets_met"]))
+                met(trial["targets_met"], no="**no**"))
         )  # fmt: skip
     return lines
 

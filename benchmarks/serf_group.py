@@ -201,10 +201,13 @@ class SerfKill:
     first_failed: float | None
     all_failed: float | None
     observers: int
+    already_failed: int = 0
+    """Observers that already held ``member`` failed at the signal (a false failure under loss): they log
+    nothing more, so "every survivor" means the others."""
 
     def to_json(self) -> dict[str, Any]:
         return {"member": self.member, "first_failed": self.first_failed, "all_failed": self.all_failed,
-                "observers": self.observers}  # fmt: skip
+                "observers": self.observers, "already_failed": self.already_failed}  # fmt: skip
 
 
 @dataclass
@@ -268,7 +271,10 @@ class SerfGroup:
         self.profile = profile
         self.workdir = workdir
         self.agents: dict[str, SerfAgent] = {}
-        self.killed: set[str] = set()
+        self.killed: dict[str, float] = {}
+        """Agents killed (or frozen) on purpose, with the wall time of the signal."""
+        self._failed_at_kill: dict[str, set[str]] = {}
+        """Per killed agent: the observers that held it failed at the signal."""
         self.events: list[SerfEvent] = []
         self._views: dict[str, dict[str, str]] = {}
         """Per observer, per member: the last of join / failed / leave it logged."""
@@ -343,27 +349,45 @@ class SerfGroup:
         """SIGKILL (or SIGSTOP) a random agent; wait up to ``bound`` seconds until every survivor logged it failed."""
         name = rng.choice(self.running)
         observers = [other for other in self.running if other != name]
-        self.killed.add(name)
-        killed_at = wall()
+        self.kill(name, freeze)
+        kill = self.wait_failed(name, observers, bound)
+        self.agents[name].stop()
+        return kill
+
+    def kill(self, name: str, freeze: bool = False) -> float:
+        """SIGKILL (or SIGSTOP) agent ``name`` now; returns the wall time of the signal. Its failures from then
+        on are the detection, not false ones (``tally`` leaves them out)."""
+        with self._changed:
+            killed_at = wall()
+            self.killed[name] = killed_at
+            self._failed_at_kill[name] = {o for o, view in self._views.items() if view.get(name) == "failed"}
         self.agents[name].signal(signal.SIGSTOP if freeze else signal.SIGKILL)
+        return killed_at
+
+    def wait_failed(self, name: str, observers: Sequence[str], bound: float) -> SerfKill:
+        """Wait up to ``bound`` seconds after ``name``'s kill until every one of ``observers`` logged it failed
+        (or held it failed already at the kill)."""
+        killed_at = self.killed[name]
+        already = self._failed_at_kill.get(name, set()) & set(observers)
+        waited = set(observers) - already
 
         def seen() -> list[float]:
             return [e.t for e in self.events if e.kind == "failed" and e.member == name and e.t >= killed_at]
 
         def everyone() -> bool:
             observed = {e.observer for e in self.events if e.kind == "failed" and e.member == name and e.t >= killed_at}
-            return set(observers) <= observed
+            return waited <= observed
 
         with self._changed:
-            self._changed.wait_for(everyone, timeout=bound)
+            self._changed.wait_for(everyone, timeout=max(0.0, killed_at + bound - wall()))
             times = seen()
             complete = everyone()
-        self.agents[name].stop()
         return SerfKill(
             member=name,
             first_failed=min(times) - killed_at if times else None,
-            all_failed=max(times) - killed_at if complete and times else None,
+            all_failed=max(times, default=killed_at) - killed_at if complete else None,
             observers=len(observers),
+            already_failed=len(already),
         )
 
     def replace_missing(self, count: int) -> None:
@@ -379,9 +403,10 @@ class SerfGroup:
         return {name: self.agents[name].pid for name in self.running}
 
     def tally(self, since: float, until: float) -> SerfTally:
-        """Count what happened between wall times ``since`` and ``until`` (nobody killed in between)."""
+        """Count what happened between wall times ``since`` and ``until``; a killed agent's failures after its
+        kill are its detection, not false ones, and are left out."""
         with self._changed:
-            events = list(self.events)
+            events = [e for e in self.events if e.member not in self.killed or e.t < self.killed[e.member]]
         window = [e for e in events if since <= e.t <= until]
         tally = SerfTally()
         for name in self.agents:

@@ -49,7 +49,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
-from benchmarks.common import ROOT
+from benchmarks.common import ROOT, wall
 from testbed.netfaults import Host
 from testbed.services.process import ServerProcess, wait_until
 from testbed.services.zookeeper import JARS, JAVA_DIR, JVM_FLAGS, MAIN_CLASS, write_server_files
@@ -209,6 +209,8 @@ class LabZkGroup:
         self.workdir = workdir
         self.members: dict[str, ServerProcess] = {}
         self.observer: ServerProcess | None = None
+        self.killed: dict[str, float] = {}
+        """Members killed on purpose, with the wall time of the SIGKILL."""
         workdir.mkdir(parents=True, exist_ok=True)
 
     def _spawn(self, host: Host, name: str, *args: str) -> ServerProcess:
@@ -242,13 +244,52 @@ class LabZkGroup:
         """Pid of each running member (``ip netns exec`` execs in place: the pid is the member's)."""
         return {name: process.process.pid for name, process in self.members.items() if process.running}
 
+    def kill(self, name: str) -> float:
+        """SIGKILL member ``name`` now; returns the wall time. Its session's expiry from then on is the
+        detection, not a false one (``tally`` leaves it out)."""
+        killed_at = wall()
+        self.killed[name] = killed_at
+        self.members[name].signal(signal.SIGKILL)
+        return killed_at
+
+    def registered_at(self, name: str, when: float) -> bool:
+        """Whether member ``name``'s znode existed at wall time ``when``, as the observer saw it (under heavy loss a
+        member spends part of its time between an expired session and its next registration)."""
+        changes = [e["event"] for e in read_events(self.workdir / "observer.log")
+                   if e["event"] in ("created", "deleted") and e.get("member") == name and e["t"] <= when]  # fmt: skip
+        return bool(changes) and changes[-1] == "created"
+
+    def expired_after(self, name: str, bound: float) -> float | None:
+        """Seconds from killed member ``name``'s kill to the observer's sight of its znode's deletion,
+        waiting up to ``bound`` seconds after the kill; None if not seen by then."""
+        killed_at = self.killed[name]
+
+        def deleted() -> float | None:
+            times = [e["t"] for e in read_events(self.workdir / "observer.log")
+                     if e["event"] == "deleted" and e["member"] == name and e["t"] >= killed_at]  # fmt: skip
+            return min(times) - killed_at if times else None
+
+        while (found := deleted()) is None and wall() < killed_at + bound:
+            time.sleep(0.1)
+        return found
+
+    def _counted(self, name: str, event: dict[str, Any]) -> bool:
+        """Whether ``event`` (about member ``name``) happened while ``name`` was alive: a false expiry can only
+        happen then."""
+        return name not in self.killed or event["t"] < self.killed[name]
+
     def tally(self, until: float) -> GroupTally:
-        """Count expirations up to wall time ``until`` (read the server log at the cut-off, before killing anyone)."""
+        """Count expirations up to wall time ``until`` (read the server log at the cut-off, before killing anyone).
+
+        A killed member's deletion after its kill is left out, and so is the session it held at the kill
+        (whose expiry in the server's log is the detection)."""
         tally = GroupTally()
         observer = read_events(self.workdir / "observer.log")
         for name in self.members:
             tally.expired[name] = sum(
-                1 for e in observer if e["event"] == "deleted" and e["member"] == name and e["t"] <= until
+                1
+                for e in observer
+                if e["event"] == "deleted" and e["member"] == name and e["t"] <= until and self._counted(name, e)
             )
         tally.observer_disconnected = any(e["event"] == "state" and e["state"] != "CONNECTED" for e in observer)
         sessions: set[str] = set()
@@ -260,9 +301,13 @@ class LabZkGroup:
             tally.reregistered += max(0, len(registered) - 1)
             sessions.update(e["session"] for e in registered)
             timeouts.update(int(e["timeout_ms"]) for e in registered)
+            if name in self.killed and registered:
+                sessions.discard(registered[-1]["session"])
         tally.server_expired = sum(1 for session in self.server.expired_sessions() if session in sessions)
         tally.session_timeouts_ms = sorted(timeouts)
-        tally.members_exited = sum(not process.running for process in self.members.values())
+        tally.members_exited = sum(
+            not process.running for name, process in self.members.items() if name not in self.killed
+        )
         return tally
 
     def close(self) -> None:
@@ -284,6 +329,25 @@ def emit(event: str, **fields: object) -> None:
         print(line, flush=True)
 
 
+def _register(client: KazooClient, path: str, session: int) -> bool:
+    """Create the ephemeral znode in ``session``; False if the connection failed on the way (try again).
+
+    A create whose answer was lost with the connection leaves the node in place: it counts if its
+    owner is this session. The check itself can fail with the connection too (it used to escape,
+    killing the member under heavy loss, which then counted no more expiries)."""
+    try:
+        client.create(path, ephemeral=True, makepath=True)
+    except NodeExistsError:
+        try:
+            stat = client.exists(path)
+        except KazooException:
+            return False
+        return stat is not None and stat.owner_session_id == session
+    except KazooException:
+        return False
+    return True
+
+
 def run_member(hosts: str, path: str, session_timeout: float) -> int:
     """Hold an ephemeral znode at ``path``; register again in every new session after an expiry."""
     client = KazooClient(hosts=hosts, timeout=session_timeout)
@@ -300,14 +364,7 @@ def run_member(hosts: str, path: str, session_timeout: float) -> int:
         client_id = client.client_id
         session = client_id[0] if client_id else None
         if session is not None and session != registered:
-            try:
-                client.create(path, ephemeral=True, makepath=True)
-            except NodeExistsError:
-                stat = client.exists(path)  # a create whose answer was lost with the connection
-                if stat is None or stat.owner_session_id != session:
-                    time.sleep(0.05)
-                    continue
-            except KazooException:
+            if not _register(client, path, session):
                 time.sleep(0.05)
                 continue
             registered = session
