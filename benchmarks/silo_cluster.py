@@ -258,6 +258,19 @@ def excludes(data: MembershipTableData, victim: SiloAddress) -> bool:
     return row is None or row[0].status is SiloStatus.DEAD
 
 
+def record_dead(trial: KillTrial, data: MembershipTableData, victim: SiloAddress, killed_at: float) -> bool:
+    """If ``data`` shows ``victim`` Dead, fill ``trial``'s table figures (the Dead write's time is
+    its last vote's) and say so."""
+    row = data.get(victim)
+    if row is None or row[0].status is not SiloStatus.DEAD:
+        return False
+    trial.table_dead_seen = wall() - killed_at
+    trial.dead_version = data.version.version
+    votes = [when.timestamp() for _, when in row[0].suspect_times]
+    trial.table_dead = (max(votes) if votes else wall()) - killed_at
+    return True
+
+
 class BenchCluster:
     """N silos of one cluster; keeps N running by replacing the ones that die."""
 
@@ -445,12 +458,7 @@ class BenchCluster:
                 data = await asyncio.to_thread(self.cluster.read)
             except TableUnavailableError:
                 data = None
-            row = data.get(victim) if data is not None else None
-            if data is not None and row is not None and row[0].status is SiloStatus.DEAD:
-                trial.table_dead_seen = wall() - killed_at
-                trial.dead_version = data.version.version
-                votes = [when.timestamp() for _, when in row[0].suspect_times]
-                trial.table_dead = (max(votes) if votes else wall()) - killed_at
+            if data is not None and record_dead(trial, data, victim, killed_at):
                 return
             await asyncio.sleep(POLL)
 
