@@ -2,7 +2,7 @@
 
 The victims are ``silo run`` processes of a ``BenchCluster`` (each its own process, so that a
 SIGKILL takes exactly one silo); the rest of the cluster may be anything sharing the table.
-Only the table is watched (one ``read_all`` every ``POLL`` s): the survivors' views would be
+Only the table is watched (one ``read_all`` every ``BenchCluster.table_poll`` s): the survivors' views would be
 as many RPCs as there are silos, in the very window measured. Each victim's Dead time is its
 Dead write's (the killer's vote time), as in a single kill (``silo_cluster.record_dead``).
 """
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from benchmarks.common import wall
-from benchmarks.silo_cluster import POLL, BenchCluster, KillTrial, record_dead
+from benchmarks.silo_cluster import BenchCluster, KillTrial, record_dead
 from membership_tables import SiloAddress, TableUnavailableError
 from testbed.cluster_harness import SiloProcess
 
@@ -64,5 +64,5 @@ async def kill_together(bench: BenchCluster, victims: Sequence[SiloProcess], bou
         if data is not None:
             pending = [address for address in pending if not record_dead(trials[address], data, address, killed_at)]
         if pending:
-            await asyncio.sleep(POLL)
+            await asyncio.sleep(bench.table_poll)
     return MassKillTrial([trials[address] for address in addresses], killed_at, bound)

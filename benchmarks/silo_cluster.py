@@ -295,6 +295,9 @@ class BenchCluster:
         self.poll_table = poll_table
         """False: take the Dead write from the survivors' views and never read the table during a trial
         (so that store-side statement counts are the silos' alone)."""
+        self.table_poll = POLL
+        """Seconds between the table reads of a trial: only ``table_dead_seen`` depends on it (the Dead
+        time is the votes'), and each is a read of every row (the scale benchmark reads less often)."""
         self.views_from_logs = views_from_logs
         """Time each survivor's view by the silo's own ``observed_at``, read from its JSON log
         (``victim_death_logged``), instead of polling its view every ``POLL`` s."""
@@ -460,7 +463,7 @@ class BenchCluster:
                 data = None
             if data is not None and record_dead(trial, data, victim, killed_at):
                 return
-            await asyncio.sleep(POLL)
+            await asyncio.sleep(self.table_poll)
 
     async def _watch_view(self, trial: KillTrial, silo: SiloProcess, victim: SiloAddress, killed_at: float) -> None:
         while wall() < killed_at + self.bound and silo.running:
