@@ -262,6 +262,26 @@ def start_hosts(uri: str, silos: int, config: Config, root: Path, start_when: Pa
     return hosts
 
 
+FENCED = b" is fenced: "
+"""What a silo logs (WARNING) when its membership lease ran out (``silo.runtime.serving``)."""
+
+
+def fence_warnings(hosts: Sequence[ServerProcess]) -> int:
+    """Times the hosted silos fenced themselves so far (their lease ran out: the table did not
+    confirm them Active within ``lease_timeout``), from the hosts' logs."""
+    return sum(host.log.read_bytes().count(FENCED) for host in hosts if host.log.exists())
+
+
+def join_costs(counts: Callable[[], Counts], join_from: Counts, hosts: Sequence[ServerProcess]) -> dict[str, Any]:
+    """What the join cost until now (all Active, or the join stopped): the silos' statements since
+    ``join_from`` (full reads among them) and the fencings, which say what held a slow join back."""
+    statements = difference(counts(), join_from)
+    fenced = fence_warnings(hosts)
+    print(f"[scale] join: {statements['full_reads']} full reads, {statements['all_reads']} reads, "
+          f"{statements['version_writes']} versioned writes, {fenced} fencings", flush=True)  # fmt: skip
+    return {"join_statements": statements, "fenced_joining": fenced}
+
+
 def dead_silos(data: MembershipTableData) -> list[str]:
     """The Dead rows: every hosted silo is live until the benchmark kills the hosts, so each is a false death."""
     return sorted(str(entry.silo_address) for entry in data.entries if entry.status is SiloStatus.DEAD)
@@ -527,8 +547,12 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
             await asyncio.to_thread(wait_listening, hosts, config.join_timeout)
             started = wall()
             measured["hosts_ready_s"] = started - spawned  # process start-up, before the clock of the join
+            join_from = counts()
             go.touch()
-            curve = await asyncio.to_thread(wait_all_active, watch_uri, silos, config, started, hosts)
+            try:
+                curve = await asyncio.to_thread(wait_all_active, watch_uri, silos, config, started, hosts)
+            finally:
+                measured.update(join_costs(counts, join_from, hosts))
             dead_joining = dead_silos(table.read_all())
             measured.update(
                 load_average_all_active=os.getloadavg(),
@@ -549,6 +573,7 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
             dead_steady = sorted(set(dead_silos(table.read_all())) - set(dead_joining))
             measured["declared_dead"]["steady"] = dead_steady
             measured.update(
+                fenced_steady=fence_warnings(hosts) - measured["fenced_joining"],
                 false_deaths_steady=len(dead_steady),
                 steady_window_s=config.steady_window,
                 steady_samples=steady,
