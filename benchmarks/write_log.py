@@ -66,6 +66,8 @@ class Connection(Protocol):
 
 @dataclass(frozen=True)
 class RowWritten:
+    """A row as one write left it: whose, its status, and how many suspicion votes it holds."""
+
     silo: str
     status: str
     votes: int
