@@ -258,9 +258,10 @@ def run_benchmark(
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     recorder = Recorder(name, settings, {**dataclasses.asdict(config), **(extra_config or {})})
     results = measure()
+    written = recorder.write(results)  # before the report and plot: an interrupt there keeps the figures
     report(results)
     plot(results, recorder.plot_path)
-    print(f"\nwrote {recorder.write(results)} and {recorder.plot_path}")
+    print(f"\nwrote {written} and {recorder.plot_path}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Scale: hundreds to a thousand silos joining one PostgreSQL table at once, gossip on.
+"""Scale: hundreds to thousands of silos joining one PostgreSQL table at once, gossip on.
 
 ``benchmarks.silo_host`` processes hold many silos each (full Silo runtime, own gRPC server and
 port per silo). All start together: every host binds its servers and waits, and the clock starts
@@ -8,14 +8,23 @@ silos declared Dead while joining and over a steady window (every hosted silo is
 end, so any Dead row of one is a false death), counts the silos' statements in that window with
 ``pg_stat_statements`` (reads, full reads, canonical writes, heartbeats per second), measures
 resident memory and CPU per silo, and finally starts one more silo as its own ``silo run``
-process and SIGKILLs it, a few times, timing crash to Dead at that size.
+process and SIGKILLs it, a few times, timing crash to Dead at that size; then starts
+``--mass-kill`` (10) such silos and SIGKILLs them all at once, timing crash to the last Dead
+row. For each kill it counts the versions the removal took (``benchmarks.write_log``: the
+writes of the victim's row from the kill to its Dead row, i.e. its votes and the Dead write,
+and all versions written meanwhile) and, for the simultaneous kill, how many versions carried
+the Dead rows (one each, or several deaths in one write).
+
+PostgreSQL gets ``connections_needed`` connections (200 refused the logins of 2,000 silos in
+40 processes); ``hosts_for`` puts at most 50 silos in a process. ``--max-load`` stops a join
+whose machine is overloaded (the load average is recorded when all are Active).
 
 Timings are those of Orleans' defaults, not of the local preset, so that probing a thousand
 silos fits two cores (see ``OVERRIDES``; the JSON records them), so the detection floor here
 is ``num_missed_probes_limit x probe_timeout`` of those options: 15 s.
 
     python -m benchmarks.scale [--quick] [--sizes 200,500,1000] [--gossip on|off] [--steady SECONDS]
-                               [--per-process N] [--max-load PER_CORE] [--set OPTION=VALUE ...]
+                               [--per-process N] [--max-load PER_CORE] [--mass-kill N] [--set OPTION=VALUE ...]
 
 ``--set`` changes one silo option over ``OVERRIDES`` (repeatable), e.g. the faster probes of
 the runs before 26 November (a 6 s floor): ``--set probe_timeout=2s --set probe_interval=2s``.
@@ -27,6 +36,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import math
 import os
 import random
@@ -35,12 +45,12 @@ import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from benchmarks import services
+from benchmarks import services, write_log
 from benchmarks.common import (
     ROOT,
     RunSettings,
@@ -57,14 +67,19 @@ from benchmarks.common import (
     wall,
     workdir,
 )
+from benchmarks.mass_kill import kill_together
 from benchmarks.option_flags import OptionPairs, add_set_flag, local_options_with, set_flags
 from benchmarks.propagation import Counts, difference, reads_per_change, statement_counts
 from benchmarks.silo_cluster import BenchCluster, KillTrial
 from membership_tables import MembershipTableData, SiloStatus, TableUnavailableError, open_table
+from membership_tables.sql import SqlOptions
 from silo.membership.options import SiloOptions
+from silo.membership.vote_caster import settle_time
+from testbed.cluster_harness import death_bound
 from testbed.services.process import ServerProcess
 
 NAME = "scale"
+T = TypeVar("T")
 OVERRIDES = {
     "probe_timeout": "5s",
     "probe_interval": "5s",
@@ -76,12 +91,16 @@ OVERRIDES = {
     "max_join_attempt_time": "600s",
     "defunct_silo_cleanup_period": "600s",
     "max_join_validation_pings": "19",
+    "lease_timeout": "10s",
 }
 """Orleans' default failure detection (3 probed silos, a probe every 5 s, 3 missed: a 15 s floor)
 with a heartbeat every 30 s, a version read every 30 s and a full re-read every 90 s (or when the
-version moved), a defunct-row cleanup round every 10 minutes; gossip on or off by
-``Config.gossip``. A joining silo validates its connectivity to 19 Active silos: its 3 probe
-targets and the 16 it sends gossip to (their channels stay open for later), not to all of them
+version moved), a defunct-row cleanup round every 10 minutes, the production preset's membership
+lease (10 s: each Active silo reads its own row every 2.5 s; the local preset's 1 s lease, a read
+every 0.25 s, is 8,000 reads a second at 2,000 silos; on this loaded machine it fenced live silos
+97 times in a 200-silo join); gossip on or off by ``Config.gossip``. A joining silo validates its
+connectivity to 19 Active silos: its 3 probe targets and the 16 it sends gossip to (their channels
+stay open for later), not to all of them
 (N^2 / 2 pings in a join storm) and no random ones (each a gRPC channel opened for one ping,
 ~1.3 ms of CPU on the two sides against ~0.4 ms on an open channel). 19 silos placed by hash
 include one of a tenth of the cluster that the joiner cannot reach with probability
@@ -105,6 +124,15 @@ PROCESSES_PER_CORE = 10
 ~50 silos at 1,000 on two cores (its loop lag counts against every silo it holds), few enough
 that interpreters (~35 MB and a few gRPC threads each) do not crowd the machine."""
 MIN_PER_PROCESS = 10
+MAX_PER_PROCESS = 50
+"""Silos per host process at most when ``hosts_for`` chooses: past ``PROCESSES_PER_CORE`` processes
+per core if need be (2,000 silos on two cores: 40 processes), as one event loop's lag counts
+against every silo it holds (the 1,000-silo runs held 50 a process)."""
+TABLE_POLL = 0.5
+"""Seconds between the benchmark's table reads while it waits for a Dead row: each reads every row
+(2,000 at the largest size) on the cores the silos share; the Dead time is the votes', not the poll's."""
+BENCHMARK_CONNECTIONS = 30
+"""PostgreSQL connections of the benchmark itself (its table handles, statement counts, write log), with slack."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +147,8 @@ class Config:
     steady_window: float = 300.0
     """Seconds of steady state watched for false deaths and counted for store load (``--steady``)."""
     detection_trials: int = 3
+    mass_kill: int = 10
+    """Silos SIGKILLed at one moment after the single kills (``--mass-kill``; 0: none)."""
     change_window: float = 25.0
     """Seconds counted from each kill, and one ``baseline_period`` before (the baseline), for the reads a
     death causes: longer than the detection time, at most the period."""
@@ -138,6 +168,7 @@ class Config:
             join_timeout=120.0,
             steady_window=5.0,
             detection_trials=1,
+            mass_kill=3,
             change_window=2.0,
             options_set=(
                 ("table_refresh_timeout", "5s"),
@@ -161,18 +192,33 @@ def set_arguments(config: Config) -> list[str]:
 
 def hosts_for(silos: int, config: Config, cores: int | None = None) -> list[int]:
     """How many silos each host process holds: ``config.per_process`` each if set, else spread
-    over at most ``PROCESSES_PER_CORE`` processes per core with at least ``MIN_PER_PROCESS`` each."""
+    over at most ``PROCESSES_PER_CORE`` processes per core with at least ``MIN_PER_PROCESS`` each,
+    and more processes if that would put over ``MAX_PER_PROCESS`` silos in one."""
     if config.per_process is not None:
         per_process = config.per_process
     else:
         processes = max(1, min(PROCESSES_PER_CORE * (cores or os.cpu_count() or 1), silos // MIN_PER_PROCESS))
-        per_process = math.ceil(silos / processes)
+        per_process = min(math.ceil(silos / processes), MAX_PER_PROCESS)
     counts = []
     remaining = silos
     while remaining > 0:
         counts.append(min(per_process, remaining))
         remaining -= counts[-1]
     return counts
+
+
+def connections_needed(processes: int, cores: int | None = None) -> int:
+    """PostgreSQL connections ``processes`` silo processes (hosts and victims) and the benchmark may
+    hold at once, at least the server's default of 200.
+
+    A process runs every table call in its event loop's default executor (``asyncio.to_thread``:
+    ``min(32, cores + 4)`` threads) on one pool of ``pool_size + max_overflow`` connections, so it
+    holds at most the smaller of the two: 6 on two cores, and 40 host processes of 2,000 silos
+    with 10 victims need 300, where PostgreSQL's 200 refused logins.
+    """
+    sql = SqlOptions()
+    threads = min(32, (cores or os.cpu_count() or 1) + 4)
+    return max(200, processes * min(threads, sql.pool_size + sql.max_overflow) + BENCHMARK_CONNECTIONS)
 
 
 def rss_mb(pid: int) -> float:
@@ -214,6 +260,26 @@ def start_hosts(uri: str, silos: int, config: Config, root: Path, start_when: Pa
         env = {"PYTHONPATH": str(ROOT), "GRPC_VERBOSITY": "ERROR"}
         hosts.append(ServerProcess([*argv, *set_arguments(config)], root / f"host-{index}.log", env=env))
     return hosts
+
+
+FENCED = b" is fenced: "
+"""What a silo logs (WARNING) when its membership lease ran out (``silo.runtime.serving``)."""
+
+
+def fence_warnings(hosts: Sequence[ServerProcess]) -> int:
+    """Times the hosted silos fenced themselves so far (their lease ran out: the table did not
+    confirm them Active within ``lease_timeout``), from the hosts' logs."""
+    return sum(host.log.read_bytes().count(FENCED) for host in hosts if host.log.exists())
+
+
+def join_costs(counts: Callable[[], Counts], join_from: Counts, hosts: Sequence[ServerProcess]) -> dict[str, Any]:
+    """What the join cost until now (all Active, or the join stopped): the silos' statements since
+    ``join_from`` (full reads among them) and the fencings, which say what held a slow join back."""
+    statements = difference(counts(), join_from)
+    fenced = fence_warnings(hosts)
+    print(f"[scale] join: {statements['full_reads']} full reads, {statements['all_reads']} reads, "
+          f"{statements['version_writes']} versioned writes, {fenced} fencings", flush=True)  # fmt: skip
+    return {"join_statements": statements, "fenced_joining": fenced}
 
 
 def dead_silos(data: MembershipTableData) -> list[str]:
@@ -299,27 +365,86 @@ SILOS_ROLE = "postgres"
 WATCH_ROLE = "bench_watch"
 
 
+@dataclass
+class KillResults:
+    """What the kill trials of one size measured (``detection_at_scale``)."""
+
+    trials: list[KillTrial] = dataclasses.field(default_factory=list)
+    caused: list[Counts] = dataclasses.field(default_factory=list)
+    removals: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """Per single kill, the versions its removal took (``write_log.removal``)."""
+    mass: dict[str, Any] | None = None
+    """The simultaneous kill of ``Config.mass_kill`` silos: its trial, removals and statements caused."""
+
+
 async def detection_at_scale(
-    uri: str, watch_uri: str, config: Config, root: Path, counts: Callable[[], Counts]
-) -> tuple[list[KillTrial], list[Counts]]:
-    """Start one separate ``silo run`` and SIGKILL it, ``detection_trials`` times; the table's view of
-    it, and the statements it caused (``caused_by_kill``)."""
-    # The victim gossips even with --gossip off, so that its join reaches every hosted silo at once.
+    uri: str,
+    watch_uri: str,
+    config: Config,
+    root: Path,
+    counts: Callable[[], Counts],
+    logged: Callable[[float], list[write_log.LoggedWrite]],
+) -> KillResults:
+    """Start one separate ``silo run`` and SIGKILL it, ``detection_trials`` times; then start
+    ``mass_kill`` of them and SIGKILL them all at once. For each kill, the table's view of the
+    victims, the statements caused (``caused_by``) and the versions each removal took (from the
+    ``logged`` writes since a time: ``write_log``)."""
+    # The victims gossip even with --gossip off, so that their joins reach every hosted silo at once.
     arguments = [*set_arguments(config), "--set", "use_liveness_gossip=true"]
     bench = BenchCluster(root, uri, "scale", arguments, watch_uri=watch_uri)
+    chosen = options(config)
+    bench.bound = death_bound(chosen)  # the scale timings, not the local preset's the harness assumes
+    bench.table_poll = TABLE_POLL
     rng = random.Random(config.seed)
-    trials: list[KillTrial] = []
-    caused: list[Counts] = []
+    results = KillResults()
     try:
         for _ in range(config.detection_trials):
             await asyncio.to_thread(bench.cluster.start_active, 1, *arguments, timeout=config.join_timeout)
-            await asyncio.sleep(2 * options(config).probe_timeout)  # its probers have started
-            trial, change = await caused_by_kill(bench, rng, config, counts)
-            trials.append(trial)
-            caused.append(change)
+            await asyncio.sleep(2 * chosen.probe_timeout)  # its probers have started
+            trial, change, killed_at = await caused_by(functools.partial(bench.kill_one, rng), config.change_window,
+                                                       config, counts)  # fmt: skip
+            results.trials.append(trial)
+            results.caused.append(change)
+            writes = await asyncio.to_thread(logged, killed_at)
+            results.removals.append(write_log.removal(writes, trial.victim, killed_at))
+        if config.mass_kill:
+            results.mass = await mass_kill_at_scale(bench, arguments, config, counts, logged)
     finally:
         await bench.close()
-    return trials, caused
+    return results
+
+
+def mass_kill_window(config: Config) -> float:
+    """Seconds counted after a simultaneous kill: ``change_window`` plus the ``settle_time`` a death
+    amid correlated suspicions waits (several silos dying at once are such suspicions), at most
+    ``baseline_period``."""
+    return min(baseline_period(config), config.change_window + settle_time(options(config)))
+
+
+async def mass_kill_at_scale(
+    bench: BenchCluster,
+    arguments: Sequence[str],
+    config: Config,
+    counts: Callable[[], Counts],
+    logged: Callable[[float], list[write_log.LoggedWrite]],
+) -> dict[str, Any]:
+    """Start ``mass_kill`` separate silos, SIGKILL them all at once: time to each Dead row and to
+    the last, the statements caused, and the versions (each removal's, and whether several Dead
+    rows shared one)."""
+    chosen = options(config)
+    victims = await asyncio.to_thread(bench.cluster.start_active, config.mass_kill, *arguments,
+                                      timeout=config.join_timeout)  # fmt: skip
+    await asyncio.sleep(2 * chosen.probe_timeout)  # their probers have started
+    bound = death_bound(chosen) + settle_time(chosen)
+    window = mass_kill_window(config)
+    trial, change, _ = await caused_by(functools.partial(kill_together, bench, victims, bound), window, config, counts)
+    writes = await asyncio.to_thread(logged, trial.killed_at)
+    return {
+        **trial.to_json(),
+        "removals": write_log.removals(writes, [t.victim for t in trial.trials], trial.killed_at),
+        "caused": change,
+        "change_window_s": window,
+    }
 
 
 def baseline_period(config: Config) -> float:
@@ -338,11 +463,11 @@ def baseline_period(config: Config) -> float:
     return math.lcm(*(round(1000 * period) for period in periods)) / 1000
 
 
-async def caused_by_kill(
-    bench: BenchCluster, rng: random.Random, config: Config, counts: Callable[[], Counts]
-) -> tuple[KillTrial, Counts]:
-    """Kill one silo: its trial, and the statements of the ``change_window`` from the kill minus
-    those of the same window one ``baseline_period`` earlier.
+async def caused_by(
+    kill: Callable[[], Awaitable[T]], window: float, config: Config, counts: Callable[[], Counts]
+) -> tuple[T, Counts, float]:
+    """Run ``kill``: its result, the statements of the ``window`` s from the kill minus those of the
+    same window one ``baseline_period`` earlier, and the kill's time (Unix seconds).
 
     Both windows have the same length, and the same phase of every silo's periodic timers: at
     1,000 silos the background is ~65 reads a second, so a baseline taken just before the kill
@@ -350,7 +475,6 @@ async def caused_by_kill(
     November took it once the Dead row was seen, 14-20 s after the kill, against a 10 s baseline)
     counted hundreds of periodic reads as caused by the death.
     """
-    window = config.change_window
     quiet_from, started = await asyncio.to_thread(counts), wall()
     await asyncio.sleep(window)
     quiet = difference(await asyncio.to_thread(counts), quiet_from)
@@ -362,9 +486,9 @@ async def caused_by_kill(
         return await asyncio.to_thread(counts)
 
     after = asyncio.ensure_future(at_window_end())
-    trial = await bench.kill_one(rng)
+    result = await kill()
     change = difference(await after, before)
-    return trial, {key: change[key] - quiet[key] for key in change}
+    return result, {key: change[key] - quiet[key] for key in change}, killed_at
 
 
 INTERRUPTED = "interrupted (SIGINT or SIGTERM) before this size finished"
@@ -400,7 +524,8 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
     """Join, steady window, kill trials at ``silos``, into ``measured`` as each phase ends (a size
     stopped part-way keeps the phases done)."""
     root.mkdir(parents=True)
-    with services.postgres(stats=True) as server:
+    processes = len(hosts_for(silos, config)) + max(1, config.mass_kill)  # hosts, and the victims alive at once
+    with services.postgres(stats=True, max_connections=connections_needed(processes)) as server:
         database = services.unique("scale")
         uri = server.create_database(database)
         with server.connect(database) as connection:
@@ -422,10 +547,15 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
             await asyncio.to_thread(wait_listening, hosts, config.join_timeout)
             started = wall()
             measured["hosts_ready_s"] = started - spawned  # process start-up, before the clock of the join
+            join_from = counts()
             go.touch()
-            curve = await asyncio.to_thread(wait_all_active, watch_uri, silos, config, started, hosts)
+            try:
+                curve = await asyncio.to_thread(wait_all_active, watch_uri, silos, config, started, hosts)
+            finally:
+                measured.update(join_costs(counts, join_from, hosts))
             dead_joining = dead_silos(table.read_all())
             measured.update(
+                load_average_all_active=os.getloadavg(),
                 all_active_s=curve[-1][0],
                 join_curve=curve,
                 false_deaths_joining=len(dead_joining),
@@ -443,6 +573,7 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
             dead_steady = sorted(set(dead_silos(table.read_all())) - set(dead_joining))
             measured["declared_dead"]["steady"] = dead_steady
             measured.update(
+                fenced_steady=fence_warnings(hosts) - measured["fenced_joining"],
                 false_deaths_steady=len(dead_steady),
                 steady_window_s=config.steady_window,
                 steady_samples=steady,
@@ -454,7 +585,14 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
             )
             print(f"[scale] {silos} silos: {len(dead_steady)} declared Dead in {config.steady_window:.0f}s steady",
                   flush=True)  # fmt: skip
-            trials, caused = await detection_at_scale(uri, watch_uri, config, root, counts)
+            with server.connect(database) as connection:
+                write_log.install(connection)  # only now: the join and steady figures are measured without it
+
+            def logged(since: float) -> list[write_log.LoggedWrite]:
+                with server.connect(database) as connection:
+                    return write_log.writes_since(connection, since)
+
+            kills = await detection_at_scale(uri, watch_uri, config, root, counts, logged)
         except JoinDidNotFinishError as exc:
             measured["join_curve"] = exc.curve
             raise
@@ -463,14 +601,17 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
                 host.signal(signal.SIGKILL)
                 host.stop()
     floor = options(config).detection_time
-    dead = summarize([t.table_dead for t in trials if t.table_dead is not None])
+    dead = summarize([t.table_dead for t in kills.trials if t.table_dead is not None])
     measured.update(
         detection_table_dead=dead,
         detection_ratio_to_floor={"median": ratio(dead["median"], floor), "p99": ratio(dead["p99"], floor)},
-        detection_trials=[t.to_json() for t in trials],
-        caused_per_death=caused,
-        reads_per_change=summarize(reads_per_change(caused)),
+        detection_trials=[t.to_json() for t in kills.trials],
+        removals=kills.removals,
+        versions_per_removal=[removal["versions"] for removal in kills.removals],
+        caused_per_death=kills.caused,
+        reads_per_change=summarize(reads_per_change(kills.caused)),
         change_window_s=config.change_window,
+        mass_kill=kills.mass,
     )
 
 
@@ -501,9 +642,37 @@ def report(results: dict[str, Any]) -> None:
          "reads caused per death", "writes caused per death"],
         rows,
     )  # fmt: skip
+    report_removals(results)
     for size, entry in results["sizes"].items():
         if "error" in entry:
             print(f"{size} silos stopped: {entry['error'][:300]}")
+
+
+def report_removals(results: dict[str, Any]) -> None:
+    """The versions each removal took: per single kill, and for the silos killed at once (if measured)."""
+    rows: list[list[object]] = []
+    for size, entry in results["sizes"].items():
+        if "removals" not in entry:
+            continue
+        mass = entry.get("mass_kill") or {}
+        together = mass.get("removals", {})
+        rows.append([
+            size,
+            " ".join(str(removal["versions"]) for removal in entry["removals"]),
+            " ".join(str(removal["span_versions"]) for removal in entry["removals"]),
+            mass.get("victims", "-"), "-" if mass.get("all_dead_s") is None else mass["all_dead_s"],
+            " ".join(str(versions) for versions in together.get("versions_per_removal", [])) or "-",
+            together.get("victim_versions", "-"), together.get("dead_write_versions", "-"),
+            together.get("span_versions", "-"), mass.get("caused", {}).get("all_reads", "-"),
+        ])  # fmt: skip
+    if rows:
+        print_table(
+            "Versions per removal (a kill to the victim's Dead row: votes and the Dead write)",
+            ["silos", "single kills: versions", "versions in span", "killed at once", "all Dead s",
+             "versions each", "versions touching them", "versions with Dead rows", "versions in span",
+             "reads caused"],
+            rows,
+        )  # fmt: skip
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
@@ -543,6 +712,7 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     extra.add_argument("--steady", default=None)
     extra.add_argument("--per-process", default=None)
     extra.add_argument("--max-load", default=None)
+    extra.add_argument("--mass-kill", default=None)
     add_set_flag(extra, "options_set")
     settings, known, config = parse_over_preset(__doc__ or NAME, argv, extra, Config)
     changes: dict[str, Any] = {}
@@ -558,6 +728,8 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
         changes["per_process"] = positive(known.per_process, "--per-process")
     if known.max_load is not None:
         changes["max_load"] = positive(known.max_load, "--max-load", float)
+    if known.mass_kill is not None:
+        changes["mass_kill"] = positive(known.mass_kill, "--mass-kill", least=0)
     if known.options_set:
         if any(name == "use_liveness_gossip" for name, _ in known.options_set):
             raise SystemExit("--set: use --gossip on|off to choose gossip, not use_liveness_gossip")

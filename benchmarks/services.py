@@ -26,9 +26,9 @@ from testbed.services.zookeeper import ZooKeeperServer
 class BenchPostgresServer(PostgresServer):
     """The test suite's PostgreSQL, optionally with ``pg_stat_statements`` preloaded."""
 
-    def __init__(self, stats: bool) -> None:
+    def __init__(self, stats: bool, max_connections: int = 200) -> None:
         self.stats = stats
-        super().__init__()
+        super().__init__(max_connections=max_connections)
 
     def _argv(self) -> list[str]:
         extra = ["-c", "shared_preload_libraries=pg_stat_statements"] if self.stats else []
@@ -58,8 +58,8 @@ def running(server: S, close: Callable[[], None] | None = None) -> Iterator[S]:
         (close or server.stop)()
 
 
-def postgres(stats: bool = False) -> contextlib.AbstractContextManager[BenchPostgresServer]:
-    server = BenchPostgresServer(stats)
+def postgres(stats: bool = False, max_connections: int = 200) -> contextlib.AbstractContextManager[BenchPostgresServer]:
+    server = BenchPostgresServer(stats, max_connections)
     return running(server, server.close)
 
 

@@ -258,6 +258,19 @@ def excludes(data: MembershipTableData, victim: SiloAddress) -> bool:
     return row is None or row[0].status is SiloStatus.DEAD
 
 
+def record_dead(trial: KillTrial, data: MembershipTableData, victim: SiloAddress, killed_at: float) -> bool:
+    """If ``data`` shows ``victim`` Dead, fill ``trial``'s table figures (the Dead write's time is
+    its last vote's) and say so."""
+    row = data.get(victim)
+    if row is None or row[0].status is not SiloStatus.DEAD:
+        return False
+    trial.table_dead_seen = wall() - killed_at
+    trial.dead_version = data.version.version
+    votes = [when.timestamp() for _, when in row[0].suspect_times]
+    trial.table_dead = (max(votes) if votes else wall()) - killed_at
+    return True
+
+
 class BenchCluster:
     """N silos of one cluster; keeps N running by replacing the ones that die."""
 
@@ -282,6 +295,9 @@ class BenchCluster:
         self.poll_table = poll_table
         """False: take the Dead write from the survivors' views and never read the table during a trial
         (so that store-side statement counts are the silos' alone)."""
+        self.table_poll = POLL
+        """Seconds between the table reads of a trial: only ``table_dead_seen`` depends on it (the Dead
+        time is the votes'), and each is a read of every row (the scale benchmark reads less often)."""
         self.views_from_logs = views_from_logs
         """Time each survivor's view by the silo's own ``observed_at``, read from its JSON log
         (``victim_death_logged``), instead of polling its view every ``POLL`` s."""
@@ -445,14 +461,9 @@ class BenchCluster:
                 data = await asyncio.to_thread(self.cluster.read)
             except TableUnavailableError:
                 data = None
-            row = data.get(victim) if data is not None else None
-            if data is not None and row is not None and row[0].status is SiloStatus.DEAD:
-                trial.table_dead_seen = wall() - killed_at
-                trial.dead_version = data.version.version
-                votes = [when.timestamp() for _, when in row[0].suspect_times]
-                trial.table_dead = (max(votes) if votes else wall()) - killed_at
+            if data is not None and record_dead(trial, data, victim, killed_at):
                 return
-            await asyncio.sleep(POLL)
+            await asyncio.sleep(self.table_poll)
 
     async def _watch_view(self, trial: KillTrial, silo: SiloProcess, victim: SiloAddress, killed_at: float) -> None:
         while wall() < killed_at + self.bound and silo.running:

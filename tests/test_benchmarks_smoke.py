@@ -46,6 +46,13 @@ def test_benchmark_quick_run_writes_its_json_and_plot(name: str, tmp_path: Path)
     assert document["config"]
     assert document["results"]
     assert (tmp_path / f"{name}.png").stat().st_size > 0
+    if name == "scale":  # each kill's removal is read from the write log; the simultaneous kill too
+        size = document["results"]["sizes"]["20"]
+        assert [(removal["dead"], removal["versions"] >= 2) for removal in size["removals"]] == [(True, True)]
+        together = size["mass_kill"]["removals"]
+        assert together["all_dead"] is True, size["mass_kill"]
+        assert len(together["versions_per_removal"]) == 3
+        assert 1 <= together["dead_write_versions"] <= 3
 
 
 @pytest.mark.slow

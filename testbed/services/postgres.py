@@ -35,10 +35,15 @@ class PostgresServer(ThrowawayServer):
     name = "postgres"
     stop_signal = signal.SIGINT  # "fast" shutdown: SIGTERM would wait for every client to leave
 
-    def __init__(self, *, namespace: str | None = None, listen_address: str = "127.0.0.1") -> None:
+    def __init__(
+        self, *, namespace: str | None = None, listen_address: str = "127.0.0.1", max_connections: int = 200
+    ) -> None:
         """``namespace``: the network namespace to run in (the root one if None); ``listen_address``:
-        the address there that clients connect to (a non-loopback one is trusted for its subnet)."""
+        the address there that clients connect to (a non-loopback one is trusted for its subnet);
+        ``max_connections``: PostgreSQL's limit of client connections (a benchmark of thousands of
+        silos, dozens of processes with a pool each, needs more than the tests' 200)."""
         super().__init__()
+        self.max_connections = max_connections
         self.namespace = namespace
         self.listen_address = listen_address
         if namespace is not None:
@@ -82,7 +87,7 @@ class PostgresServer(ThrowawayServer):
             "fsync": "off",
             "synchronous_commit": "off",
             "full_page_writes": "off",
-            "max_connections": "200",
+            "max_connections": str(self.max_connections),
             "shared_buffers": "32MB",
         }
         options = [arg for name, value in settings.items() for arg in ("-c", f"{name}={value}")]

@@ -22,9 +22,11 @@ def test_the_acceptance_sizes_with_gossip_on_and_five_steady_minutes_by_default(
 
 def test_sizes_gossip_steady_per_process_and_max_load_from_the_command_line(tmp_path: Path) -> None:
     argv = ["--sizes", "200,500", "--gossip", "off", "--steady", "30", "--per-process", "25", "--max-load", "45"]
-    config = parse([*argv, "--output-dir", str(tmp_path)])[1]
+    config = parse([*argv, "--mass-kill", "4", "--output-dir", str(tmp_path)])[1]
     assert (config.sizes, config.gossip, config.steady_window, config.per_process) == ((200, 500), False, 30.0, 25)
-    assert config.max_load == 45.0
+    assert (config.max_load, config.mass_kill) == (45.0, 4)
+    assert parse(["--mass-kill", "0", "--output-dir", str(tmp_path)])[1].mass_kill == 0
+    assert parse(["--output-dir", str(tmp_path)])[1].mass_kill == 10
     assert overrides(config)["use_liveness_gossip"] == "false"
 
 
@@ -48,6 +50,7 @@ def test_set_changes_silo_options_over_the_preset_and_the_json_records_them(tmp_
         (["--steady", "0"], "--steady must be a number of at least 1"),
         (["--per-process", "-3"], "--per-process must be"),
         (["--max-load", "none"], "--max-load must be a number"),
+        (["--mass-kill", "-1"], "--mass-kill must be a number of at least 0"),
         (["--set", "probe_timout=5s"], r"--set: unknown option 'probe_timout'; did you mean probe_timeout"),
         (["--set", "probe_timeout=soon"], r"--set: .*probe_timeout"),
         (["--set", "use_liveness_gossip=false"], r"--set: use --gossip on\|off"),
@@ -71,6 +74,7 @@ def test_bad_options_exit_saying_what_is_wrong(argv: list[str], message: str, tm
 
 
 def test_silos_are_spread_over_at_most_ten_processes_per_core() -> None:
+    assert hosts_for(2000, Config(), cores=2) == [50] * 40  # at most 50 a process
     assert hosts_for(1000, Config(), cores=2) == [50] * 20
     assert hosts_for(500, Config(), cores=2) == [25] * 20
     assert hosts_for(200, Config(), cores=2) == [10] * 20
@@ -126,3 +130,10 @@ def test_a_kill_is_compared_with_the_window_one_full_read_cycle_earlier() -> Non
     assert scale.baseline_period(Config()) == 90.0
     assert scale.baseline_period(Config(options_set=(("full_refresh_every", "1"),))) == 30.0
     assert scale.baseline_period(Config(options_set=(("i_am_alive_table_publish_timeout", "20s"),))) == 180.0
+
+
+def test_postgres_gets_a_connection_for_each_executor_thread_of_every_silo_process() -> None:
+    """40 hosts of 2,000 silos and 10 victims, each with up to 6 table calls at once on two cores."""
+    assert scale.connections_needed(50, cores=2) == 50 * 6 + scale.BENCHMARK_CONNECTIONS
+    assert scale.connections_needed(50, cores=64) == 50 * 15 + scale.BENCHMARK_CONNECTIONS  # the pool's limit
+    assert scale.connections_needed(3, cores=2) == 200  # never below the server's default
