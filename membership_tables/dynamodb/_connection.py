@@ -48,13 +48,13 @@ _DENIED = {
 _RETRYABLE_CANCELLATIONS = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
 
 
-class VersionMovedError(Exception):
+class _VersionMovedError(Exception):
     """The version changed while a read was paging: the rows may be torn, so read again."""
 
 
 def is_transient(exc: BaseException) -> bool:
     """True for failures worth retrying: throttling, 5xx, network trouble, transaction conflicts."""
-    if isinstance(exc, VersionMovedError):
+    if isinstance(exc, _VersionMovedError):
         return True
     if isinstance(exc, (BotoConnectionError, HTTPClientError)):
         return True
@@ -143,7 +143,7 @@ class DynamoDbConnection:
         )
         try:
             return retrying(operation)
-        except VersionMovedError as exc:
+        except _VersionMovedError as exc:
             raise TableUnavailableError(
                 f"{what} on DynamoDB table {self.settings.table_name!r}: the version kept changing while reading; "
                 "writes are too frequent to take a consistent snapshot, try again"
@@ -176,7 +176,7 @@ class DynamoDbConnection:
         if (state.seconds_since_start or 0.0) + state.upcoming_sleep >= self.settings.retry_time:
             return True
         failure = state.outcome.exception() if state.outcome else None
-        return state.attempt_number >= self.settings.max_attempts and not isinstance(failure, VersionMovedError)
+        return state.attempt_number >= self.settings.max_attempts and not isinstance(failure, _VersionMovedError)
 
     def close(self) -> None:
         self.client.close()

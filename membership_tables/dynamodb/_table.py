@@ -15,7 +15,7 @@ from membership_tables.codec import format_time, parse_time
 from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
 from membership_tables.dynamodb._connection import (
     DynamoDbConnection,
-    VersionMovedError,
+    _VersionMovedError,
     cancellation_reasons,
     error_code,
 )
@@ -118,7 +118,7 @@ class DynamoDbMembershipTable(MembershipTable):
             items = list(self._query_items())
             after = self._get_version()
             if after != before:
-                raise VersionMovedError
+                raise _VersionMovedError
             return self._items.snapshot(items, after)
 
         return self._dynamo.call("read_all", fenced_read)
