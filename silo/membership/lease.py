@@ -39,9 +39,11 @@ know. Then no write has been made since that version by any of them, so none dec
 Dead, and a silo that joined meanwhile told them of its insert before it turned Active: its
 connectivity pings carry the newest version it knows of (``PingRequest.known_version``), as
 does every ``ConfirmMembership``, and the silo asked takes it as heard before it answers.
-One member that does not answer (crashed, cut off, or with a newer view) and the asker
-fences: it cannot tell an outage for all from a cut between it and the part that has the
-table. docs/protocol.md, "The membership lease", has the argument.
+A member whose view lags takes the newest view an answer shows from that member and is
+judged on it (``LeaseKeeper``): the views meet again without the table. One member that does
+not answer (crashed, cut off) or has heard of a version nobody holds, and the asker fences: it
+cannot tell an outage for all from a cut between it and the part that has the table.
+docs/protocol.md, "The membership lease", has the argument.
 """
 
 from __future__ import annotations

@@ -13,12 +13,13 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from membership_tables import MembershipTableData, SiloAddress, SiloStatus, TableUnavailableError
 from silo.membership.background import retrieve_failure
 from silo.membership.clock import Periodic, with_timeout
 from silo.membership.lease import LEASE_STATUSES, MembershipConfirmation, PeerVerdict, judge_confirmations
+from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_view import TableView
 
 logger = logging.getLogger(__name__)
@@ -110,11 +111,7 @@ class LeaseKeeper:
             return
         view = self._view
         snapshot, timeout = view.snapshot, view.options.lease_renew_interval
-        members = [
-            entry.silo_address
-            for entry in snapshot.entries
-            if entry.status is not SiloStatus.DEAD and entry.silo_address != view.address
-        ]
+        members = self._other_members(snapshot)
         started = view.clock.monotonic()
 
         async def ask(member: SiloAddress) -> MembershipConfirmation | None:
@@ -132,6 +129,8 @@ class LeaseKeeper:
         if newer and await view.pull_view(newer[0].responder, newer[0].version):
             snapshot = view.snapshot  # the read is newer than our view: take the reader's view first
         verdict = judge_confirmations(snapshot.version, view.newest_version_heard, members, answers)
+        if verdict is PeerVerdict.UNKNOWN and not newer:
+            snapshot, members, verdict = await self._catch_up_in_outage(snapshot, members, answers)
         if verdict is PeerVerdict.CONFIRMED:
             view.lease.confirm(started)
         elif verdict is PeerVerdict.OUTAGE:
@@ -145,6 +144,41 @@ class LeaseKeeper:
                 )  # fmt: skip
         elif verdict is PeerVerdict.NOT_ACTIVE:
             logger.warning("silo %s: a peer read this silo's row as not Active; it stays fenced", view.address)
+
+    def _other_members(self, snapshot: MembershipSnapshot) -> list[SiloAddress]:
+        """Every other non-Dead silo of ``snapshot``: the members whose answers a vouch needs."""
+        own = self._view.address
+        return [
+            entry.silo_address
+            for entry in snapshot.entries
+            if entry.status is not SiloStatus.DEAD and entry.silo_address != own
+        ]
+
+    async def _catch_up_in_outage(
+        self,
+        snapshot: MembershipSnapshot,
+        members: list[SiloAddress],
+        answers: Mapping[SiloAddress, MembershipConfirmation],
+    ) -> tuple[MembershipSnapshot, list[SiloAddress], PeerVerdict]:
+        """Nobody reads the table and some member holds a newer view than ours (a change whose
+        gossip missed us just before the outage): take that view from it, and judge the same
+        answers again on it.
+
+        Without this, one view left behind at the start of an outage fenced every member for the
+        whole outage: nobody can read the table, so the views never met again. The newer view is
+        a state the table had, and the answers were all given after our asks were sent, so the
+        argument of an outage vouch holds on it unchanged (``silo.membership.lease``): every
+        member holds it, has heard of nothing newer and wrote nothing since. The members that
+        were behind take it the same way in their own rounds."""
+        view = self._view
+        ahead = max(answers.values(), key=lambda answer: answer.version, default=None)
+        if ahead is None or ahead.version <= snapshot.version:
+            return snapshot, members, PeerVerdict.UNKNOWN
+        if not await view.pull_view(ahead.responder, ahead.version):
+            return snapshot, members, PeerVerdict.UNKNOWN
+        snapshot = view.snapshot
+        members = self._other_members(snapshot)
+        return snapshot, members, judge_confirmations(snapshot.version, view.newest_version_heard, members, answers)
 
     async def confirm_member(self, asker: SiloAddress, known_version: int = 0) -> MembershipConfirmation:
         """A peer's ``ConfirmMembership``: read its row now (one try), or say what we know.

@@ -146,6 +146,11 @@ class ServingGuard:
         """Append what we may serve from now on (``silo.runtime.claims``): called at every change of it."""
         if self._claims is None:
             return
+        # the ring of the view as it is now, as a request would check it (``ownership``): a
+        # lease renewal by a read that brought a newer view is recorded before the task that
+        # feeds the guard has run, and with the guard's older ring the claim said what no
+        # request could have served (a 2 ms overlap with a joiner's first claim, under load)
+        self._ownership.observe(self._snapshot())
         now = self._clock.monotonic()
         ring, ghosts, serving_from, token = self._ownership.claim()
         expires = self._lease.expires_at()

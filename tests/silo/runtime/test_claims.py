@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+from membership_tables import SiloStatus
+from silo.membership.clock import FakeClock
+from silo.membership.lease import MembershipLease
+from silo.membership.snapshot import MembershipSnapshot
 from silo.runtime.claims import ClaimsFile, ServingClaim, check_claims, load_claims
-from tests.silo.harness import address
+from silo.runtime.serving import ServingGuard
+from tests.silo.harness import LOCAL, T0, FunctionProber, address, row, view
 
 A, B, C = (str(address(port)) for port in (1, 2, 3))
 RING = (A, B, C)
@@ -51,3 +57,37 @@ def test_claims_round_trip_through_a_file_and_a_cut_short_last_line_is_skipped(t
     with path.open("a") as file:
         file.write('{"silo": "cut')
     assert load_claims([path]) == [written]
+
+
+def test_a_lease_renewal_records_the_ring_of_the_current_view_even_before_the_guard_has_seen_it(
+    tmp_path: Path,
+) -> None:
+    """A renewal by a read that came with a newer view is recorded at once, while the task that
+    feeds the ownership guard may not have run yet: the claim holds the ring a request would be
+    checked against now (the current view's), not the guard's older one."""
+    clock = FakeClock(T0)
+    lease = MembershipLease(LOCAL.lease_timeout, clock.monotonic)
+    me, joiner = address(1), address(2)
+    current = view(row(me), version=1)
+
+    async def no_snapshots() -> AsyncIterator[MembershipSnapshot]:
+        return
+        yield
+
+    ServingGuard(  # it records a claim at each lease confirmation
+        address=me,
+        options=LOCAL,
+        clock=clock,
+        lease=lease,
+        status=lambda: SiloStatus.ACTIVE,
+        draining=lambda: False,
+        snapshot=lambda: current,
+        snapshots=no_snapshots,
+        prober=FunctionProber(),
+        claims=ClaimsFile(tmp_path / "claims.jsonl"),
+    )
+    lease.confirm(clock.monotonic())
+    current = view(row(me), row(joiner), version=2)  # published; the guard's feed has not run
+    lease.confirm(clock.monotonic() + 0.1)
+    recorded = load_claims([tmp_path / "claims.jsonl"])
+    assert recorded[-1].ring == tuple(sorted((str(me), str(joiner))))

@@ -254,6 +254,29 @@ async def test_a_table_outage_for_everyone_fences_nobody_and_declares_nobody_dea
     await cluster.stop()
 
 
+@async_test
+async def test_a_view_left_behind_when_the_table_goes_down_catches_up_from_the_peers_and_nobody_fences() -> None:
+    """A change's gossip missed one member just before the table went down for everyone. Its
+    view is older than the others', so no vouch holds at first; it takes the newer view from a
+    peer during the outage and from then on they all vouch for it: nobody fences."""
+    cluster = await started(3)
+    behind = cluster.silos[2]
+    cluster.network.partitioned.add(behind.silo_address)  # the change's gossip cannot reach it
+    assert await cluster.silos[0].set_properties({"zone": "b"})
+    await cluster.clock.advance(STEP)
+    cluster.network.partitioned.clear()
+    for table in cluster.tables:
+        table.down = True
+    newer = cluster.silos[0].snapshot.version
+    assert behind.snapshot.version < newer, "the lagging member must miss the change"
+    for _ in range(int(10 * LOCAL.lease_timeout / STEP)):
+        await cluster.clock.advance(STEP)
+        assert not any(silo.fenced for silo in cluster.silos)
+    assert behind.snapshot.version == newer, "it took the newer view from a peer"
+    assert all(records == [] for records in cluster.fencing.values())
+    await cluster.stop()
+
+
 class HeldReads:
     """A blocking-call runner whose calls wait, while ``held``, until ``release()``: a slow store."""
 
