@@ -59,6 +59,9 @@ class MembershipAgent:
         self._clock = clock
         self._prober = prober
         self._heart: Periodic | None = None
+        self._pinged: set[SiloAddress] = set()
+        self.unreached: frozenset[SiloAddress] = frozenset()
+        """Members our join may not have reached (``_unreached_members``): set before we turn Active."""
 
     def _check_not_terminated(self) -> None:
         if self._manager.terminated.is_set():
@@ -121,6 +124,7 @@ class MembershipAgent:
         watch = join_heartbeat_watch(self._options)
         answered: set[SiloAddress] = set()
         gone: set[SiloAddress] = set()
+        refused: set[SiloAddress] = set()
         in_flight = asyncio.Semaphore(JOIN_PINGS_IN_FLIGHT)
 
         def fresh_others() -> list[SiloAddress]:
@@ -131,8 +135,10 @@ class MembershipAgent:
             self._check_not_terminated()
             targets = [s for s in fresh_others() if s in chosen]
             peers = [s for s in targets if s not in answered]
-            answers = await asyncio.gather(*(self._ping(peer, in_flight) for peer in peers))
+            outcomes = await asyncio.gather(*(self._ping(peer, in_flight) for peer in peers))
+            answers = [outcome is ProbeOutcome.ANSWERED for outcome in outcomes]
             answered.update(peer for peer, answer in zip(peers, answers, strict=True) if answer)
+            refused.update(peer for peer, got in zip(peers, outcomes, strict=True) if got is ProbeOutcome.REFUSED)
             unreachable = [
                 peer
                 for peer, answer in zip(peers, answers, strict=True)
@@ -145,6 +151,7 @@ class MembershipAgent:
                 answered.update(reached)
                 unreachable = [peer for peer in unreachable if peer not in reached]
             if not unreachable:
+                self.unreached = await self._unreached_members(answered | gone | refused, in_flight)
                 return
             names = ", ".join(map(str, unreachable))
             if self._clock.monotonic() + self._options.probe_timeout > deadline:
@@ -161,6 +168,40 @@ class MembershipAgent:
                 gone.update(peer for peer, row in rows.items() if row is None or row.status is not SiloStatus.ACTIVE)
             except TableUnavailableError:
                 logger.debug("silo %s: table unreachable while validating connectivity", self._address)
+
+    async def _unreached_members(
+        self, settled: set[SiloAddress], in_flight: asyncio.Semaphore
+    ) -> frozenset[SiloAddress]:
+        """The members (Active or draining) that may not have heard of our join: ones we watched
+        go silent without a refusal (their heartbeat stood still, so we stopped waiting), and
+        stale ones we had not pinged, pinged once now. A silo that answered has heard of our
+        insert (``PingRequest.known_version``); one that refused runs no process there.
+
+        Such a member may be cut off from the table and from us and vouch with its group for an
+        outage it thinks is everyone's (``silo.membership.lease``), so we hold the keys we take
+        for ``outage_takeover_wait``. Rows left unpinged by the validation sample are not
+        counted: a group that vouches needs the answer of every member of its view, and a
+        member we reached has heard of us (docs/protocol.md, "Joins and the vouch")."""
+        snapshot, liveness = self._manager.snapshot, self._manager.liveness
+        members = [
+            entry.silo_address
+            for entry in snapshot.with_status(SiloStatus.ACTIVE, SiloStatus.SHUTTING_DOWN)
+            if entry.silo_address != self._address and entry.silo_address not in settled
+        ]
+        fresh = set(liveness.fresh(snapshot, SiloStatus.ACTIVE, SiloStatus.SHUTTING_DOWN))
+        stale = [silo for silo in members if silo not in fresh][: self._options.max_join_validation_pings]
+        outcomes = await asyncio.gather(*(self._ping(silo, in_flight) for silo in stale))
+        heard = {silo for silo, outcome in zip(stale, outcomes, strict=True) if outcome is not ProbeOutcome.TIMED_OUT}
+        silent_chosen = {silo for silo in members if silo in fresh and silo in self._pinged}
+        unreached = frozenset(silent_chosen | {silo for silo in members if silo not in fresh and silo not in heard})
+        if unreached:
+            logger.warning(
+                "silo %s joins without having reached %s (silent, their heartbeats standing still): they may be "
+                "cut off from the table and vouch for one another, so it serves the keys it takes only after "
+                "outage_takeover_wait (%.0fs)",
+                self._address, ", ".join(map(str, sorted(unreached))), self._options.outage_takeover_wait,
+            )  # fmt: skip
+        return unreached
 
     def _silos_to_reach(self, fresh: list[SiloAddress]) -> set[SiloAddress]:
         """All of ``fresh`` up to ``max_join_validation_pings``; beyond, that many: the ones we
@@ -213,18 +254,18 @@ class MembershipAgent:
                 self._prober, self._clock, self._address, via, peer, self._options.probe_timeout
             )
 
-    async def _ping(self, peer: SiloAddress, in_flight: asyncio.Semaphore) -> bool:
+    async def _ping(self, peer: SiloAddress, in_flight: asyncio.Semaphore) -> ProbeOutcome:
         timeout = self._options.probe_timeout
+        self._pinged.add(peer)
         async with in_flight:
             try:
                 # the ping tells the peer our insert's version before it answers: the peer then
                 # vouches for no view without our row in an outage (``silo.membership.lease``)
                 ping = self._prober.ping(peer, timeout, self._manager.newest_version_heard)
-                outcome = await with_timeout(self._clock, ping, timeout)
-                return outcome is ProbeOutcome.ANSWERED
+                return await with_timeout(self._clock, ping, timeout)
             except Exception as exc:
                 logger.debug("silo %s: join ping of %s failed: %r", self._address, peer, exc)
-                return False
+                return ProbeOutcome.TIMED_OUT
 
     async def _give_up(self) -> None:
         """Best effort: leave no Joining row behind after a failed join."""

@@ -43,6 +43,12 @@ A member whose view lags takes the newest view an answer shows from that member 
 judged on it (``LeaseKeeper``): the views meet again without the table. One member that does
 not answer (crashed, cut off) or has heard of a version nobody holds, and the asker fences: it
 cannot tell an outage for all from a cut between it and the part that has the table.
+
+An outage vouch is good for ``max_outage_vouch`` after the table last confirmed the silo
+(``table_anchor``), no longer: a group cut off from the table *and* from a silo that joined
+meanwhile (which could not tell them of its join) vouches for one another, and the joiner
+must know when they stop. It holds the keys it took for ``outage_takeover_wait`` when some
+member never answered its pings nor refused them (``silo.membership.agent``).
 docs/protocol.md, "The membership lease", has the argument.
 """
 
@@ -80,6 +86,9 @@ class MembershipLease:
         self._timeout = timeout
         self._monotonic = monotonic
         self._anchor: float | None = None
+        self._table_anchor: float | None = None
+        """The anchor of the newest confirmation by a read of the table (ours or a peer's): an
+        outage vouch does not move it (``max_outage_vouch`` counts from it)."""
         self._unbroken_since: float | None = None
         """When (monotonic) the lease last became good after having run out (or the first confirmation)."""
         self.on_confirm: Callable[[], None] | None = None
@@ -94,8 +103,16 @@ class MembershipLease:
         """The start (monotonic) of the newest call that confirmed us Active; None before the first."""
         return self._anchor
 
-    def confirm(self, started_at: float) -> bool:
-        """A table call started at ``started_at`` showed our row Active; True if that renews the lease."""
+    @property
+    def table_anchor(self) -> float | None:
+        """The start (monotonic) of the newest call that read our row Active in the table (not an outage vouch)."""
+        return self._table_anchor
+
+    def confirm(self, started_at: float, *, by_table: bool = True) -> bool:
+        """A table call started at ``started_at`` showed our row Active (``by_table=False``: the
+        peers vouched for an outage); True if that renews the lease."""
+        if by_table and (self._table_anchor is None or started_at > self._table_anchor):
+            self._table_anchor = started_at
         if self._anchor is not None and started_at <= self._anchor:
             return False
         if not self.valid():

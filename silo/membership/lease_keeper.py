@@ -36,6 +36,7 @@ class LeaseKeeper:
         self._ask_confirmation = ask_confirmation
         self._renewer: Periodic | None = None
         self._outage_logged = False
+        self._vouch_ended_logged = False
         self._pending_reads: dict[SiloAddress, tuple[float, asyncio.Future[MembershipTableData]]] = {}
         """Row reads for the lease still running, by silo, with their start (``_read_within``)."""
 
@@ -69,7 +70,7 @@ class LeaseKeeper:
             await self._confirm_through_peers()
             return
         started, data = read
-        self._outage_logged = False
+        self._outage_logged = self._vouch_ended_logged = False
         behind = data.version.version > view.snapshot.version
         if view.own_verdict_in(data) is not None or (
             behind and not await view.brought_by_gossip(data.version.version, interval / 2)
@@ -134,7 +135,9 @@ class LeaseKeeper:
         if verdict is PeerVerdict.CONFIRMED:
             view.lease.confirm(started)
         elif verdict is PeerVerdict.OUTAGE:
-            view.lease.confirm(started)
+            if not self._within_outage_vouch(started):
+                return
+            view.lease.confirm(started, by_table=False)
             if not self._outage_logged:
                 self._outage_logged = True
                 logger.warning(
@@ -144,6 +147,24 @@ class LeaseKeeper:
                 )  # fmt: skip
         elif verdict is PeerVerdict.NOT_ACTIVE:
             logger.warning("silo %s: a peer read this silo's row as not Active; it stays fenced", view.address)
+
+    def _within_outage_vouch(self, anchor: float) -> bool:
+        """Whether an outage vouch anchored at ``anchor`` is still within ``max_outage_vouch`` of the
+        table's last confirmation: past it the silo fences (logged once) until the table is back."""
+        view = self._view
+        limit = view.options.max_outage_vouch
+        table_anchor = view.lease.table_anchor
+        if table_anchor is not None and anchor - table_anchor <= limit:
+            return True
+        if not self._vouch_ended_logged:
+            self._vouch_ended_logged = True
+            logger.warning(
+                "silo %s: the table has been out of reach for everyone for over max_outage_vouch (%ss); the peers' "
+                "word no longer keeps it serving (a silo that joined meanwhile may hold its keys): it fences until "
+                "the table confirms it again",
+                view.address, limit,
+            )  # fmt: skip
+        return False
 
     def _other_members(self, snapshot: MembershipSnapshot) -> list[SiloAddress]:
         """Every other non-Dead silo of ``snapshot``: the members whose answers a vouch needs."""

@@ -130,6 +130,13 @@ class SiloOptions:
     detection time, a silo cut off from the table fences before the others declare it Dead;
     shorter still costs a table read per silo more often."""
 
+    max_outage_vouch: float = 600.0
+    """Seconds a silo may go on serving through a table outage on its peers' word alone (every
+    member says it cannot reach the table either, at the same view) after the table last
+    confirmed it. Longer outages fence every silo until the table is back. The bound is what
+    lets a silo that joined without reaching some member (silent, its heartbeat standing still)
+    know when that member stops serving: it holds the keys it took for ``outage_takeover_wait``."""
+
     max_clock_drift: float = 0.01
     """The most any silo's clock may run faster or slower than real time, as a fraction (0.01:
     1%, twenty times what NTP tolerates). Only clock *rates* matter, never offsets: the takeover
@@ -201,6 +208,13 @@ class SiloOptions:
         """Seconds a new owner waits after learning of a death before it serves the dead silo's
         keys (``silo.membership.lease``): by then the dead silo has fenced itself."""
         return takeover_wait(self.lease_timeout, self.max_clock_drift)
+
+    @property
+    def outage_takeover_wait(self) -> float:
+        """Seconds a silo that joined without reaching some member holds the keys it took: by
+        then that member, if it vouched for an outage without hearing of our join, is fenced
+        (``max_outage_vouch`` and a lease, with the drift margins of ``takeover_wait``)."""
+        return takeover_wait(self.max_outage_vouch + self.lease_timeout, self.max_clock_drift)
 
     @property
     def stale_after(self) -> float:

@@ -17,7 +17,8 @@ certainly stopped serving (docs/protocol.md, "Takeover after fencing"):
   owners during a drain either.
 * **Our own join** takes keys from live owners that learn of it by gossip or, at the latest, at
   their next lease renewal (the lease needs a current view): we serve nothing for
-  ``takeover_wait`` after we turned Active, unless we were alone.
+  ``takeover_wait`` after we turned Active, unless we were alone; for ``outage_takeover_wait``
+  if our join may not have reached some member (``hold_own_keys``).
 
 A key is ours when we own it on the ring of the Active silos plus the ghosts. The **token** is
 the table version at the last change of that ring (a ghost released counts, at the version then
@@ -117,6 +118,15 @@ class OwnershipGuard:
         self._version, self._active, self._dead = snapshot.version, active, dead
         if not self._rebuild() and joined and self.on_change is not None:
             self.on_change()
+
+    def hold_own_keys(self, seconds: float) -> None:
+        """Serve none of our keys for at least ``seconds`` from now: our join may not have reached
+        some member, which may go on serving on an outage vouch (``outage_takeover_wait``)."""
+        until = self._monotonic() + seconds
+        if self._own_hold_until is None or until > self._own_hold_until:
+            self._own_hold_until = until
+            if self.on_change is not None:
+                self.on_change()
 
     def _spawn_release_if_gone(self, silo: SiloAddress) -> None:
         if self._provably_gone is not None and silo != self._address:

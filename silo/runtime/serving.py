@@ -128,6 +128,10 @@ class ServingGuard:
         self._ownership.observe(self._snapshot())
         return self._ownership.pending_ghosts()
 
+    def hold_own_keys(self, seconds: float) -> None:
+        """Serve none of our keys for at least ``seconds`` from now (``OwnershipGuard.hold_own_keys``)."""
+        self._ownership.hold_own_keys(seconds)
+
     def on_fencing(self, listener: Callable[[bool], Awaitable[None]]) -> None:
         """Await ``listener(True)`` when this silo fences itself and ``listener(False)`` when it unfences."""
         self._listeners.append(listener)

@@ -232,6 +232,8 @@ class Silo(ServingQueries):
             raise
         if self._stopping or self._finishing is not None:
             return  # stop() or a termination raced with the last step of the join
+        if self._roles.agent.unreached:
+            self._serving.hold_own_keys(self._options.outage_takeover_wait)
         self._status = SiloStatus.ACTIVE
         self._serving.record_claim()
         self._roles.start_member()

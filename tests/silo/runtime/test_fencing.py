@@ -30,6 +30,7 @@ from tests.silo.harness import (
     T0,
     FakeNetwork,
     FlakyTable,
+    FunctionProber,
     RecordingGossip,
     address,
     async_test,
@@ -45,10 +46,13 @@ T = TypeVar("T")
 class Cluster:
     """Started silos, each with its own switchable view of one table."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, options: SiloOptions = LOCAL) -> None:
         self.clock, self.network, self.store = FakeClock(T0), FakeNetwork(), memory_table()
         self.tables = [FlakyTable(self.store) for _ in range(size)]
-        self.silos = [network_silo(table, port, self.clock, self.network) for port, table in enumerate(self.tables, 1)]
+        self.silos = [
+            network_silo(table, port, self.clock, self.network, options=options)
+            for port, table in enumerate(self.tables, 1)
+        ]
         self.fencing: dict[int, list[bool]] = {index: [] for index in range(size)}
         for index, silo in enumerate(self.silos):
             silo.on_fencing(self._recorder(index))
@@ -94,8 +98,8 @@ class Cluster:
             await silo.stop()
 
 
-async def started(size: int) -> Cluster:
-    cluster = Cluster(size)
+async def started(size: int, options: SiloOptions = LOCAL) -> Cluster:
+    cluster = Cluster(size, options)
     await cluster.start()
     return cluster
 
@@ -379,6 +383,51 @@ async def test_a_joiner_whose_gossip_is_lost_stops_the_members_it_validated_with
     serving_in = joiner.ownership().own_hold
     assert serving_in > 0, "the joiner waits before serving the keys it took"
     await cluster.advance_until(lambda: all(silo.fenced for silo in cluster.silos), serving_in)
+    await joiner.stop()
+    await cluster.stop()
+
+
+@async_test
+async def test_members_cut_off_from_the_table_and_a_joiner_stop_vouching_before_the_joiner_serves() -> None:
+    """The hole an unbounded outage vouch left: the members lose the table *and* every link to a
+    joiner that has the table. They vouch for one another (an outage for all, as far as they
+    can tell), and the joiner, whose pings they never answered, gives up on their standing
+    heartbeats and turns Active. The vouch is bounded (``max_outage_vouch`` after the table last
+    confirmed them) and the joiner, which knows it did not reach them, holds the keys it took
+    for ``outage_takeover_wait``: every member fences before it serves any."""
+    options = LOCAL.with_overrides({"max_outage_vouch": "4s"})
+    cluster = await started(3, options)
+    for table in cluster.tables:
+        table.down = True
+    await cluster.clock.advance(2 * LOCAL.lease_timeout)
+    assert not any(silo.fenced for silo in cluster.silos), "they vouch for one another"
+    joiner = make_silo(
+        FlakyTable(cluster.store),
+        address(9),
+        cluster.clock,
+        options=options,
+        prober=FunctionProber(reachable=lambda _: False),
+    )
+    joining = asyncio.create_task(joiner.start())
+    await cluster.advance_until(joining.done, LOCAL.max_join_attempt_time)
+    await joining
+    assert joiner.status is SiloStatus.ACTIVE
+    hold = joiner.ownership().own_hold
+    assert hold > options.max_outage_vouch, "it holds the keys it took past the members' vouch"
+    await cluster.advance_until(lambda: all(silo.fenced for silo in cluster.silos), hold)
+    assert joiner.ownership().own_hold > 0, "the members fenced before the joiner serves"
+    await joiner.stop()
+    await cluster.stop()
+
+
+@async_test
+async def test_a_joiner_that_reached_every_member_waits_only_the_takeover_wait() -> None:
+    cluster = await started(3)
+    joiner = network_silo(FlakyTable(cluster.store), 9, cluster.clock, cluster.network)
+    joining = asyncio.create_task(joiner.start())
+    await cluster.advance_until(joining.done, LOCAL.max_join_attempt_time)
+    await joining
+    assert 0 < joiner.ownership().own_hold <= LOCAL.takeover_wait
     await joiner.stop()
     await cluster.stop()
 
