@@ -595,6 +595,9 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
             kills = await detection_at_scale(uri, watch_uri, config, root, counts, logged)
         except JoinDidNotFinishError as exc:
             measured["join_curve"] = exc.curve
+            if exc.curve:  # where it stopped, as figures (the curve is a series)
+                seconds, active, joining, dead = exc.curve[-1]
+                measured["join_stopped"] = {"after_s": seconds, "active": active, "joining": joining, "dead": dead}
             raise
         finally:
             for host in hosts:  # SIGKILL: a graceful leave of hundreds of silos is not measured, only slow

@@ -137,8 +137,12 @@ class TableView:
         started = self.clock.monotonic()
         data = await self.access.call(self.table.read_all, deadline)
         self.observer.refresh_completed(self.clock.monotonic() - started)
+        # taken in first: a read that brings a newer view renews the lease with it (confirmed
+        # before, it never did, since the view was older than the read; in a join storm the
+        # version moves between any two reads, so no full read ever renewed a lease)
+        snapshot = await self.accept(data)
         self.confirm_lease(data, started)
-        return await self.accept(data)
+        return snapshot
 
     def confirm_lease(self, data: MembershipTableData, started: float) -> None:
         """Renew the lease if ``data``, read by a call started at ``started``, holds our row Active

@@ -25,6 +25,7 @@ from silo.membership.lease import (
 )
 from silo.membership.options import OptionsError, SiloOptions
 from silo.membership.votes import VoteOutcome
+from silo.runtime.silo import Silo
 from tests.silo.harness import (
     LOCAL,
     T0,
@@ -277,6 +278,42 @@ async def test_a_view_left_behind_when_the_table_goes_down_catches_up_from_the_p
         await cluster.clock.advance(STEP)
         assert not any(silo.fenced for silo in cluster.silos)
     assert behind.snapshot.version == newer, "it took the newer view from a peer"
+    assert all(records == [] for records in cluster.fencing.values())
+    await cluster.stop()
+
+
+class DeafToGossip:
+    """A silo as the network reaches it, minus gossip: what a join storm is to an Active silo
+    (joins are not gossiped then), so its view is behind the table at every lease renewal."""
+
+    def __init__(self, silo: Silo) -> None:
+        self._silo = silo
+
+    async def on_gossip(self, message: object, sender: object) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._silo, name)
+
+
+@async_test
+async def test_a_silo_whose_view_is_always_behind_renews_with_one_full_read_per_lease_and_never_fences() -> None:
+    """The table moves all the time and no gossip reaches the silo (a join storm): every own-row
+    read shows a newer version. It reads the whole table only when its lease is about to run
+    out, and that read (which brings the newer view) renews the lease: it never fences. A full
+    read that brought a newer view used to renew nothing, so in a storm every Active silo fenced."""
+    cluster = await started(3)
+    behind = cluster.silos[2]
+    cluster.network.nodes[behind.silo_address] = DeafToGossip(behind)  # type: ignore[assignment]
+    writer, table = cluster.silos[0], cluster.tables[2]
+    table.calls.clear()
+    for round_ in range(int(4 * LOCAL.lease_timeout / STEP)):
+        if round_ % 2 == 0:
+            assert await writer.set_properties({"round": str(round_)})
+        await cluster.clock.advance(STEP)
+        assert not behind.fenced, f"fenced after {round_ * STEP:.2f}s"
+    full_reads = table.calls.count("read_all")
+    assert 3 <= full_reads <= 6, f"{full_reads} full reads in four leases: {table.calls}"
     assert all(records == [] for records in cluster.fencing.values())
     await cluster.stop()
 
