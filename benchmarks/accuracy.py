@@ -63,7 +63,7 @@ the others still run.
         [--loss-levels 0.1,0.2,0.3,0.4|none] [--flap-levels 1,2|none] [--loss-seconds 600]
         [--loss-size 10] [--serf-profiles lan,local|none]
 
-``--quick``: N = 5, 10 s stall and probe-loss runs, 15 s per level, the 40% loss level
+``--quick``: N = 5, 6 s stall and probe-loss runs, 10 s per level, the 40% loss level
 and 1 s cuts. The level flags override either preset; naming one kind of level runs only the
 levels named (``--loss-levels 0.4`` alone: no flap level). ``--loss-seconds`` is every level's
 duration; ``--scenarios`` picks what runs (default: all three), ``--serf-profiles`` which Serf

@@ -46,8 +46,8 @@ class Config:
 
     @classmethod
     def quick(cls) -> Config:
-        return cls(size=5, seconds=10.0, stall_fractions=(0.5,), loss_levels=(0.40,), flap_levels=(1.0,),
-                   loss_seconds=15.0, loss_size=5, kill_bound=10.0)  # fmt: skip
+        return cls(size=5, seconds=6.0, stall_fractions=(0.5,), loss_levels=(0.40,), flap_levels=(1.0,),
+                   loss_seconds=10.0, loss_size=5, kill_bound=10.0)  # fmt: skip
 
 
 def floor_seconds() -> float:

@@ -49,7 +49,7 @@ Everything is measured against the **floor**, ``num_missed_probes_limit x probe_
     python -m benchmarks.detection [--quick] [--systems silos,zookeeper,serf-lan,serf-local,partitions,lossy-store]
         [--sizes 5,10,20] [--trials 30] [--transport plaintext,tls]
 
-A full run takes about 50 minutes on two cores; ``--quick`` (N = 5, 3 + 3 trials, one
+A full run takes about 50 minutes on two cores; ``--quick`` (N = 5, 2 + 2 trials, one
 partition of each kind, one lossy-store kill and its control, no Serf) about two minutes.
 ``--systems`` picks what runs (default: all; ``partitions`` and ``lossy-store`` are the silos'
 scenarios in namespaces), ``--sizes`` the cluster sizes,
@@ -156,8 +156,8 @@ class Config:
     def quick(cls) -> Config:
         return cls(
             sizes=(5,),
-            crash_trials=3,
-            hang_trials=3,
+            crash_trials=2,
+            hang_trials=2,
             partition_trials=1,
             lossy_store_trials=1,
             idle_seconds=5.0,
