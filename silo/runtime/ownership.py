@@ -73,7 +73,8 @@ class OwnershipGuard:
         self._leavers: set[SiloAddress] = set()
         """Silos that were Active and are draining (ShuttingDown, Stopping): they hold their keys until Dead."""
         self._own_hold_until: float | None = None
-        self._ring = HashRing((), virtual_nodes)
+        self._ring: HashRing | None = HashRing((), virtual_nodes)
+        """The serving ring, built when a request first needs it after a change (``None`` until then)."""
         self._ring_silos: frozenset[SiloAddress] = frozenset()
         self._index = -1
         self.token = 0
@@ -156,17 +157,27 @@ class OwnershipGuard:
             self._rebuild()
 
     def _rebuild(self) -> bool:
-        """Rebuild the ring if its silos changed; True if they did."""
+        """Take a change of the ring's silos (the ring itself is built when next needed); True if they changed.
+
+        Not built here: a ring of N silos hashes 128 N virtual nodes, and in a join storm the
+        Active silos change with every join, so every silo rebuilding it at every view took
+        all of a 1,000-silo storm's CPU (the storm stalled with a quarter of the silos Joining).
+        Only a request needs the ring, and then once per change."""
         silos = self._active | set(self._ghosts) | self._leavers
         if silos == self._ring_silos:
             return False
-        self._ring = HashRing(silos, self._virtual_nodes)
+        self._ring = None
         self._ring_silos = silos
-        self._index = self._ring.addresses.index(self._address) if self._address in silos else -1
         self.token = self._version
         if self.on_change is not None:
             self.on_change()
         return True
+
+    def _built_ring(self) -> HashRing:
+        if self._ring is None:
+            self._ring = HashRing(self._ring_silos, self._virtual_nodes)
+            self._index = self._ring.addresses.index(self._address) if self._address in self._ring_silos else -1
+        return self._ring
 
     def claim(self) -> tuple[frozenset[SiloAddress], dict[SiloAddress, float], float, int]:
         """The serving ring's silos, the ghosts with their release times, when our own wait ends, the token."""
@@ -178,8 +189,9 @@ class OwnershipGuard:
         now = self._monotonic()
         hold = max(0.0, self._own_hold_until - now) if self._own_hold_until is not None else 0.0
         held = {silo: until - now for silo, until in self._ghosts.items()}
+        ring = self._built_ring()
         return OwnershipCheck(
-            self._address, self._ring, self._index, self._version, self.token, hold, held, frozenset(self._leavers)
+            self._address, ring, self._index, self._version, self.token, hold, held, frozenset(self._leavers)
         )
 
     async def close(self) -> None:

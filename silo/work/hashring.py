@@ -15,6 +15,7 @@ keep the shares even. A restarted silo is a new generation and so lands elsewher
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 from collections.abc import Iterable, Sequence
 
@@ -26,6 +27,14 @@ from silo.errors import SiloError
 from silo.hashing import ring_position
 
 __all__ = ["DEFAULT_VIRTUAL_NODES", "EmptyRingError", "HashRing", "key_position"]
+
+
+@functools.lru_cache(maxsize=4096)
+def _positions(address: SiloAddress, virtual_nodes: int) -> tuple[int, ...]:
+    """A silo's virtual-node positions, hashed once per process: a ring is rebuilt at every change
+    of its silos, and hashing was nearly all of a rebuild (128 blake2b per silo)."""
+    return tuple(ring_position(address, i) for i in range(virtual_nodes))
+
 
 DEFAULT_VIRTUAL_NODES = 128
 """Virtual nodes per silo. With 128, each of 4 silos typically owns 25% of the keys give or take
@@ -53,7 +62,7 @@ class HashRing:
         # Ties between equal positions (astronomically rare) are broken by address, so every
         # process builds the same ring whatever order it was given the silos in.
         nodes = sorted(
-            (ring_position(address, i), address) for address in self._addresses for i in range(virtual_nodes)
+            (position, address) for address in self._addresses for position in _positions(address, virtual_nodes)
         )
         self._positions = [position for position, _ in nodes]
         self._owners = [address for _, address in nodes]
