@@ -28,8 +28,9 @@ The lease also vouches for the silo's *view*: a confirmation counts only if the 
 as new as the confirming read, so a silo that missed a change (a join that took some of its
 keys) stops serving them within ``lease_timeout`` however its gossip was lost.
 
-**Through peers.** A silo whose own table calls fail asks every other non-Dead member of its
-view to read its row for it (``ConfirmMembership``). A peer that reads it Active (in a table
+**Through peers.** A silo whose own table calls fail asks a few members (its probe targets), and
+every other non-Dead member of its view if none of them could read the table, to read its row
+for it (``ConfirmMembership``). A peer that reads it Active (in a table
 no newer than the asker's view, which the asker first pulls from the peer otherwise) confirms
 the lease, anchored when the asker *sent* the request (the peer's read starts after that). If no
 peer can read the table either, the outage may be everyone's: the asker goes on serving only

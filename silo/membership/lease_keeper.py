@@ -1,10 +1,11 @@
 """Keeping the membership lease (``silo.membership.lease``) renewed, through the table or through peers.
 
 Every ``lease_renew_interval`` an Active silo reads its own row (one key, not the table); when
-its table calls fail it asks every other non-Dead member of its view to read the row for it
-(``ConfirmMembership``), and renews as their answers allow (``judge_confirmations``). Reads for
-the lease never wait on a hung store longer than their share of the interval, and a read still
-running is awaited again rather than started twice.
+its table calls fail it asks its probe targets, then if none of them can read the table every
+other non-Dead member of its view, to read the row for it (``ConfirmMembership``), and renews
+as their answers allow (``judge_confirmations``). Reads for the lease never wait on a hung store
+longer than their share of the interval, and a read still running is awaited again rather than
+started twice.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from membership_tables import MembershipTableData, SiloAddress, SiloStatus, Tabl
 from silo.membership.background import retrieve_failure
 from silo.membership.clock import Periodic, with_timeout
 from silo.membership.lease import LEASE_STATUSES, MembershipConfirmation, PeerVerdict, judge_confirmations
+from silo.membership.ring import probe_targets
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_view import TableView
 
@@ -27,6 +29,12 @@ logger = logging.getLogger(__name__)
 AskConfirmation = Callable[[SiloAddress, float], Awaitable[MembershipConfirmation]]
 """Ask a peer to read our row from the table (ConfirmMembership) within a timeout; raises if it cannot."""
 
+
+FIRST_ASKED = 3
+"""Members a silo that cannot read the table asks first to read its row for it; the others only
+if none of them could read it. Every member at once is N calls per silo per renewal, and a
+channel from each such silo to every member, also when own-row reads are merely slow (an
+overloaded machine) rather than failing for everyone."""
 
 CATCH_UP_MARGIN = 2
 """Renewal intervals of lease left below which a renewal whose view is behind the table reads the
@@ -113,8 +121,9 @@ class LeaseKeeper:
         return started, data
 
     async def _confirm_through_peers(self) -> None:
-        """Our table calls fail: ask every other non-Dead member of our view to read our row
-        (``silo.membership.lease``, "Through peers"), and renew the lease as their answers allow."""
+        """Our table calls fail: ask our probe targets, then if none could read the table every other
+        non-Dead member of our view, to read our row (``silo.membership.lease``, "Through peers"),
+        and renew the lease as their answers allow."""
         ask_peer = self._ask_confirmation
         if ask_peer is None:
             return
@@ -130,10 +139,16 @@ class LeaseKeeper:
                 logger.debug("silo %s: %s did not confirm it: %r", view.address, member, exc)
                 return None
 
-        answers: dict[SiloAddress, MembershipConfirmation] = {}
-        for member, answer in zip(members, await asyncio.gather(*(ask(member) for member in members)), strict=True):
-            if answer is not None:
-                answers[member] = answer
+        async def ask_all(asked: list[SiloAddress]) -> dict[SiloAddress, MembershipConfirmation]:
+            replies = await asyncio.gather(*(ask(member) for member in asked))
+            return {member: answer for member, answer in zip(asked, replies, strict=True) if answer is not None}
+
+        # a few neighbours first (their channels are open): one that reads the table settles it;
+        # everyone only when none of them could (the outage vouch needs every member's answer)
+        first = probe_targets(view.address, members, FIRST_ASKED) if len(members) > 2 * FIRST_ASKED else members
+        answers = await ask_all(first)
+        if not any(answer.table_read for answer in answers.values()):
+            answers.update(await ask_all([member for member in members if member not in first]))
         newer = [answer for answer in answers.values() if answer.table_read and answer.version > snapshot.version]
         if newer and await view.pull_view(newer[0].responder, newer[0].version):
             snapshot = view.snapshot  # the read is newer than our view: take the reader's view first

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import pytest
 
-from membership_tables import MembershipTable, SiloStatus
+from membership_tables import MembershipTable, SiloAddress, SiloStatus
 from silo.exit_codes import ExitCode
 from silo.membership.clock import FakeClock
 from silo.membership.lease import (
@@ -315,6 +315,44 @@ async def test_a_silo_whose_view_is_always_behind_renews_with_one_full_read_per_
     full_reads = table.calls.count("read_all")
     assert 3 <= full_reads <= 6, f"{full_reads} full reads in four leases: {table.calls}"
     assert all(records == [] for records in cluster.fencing.values())
+    await cluster.stop()
+
+
+class CountedAsks:
+    """A silo as the network reaches it, counting the ``ConfirmMembership`` asks it gets."""
+
+    def __init__(self, silo: Silo) -> None:
+        self._silo = silo
+        self.asks = 0
+
+    async def confirm_membership(self, asker: SiloAddress, known_version: int = 0) -> MembershipConfirmation:
+        self.asks += 1
+        return await self._silo.confirm_membership(asker, known_version)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._silo, name)
+
+
+@async_test
+async def test_a_silo_that_loses_the_table_asks_a_few_neighbours_first_and_everyone_only_in_an_outage() -> None:
+    """Of eight members, one loses the table: its three probe targets read its row for it, and
+    nobody else is asked. Then the table goes down for everyone: the neighbours cannot read it,
+    so each silo asks every member, they all vouch, and nobody fences."""
+    cluster = await started(8)
+    counted = [CountedAsks(silo) for silo in cluster.silos]
+    for silo, proxy in zip(cluster.silos, counted, strict=True):
+        cluster.network.nodes[silo.silo_address] = proxy  # type: ignore[assignment]
+    cluster.tables[0].down = True
+    await cluster.clock.advance(2 * LOCAL.lease_timeout)
+    assert not cluster.silos[0].fenced
+    asked = [index for index, proxy in enumerate(counted) if proxy.asks]
+    assert len(asked) == 3, f"asked: {asked}"
+    for table in cluster.tables:
+        table.down = True
+    for _ in range(int(3 * LOCAL.lease_timeout / STEP)):
+        await cluster.clock.advance(STEP)
+        assert not any(silo.fenced for silo in cluster.silos)
+    assert all(proxy.asks for proxy in counted), "in an outage for everyone every member is asked"
     await cluster.stop()
 
 
