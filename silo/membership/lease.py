@@ -29,8 +29,9 @@ as new as the confirming read, so a silo that missed a change (a join that took 
 keys) stops serving them within ``lease_timeout`` however its gossip was lost.
 
 **Through peers.** A silo whose own table calls fail asks a few members (its probe targets), and
-every other non-Dead member of its view if none of them could read the table, to read its row
-for it (``ConfirmMembership``). A peer that reads it Active (in a table
+if none of them could read the table every other non-Dead member of its view (or, when their
+answers already rule out an outage vouch, a few more: ``outage_vouch_possible``), to read its
+row for it (``ConfirmMembership``). A peer that reads it Active (in a table
 no newer than the asker's view, which the asker first pulls from the peer otherwise) confirms
 the lease, anchored when the asker *sent* the request (the peer's read starts after that). If no
 peer can read the table either, the outage may be everyone's: the asker goes on serving only
@@ -67,6 +68,7 @@ __all__ = [
     "MembershipLease",
     "PeerVerdict",
     "judge_confirmations",
+    "outage_vouch_possible",
     "takeover_wait",
 ]
 
@@ -205,3 +207,28 @@ def judge_confirmations(
         if answer.version != version or answer.newest_version_heard > version or answer.unconfirmed_writes:
             return PeerVerdict.UNKNOWN
     return PeerVerdict.OUTAGE
+
+
+def outage_vouch_possible(
+    version: int,
+    newest_heard: int,
+    asked: Collection[SiloAddress],
+    answers: Mapping[SiloAddress, MembershipConfirmation],
+) -> bool:
+    """Whether the answers of the first members ``asked`` leave an outage vouch possible, so that
+    asking every other member is worth it: each answered, none read the table, and they agree on
+    one view that is no older than ours (``version``, we would take it from them), has nothing
+    newer heard of beside it and no write in doubt. Anything else makes ``judge_confirmations``
+    give UNKNOWN whatever the rest say, and N asks from each of N silos (a join storm, when every
+    read is slow and every view differs) cost more than the table itself."""
+    if any(member not in answers for member in asked):
+        return False
+    given = [answers[member] for member in asked]
+    if not given or any(answer.table_read or answer.unconfirmed_writes for answer in given):
+        return False
+    agreed = given[0].version
+    return (
+        agreed >= version
+        and newest_heard <= agreed
+        and all(answer.version == agreed and answer.newest_version_heard <= agreed for answer in given)
+    )

@@ -2,8 +2,9 @@
 
 Every ``lease_renew_interval`` an Active silo reads its own row (one key, not the table); when
 its table calls fail it asks its probe targets, then if none of them can read the table every
-other non-Dead member of its view, to read the row for it (``ConfirmMembership``), and renews
-as their answers allow (``judge_confirmations``). Reads for the lease never wait on a hung store
+other non-Dead member of its view (when their answers leave an outage vouch possible) or a few
+more members (when they do not), to read the row for it (``ConfirmMembership``), and renews as
+their answers allow (``judge_confirmations``). Reads for the lease never wait on a hung store
 longer than their share of the interval, and a read still running is awaited again rather than
 started twice.
 """
@@ -19,7 +20,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from membership_tables import MembershipTableData, SiloAddress, SiloStatus, TableUnavailableError
 from silo.membership.background import retrieve_failure
 from silo.membership.clock import Periodic, with_timeout
-from silo.membership.lease import LEASE_STATUSES, MembershipConfirmation, PeerVerdict, judge_confirmations
+from silo.membership.lease import (
+    LEASE_STATUSES,
+    MembershipConfirmation,
+    PeerVerdict,
+    judge_confirmations,
+    outage_vouch_possible,
+)
 from silo.membership.ring import probe_targets
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_view import TableView
@@ -35,6 +42,14 @@ FIRST_ASKED = 3
 if none of them could read it. Every member at once is N calls per silo per renewal, and a
 channel from each such silo to every member, also when own-row reads are merely slow (an
 overloaded machine) rather than failing for everyone."""
+
+WIDER_ASKED = 8
+"""Members asked next, after the first, when none of those read the table and their answers
+rule out an outage vouch (``outage_vouch_possible``): the following successors on the rings, so
+that a silo cut off from the table with its neighbours still finds one that reads it. Asking
+every member then was a million calls per renewal in a 1,000-silo join storm (every read slow,
+every view different): each silo cycled a channel to every other through its pool, and the
+silo hosts grew past their memory."""
 
 CATCH_UP_MARGIN = 2
 """Renewal intervals of lease left below which a renewal whose view is behind the table reads the
@@ -144,11 +159,17 @@ class LeaseKeeper:
             return {member: answer for member, answer in zip(asked, replies, strict=True) if answer is not None}
 
         # a few neighbours first (their channels are open): one that reads the table settles it;
-        # everyone only when none of them could (the outage vouch needs every member's answer)
+        # everyone only when none of them could and an outage vouch is still possible (it needs
+        # every member's answer), else a few more, one of which may read the table
         first = probe_targets(view.address, members, FIRST_ASKED) if len(members) > 2 * FIRST_ASKED else members
         answers = await ask_all(first)
-        if not any(answer.table_read for answer in answers.values()):
-            answers.update(await ask_all([member for member in members if member not in first]))
+        if not any(answer.table_read for answer in answers.values()) and len(first) < len(members):
+            if outage_vouch_possible(snapshot.version, view.newest_version_heard, first, answers):
+                rest = [member for member in members if member not in first]
+            else:
+                wider = probe_targets(view.address, members, FIRST_ASKED + WIDER_ASKED)
+                rest = [member for member in wider if member not in first]
+            answers.update(await ask_all(rest))
         newer = [answer for answer in answers.values() if answer.table_read and answer.version > snapshot.version]
         if newer and await view.pull_view(newer[0].responder, newer[0].version):
             snapshot = view.snapshot  # the read is newer than our view: take the reader's view first

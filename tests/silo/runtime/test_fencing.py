@@ -21,9 +21,12 @@ from silo.membership.lease import (
     MembershipLease,
     PeerVerdict,
     judge_confirmations,
+    outage_vouch_possible,
     takeover_wait,
 )
+from silo.membership.lease_keeper import FIRST_ASKED, WIDER_ASKED
 from silo.membership.options import OptionsError, SiloOptions
+from silo.membership.ring import probe_targets
 from silo.membership.votes import VoteOutcome
 from silo.runtime.silo import Silo
 from tests.silo.harness import (
@@ -181,6 +184,23 @@ def test_peers_confirm_a_lease_only_by_reading_the_row_or_by_all_being_in_the_sa
     assert judge({**same, 3: answer(3, heard=9)}) is PeerVerdict.UNKNOWN, "someone announced a newer version"
     assert judge({**same, 3: answer(3, unsure=True)}) is PeerVerdict.UNKNOWN, "a write in doubt may have committed"
     assert judge(same, heard=8) is PeerVerdict.UNKNOWN, "the asker itself heard of a newer version"
+
+
+def test_everyone_is_asked_only_while_the_first_answers_leave_an_outage_vouch_possible() -> None:
+    first = [address(2), address(3)]
+
+    def possible(answers: list[MembershipConfirmation], version: int = 7, heard: int = 7) -> bool:
+        return outage_vouch_possible(version, heard, first, {a.responder: a for a in answers})
+
+    assert possible([answer(2), answer(3)])
+    assert possible([answer(2, 8, heard=8), answer(3, 8, heard=8)]), "a newer view we would take from them"
+    assert not possible([answer(2)]), "a neighbour that did not answer: the vouch needs everyone"
+    assert not possible([answer(2), answer(3, 8, heard=8)]), "views that differ (a join storm)"
+    assert not possible([answer(2, 6, heard=6), answer(3, 6, heard=6)]), "views older than ours"
+    assert not possible([answer(2), answer(3, heard=8)]), "a newer version heard of"
+    assert not possible([answer(2), answer(3)], heard=8), "we heard of a newer version"
+    assert not possible([answer(2), answer(3, unsure=True)]), "a write in doubt"
+    assert not possible([answer(2), read_answer(3, SiloStatus.ACTIVE)]), "a reader settles it without the rest"
 
 
 # --- fencing in a cluster ----------------------------------------------------------------
@@ -353,6 +373,55 @@ async def test_a_silo_that_loses_the_table_asks_a_few_neighbours_first_and_every
         await cluster.clock.advance(STEP)
         assert not any(silo.fenced for silo in cluster.silos)
     assert all(proxy.asks for proxy in counted), "in an outage for everyone every member is asked"
+    await cluster.stop()
+
+
+class CountedAskers(CountedAsks):
+    """``CountedAsks`` that also records who asked."""
+
+    def __init__(self, silo: Silo) -> None:
+        super().__init__(silo)
+        self.askers: set[SiloAddress] = set()
+
+    async def confirm_membership(self, asker: SiloAddress, known_version: int = 0) -> MembershipConfirmation:
+        self.askers.add(asker)
+        return await super().confirm_membership(asker, known_version)
+
+
+class SlowToConfirm(CountedAskers):
+    """A silo whose answers to ``ConfirmMembership`` never come in time: its own reads are slow (an
+    overloaded host in a join storm)."""
+
+    async def confirm_membership(self, asker: SiloAddress, known_version: int = 0) -> MembershipConfirmation:
+        self.askers.add(asker)
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+@async_test
+async def test_a_silo_whose_neighbours_cannot_vouch_for_an_outage_asks_a_few_more_not_everyone() -> None:
+    """A silo loses the table and its three neighbours do not answer its asks in time (their own
+    reads are slow: a join storm). Without their answers no outage vouch is possible, so asking
+    all fifteen others would be wasted (at 1,000 silos, a million calls per renewal): it asks the
+    next successors on its rings instead, one of which reads the table. It never fences, and the
+    members beyond those successors are never asked."""
+    cluster = await started(16)
+    silo = cluster.silos[0]
+    others = [other.silo_address for other in cluster.silos[1:]]
+    neighbours = probe_targets(silo.silo_address, others, FIRST_ASKED)
+    wider = probe_targets(silo.silo_address, others, FIRST_ASKED + WIDER_ASKED)
+    proxies: dict[SiloAddress, CountedAskers] = {}
+    for other in cluster.silos:
+        kind = SlowToConfirm if other.silo_address in neighbours else CountedAskers
+        proxies[other.silo_address] = cluster.network.nodes[other.silo_address] = kind(other)  # type: ignore[assignment]
+    cluster.tables[0].down = True
+    for _ in range(int(3 * LOCAL.lease_timeout / STEP)):
+        await cluster.clock.advance(STEP)
+        assert not silo.fenced
+    asked = {member for member, proxy in proxies.items() if silo.silo_address in proxy.askers}
+    assert set(neighbours) <= asked
+    assert asked <= set(wider), f"asked beyond its {len(wider)} ring successors: {sorted(map(str, asked - set(wider)))}"
+    assert len(others) > len(wider)
     await cluster.stop()
 
 
