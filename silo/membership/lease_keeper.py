@@ -161,13 +161,14 @@ class LeaseKeeper:
         # a few neighbours first (their channels are open): one that reads the table settles it;
         # everyone only when none of them could and an outage vouch is still possible (it needs
         # every member's answer), else a few more, one of which may read the table
-        first = probe_targets(view.address, members, FIRST_ASKED) if len(members) > 2 * FIRST_ASKED else members
+        everyone = snapshot.member_silos  # shared: probe_targets skips us, and ranks them once per process
+        first = probe_targets(view.address, everyone, FIRST_ASKED) if len(members) > 2 * FIRST_ASKED else members
         answers = await ask_all(first)
         if not any(answer.table_read for answer in answers.values()) and len(first) < len(members):
             if outage_vouch_possible(snapshot.version, view.newest_version_heard, first, answers):
                 rest = [member for member in members if member not in first]
             else:
-                wider = probe_targets(view.address, members, FIRST_ASKED + WIDER_ASKED)
+                wider = probe_targets(view.address, everyone, FIRST_ASKED + WIDER_ASKED)
                 rest = [member for member in wider if member not in first]
             answers.update(await ask_all(rest))
         newer = [answer for answer in answers.values() if answer.table_read and answer.version > snapshot.version]
@@ -213,11 +214,7 @@ class LeaseKeeper:
     def _other_members(self, snapshot: MembershipSnapshot) -> list[SiloAddress]:
         """Every other non-Dead silo of ``snapshot``: the members whose answers a vouch needs."""
         own = self._view.address
-        return [
-            entry.silo_address
-            for entry in snapshot.entries
-            if entry.status is not SiloStatus.DEAD and entry.silo_address != own
-        ]
+        return [silo for silo in snapshot.member_silos if silo != own]
 
     async def _catch_up_in_outage(
         self,
