@@ -16,6 +16,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from membership_tables import MembershipTableData, SiloAddress, SiloStatus, TableUnavailableError
 from silo.membership.background import retrieve_failure
@@ -70,6 +71,8 @@ class LeaseKeeper:
         self._vouch_ended_logged = False
         self._pending_reads: dict[SiloAddress, tuple[float, asyncio.Future[MembershipTableData]]] = {}
         """Row reads for the lease still running, by silo, with their start (``_read_within``)."""
+        self._catch_up: asyncio.Future[MembershipSnapshot] | None = None
+        """The full read of the last catch-up, while it runs (``_catch_up_read``)."""
 
     def start(self) -> None:
         """Renew the membership lease every ``lease_renew_interval`` (once this silo is Active)."""
@@ -108,10 +111,23 @@ class LeaseKeeper:
             if verdict or view.lease.remaining() <= CATCH_UP_MARGIN * interval:
                 # we must stop (the read terminates us), or our view is behind, no gossip brought
                 # the change and the lease runs out soon: a full read, which confirms it by itself
-                with contextlib.suppress(TimeoutError, TableUnavailableError):
-                    await with_timeout(view.clock, view.refresh(), interval)
+                await self._catch_up_read(interval)
             return
         view.confirm_lease(data, started)
+
+    async def _catch_up_read(self, timeout: float) -> None:
+        """Read the whole table, awaited at most ``timeout``; a full read still running from an
+        earlier renewal is awaited again, never started twice. A fenced silo whose view is behind
+        catches up at every renewal: on an overloaded machine (a 1,000-silo join storm) each full
+        read outlived its renewal, and one more started at each, until every worker thread read
+        the whole table for silos that had stopped waiting and the lease reads queued behind them
+        fenced more silos. Whenever it completes, the read confirms the lease from its start."""
+        view = self._view
+        if self._catch_up is None or self._catch_up.done():
+            self._catch_up = asyncio.ensure_future(view.refresh())
+            self._catch_up.add_done_callback(retrieve_failure)
+        with contextlib.suppress(TimeoutError, TableUnavailableError):
+            await with_timeout(view.clock, asyncio.shield(self._catch_up), timeout)
 
     async def _read_within(self, silo: SiloAddress, timeout: float) -> tuple[float, MembershipTableData] | None:
         """``silo``'s row read in one attempt, awaited at most ``timeout``, with the time the read
@@ -272,9 +288,11 @@ class LeaseKeeper:
         pending = self._pending_reads.get(asker)
         return pending is not None and not pending[1].done() and pending[0] < self._view.clock.monotonic()
 
-    def cancel_reads(self) -> list[asyncio.Future[MembershipTableData]]:
+    def cancel_reads(self) -> list[asyncio.Future[Any]]:
         """Cancel the lease reads a hung store left running; returns them to be awaited."""
-        reads = [read for _, read in self._pending_reads.values()]
+        reads: list[asyncio.Future[Any]] = [read for _, read in self._pending_reads.values()]
+        if self._catch_up is not None:
+            reads.append(self._catch_up)
         for read in reads:
             read.cancel()
         return reads

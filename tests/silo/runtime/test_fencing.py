@@ -338,6 +338,57 @@ async def test_a_silo_whose_view_is_always_behind_renews_with_one_full_read_per_
     await cluster.stop()
 
 
+class SlowFullReads:
+    """A blocking-call runner whose full reads take ``seconds`` on the fake clock and, like a
+    worker thread, run on when their caller stops waiting; counts how many run at once."""
+
+    def __init__(self, clock: FakeClock, seconds: float) -> None:
+        self._clock, self._seconds = clock, seconds
+        self.running = self.most_at_once = 0
+
+    async def __call__(self, call: Callable[[], T]) -> T:
+        if getattr(call, "__name__", "") != "read_all":
+            return call()
+
+        async def read() -> T:
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+            try:
+                await self._clock.sleep(self._seconds)
+                return call()
+            finally:
+                self.running -= 1
+
+        return await asyncio.shield(asyncio.ensure_future(read()))
+
+
+@async_test
+async def test_a_fenced_silo_whose_view_is_behind_never_reads_the_whole_table_twice_at_once() -> None:
+    """Full reads take three renewal intervals (an overloaded store) and the table moves all the
+    time without gossip reaching the silo, so at every renewal its view is behind and it catches
+    up with a full read. A read its renewal stopped waiting for runs on (a worker thread); the
+    next renewal waits for that one again instead of starting another, so at most one runs for
+    the lease (and one for the periodic refresh) however long the lease stays out."""
+    clock, network, store = FakeClock(T0), FakeNetwork(), memory_table()
+    slow = SlowFullReads(clock, 3 * LOCAL.lease_renew_interval)
+    writer = network_silo(store, 1, clock, network)
+    other = network_silo(store, 2, clock, network)
+    behind = network_silo(store, 3, clock, network, run_blocking=slow)
+    starting = [asyncio.create_task(silo.start()) for silo in (writer, other, behind)]
+    while not all(start.done() for start in starting):
+        await clock.advance(STEP)
+    network.nodes[behind.silo_address] = DeafToGossip(behind)  # type: ignore[assignment]
+    for round_ in range(int(6 * LOCAL.lease_timeout / STEP)):
+        if round_ % 2 == 0:
+            assert await writer.set_properties({"round": str(round_)})
+        await clock.advance(STEP)
+    assert slow.most_at_once <= 2, f"{slow.most_at_once} full reads at once"
+    stopping = [asyncio.create_task(silo.stop()) for silo in (writer, other, behind)]
+    while not all(stop.done() for stop in stopping):  # a leave may wait on a slow read
+        await clock.advance(STEP)
+    await asyncio.gather(*stopping)
+
+
 class CountedAsks:
     """A silo as the network reaches it, counting the ``ConfirmMembership`` asks it gets."""
 
