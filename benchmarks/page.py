@@ -116,7 +116,7 @@ BENCHMARKS = (
         "per silo, and a kill to Dead at that size.",
         (
             Result("scale", "200, 500 and 1,000 silos, the default command"),
-            Result("scale_1000", "1,000 silos, 300 s steady"),
+            Result("scale_1000", "1,000 silos joining at once"),
         ),
     ),
     Benchmark(
