@@ -216,19 +216,13 @@ def outage_vouch_possible(
     answers: Mapping[SiloAddress, MembershipConfirmation],
 ) -> bool:
     """Whether the answers of the first members ``asked`` leave an outage vouch possible, so that
-    asking every other member is worth it: each answered, none read the table, and they agree on
-    one view that is no older than ours (``version``, we would take it from them), has nothing
-    newer heard of beside it and no write in doubt. Anything else makes ``judge_confirmations``
-    give UNKNOWN whatever the rest say, and N asks from each of N silos (a join storm, when every
-    read is slow and every view differs) cost more than the table itself."""
-    if any(member not in answers for member in asked):
+    asking every other member is worth it: among themselves they already make the OUTAGE verdict
+    of ``judge_confirmations`` at their view, and that view is no older than ours (``version``: we
+    would take it from them). Anything else makes the verdict UNKNOWN whatever the rest say, and
+    N asks from each of N silos (a join storm, when every read is slow and every view differs)
+    cost more than the table itself."""
+    if not asked or any(member not in answers for member in asked):
         return False
-    given = [answers[member] for member in asked]
-    if not given or any(answer.table_read or answer.unconfirmed_writes for answer in given):
-        return False
-    agreed = given[0].version
-    return (
-        agreed >= version
-        and newest_heard <= agreed
-        and all(answer.version == agreed and answer.newest_version_heard <= agreed for answer in given)
-    )
+    agreed = answers[next(iter(asked))].version
+    given = {member: answers[member] for member in asked}
+    return agreed >= version and judge_confirmations(agreed, newest_heard, asked, given) is PeerVerdict.OUTAGE
