@@ -34,8 +34,9 @@ read and when. After every step:
 * the monitor suspected the target and the majority rule (``votes.may_vote`` over the
   monitored silos it hears) allowed it, at that moment;
 * the voter's own probes of the target had been failing long enough: for the detection time
-  less one probe interval, or one interval of refusals (an answer, or an intermediary's
-  failure, never makes a vote; a target that crashed, hung or exited may be voted against);
+  less one probe interval, or refusals for ``REFUSAL_RECHECK`` of an interval (a first refusal
+  and its recheck on a new connection). An answer, or an intermediary's failure, never makes a
+  vote; a target that crashed, hung or exited may be voted against;
 * no vote while every other silo was alive and reached the target, and the voter reached
   them, ever since the voter's probes started failing: the indirect round that has to
   precede a vote would have been vetoed.
@@ -76,6 +77,7 @@ from silo.membership.gossiper import Gossiper
 from silo.membership.history_check import check_history
 from silo.membership.liveness import freshness_limit
 from silo.membership.local_health import LocalHealth
+from silo.membership.new_connections import REFUSAL_RECHECK
 from silo.membership.options import SiloOptions
 from silo.membership.probing import GossipMessage, IndirectProbeResult, ProbeOutcome
 from silo.membership.silo_health import SiloHealthMonitor
@@ -998,7 +1000,7 @@ class MonitorMachine(ClusterMachine):
             )
             return
         began, refused = failing
-        needed = interval if refused else OPTIONS.detection_time - interval
+        needed = REFUSAL_RECHECK * interval if refused else OPTIONS.detection_time - interval
         if now - began < needed - slack:
             self.violations.append(
                 f"{member.address} voted against {suspect} at {now}s after its link failed for only "
