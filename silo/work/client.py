@@ -40,6 +40,7 @@ from silo.wire.channels import CHANNEL_OPTIONS
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.wire.tls import ChannelPool, TlsSettings, checked_tls
 from silo.work import columns
+from silo.work.hashring import KEY_HASH
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -118,6 +119,7 @@ class _Batch:
             items=[pb.WorkItem(key=key, payload=payload) for key, payload in items],
             arrow_batch=arrow_batch,
             view_version=view_version,
+            key_hash=KEY_HASH,
         )
 
     def _check(self, response: pb.ProcessResponse, count: int) -> None:

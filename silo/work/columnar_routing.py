@@ -104,9 +104,7 @@ class ColumnarShard:
     def keys(self) -> Sequence[bytes]:
         """The routing keys as UTF-8 bytes (straight from the Arrow buffers, no encoding)."""
         if self._keys is None:
-            import pyarrow as pa
-
-            self._keys = self.wire.column(columns.KEY_COLUMN).cast(pa.binary()).to_pylist()
+            self._keys = columns.key_bytes(self.wire)
         return self._keys
 
     def __len__(self) -> int:

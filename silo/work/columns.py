@@ -37,6 +37,7 @@ __all__ = [
     "encode_payload",
     "encode_payloads",
     "items_batch",
+    "key_bytes",
     "read_batch",
     "result_array",
     "routing_key",
@@ -80,6 +81,11 @@ def _arrow() -> Any:
     except ImportError as exc:
         raise ColumnarUnavailableError(_NO_PYARROW) from exc
     return pyarrow
+
+
+def key_bytes(batch: pa.RecordBatch) -> list[bytes]:
+    """The routing keys of a columnar batch as UTF-8 bytes, straight from the Arrow buffers (no encoding)."""
+    return batch.column(KEY_COLUMN).cast(_arrow().binary()).to_pylist()  # type: ignore[no-any-return]
 
 
 def routing_key(value: object, column: str = "key") -> str:

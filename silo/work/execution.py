@@ -56,7 +56,7 @@ def execute(
     items: Sequence[tuple[str, bytes]] | None = None,
     arrow_batch: bytes = b"",
     clock: Callable[[], float] = time.perf_counter,
-    admit: Callable[[Sequence[str]], None] | None = None,
+    admit: Callable[[Sequence[str] | Sequence[bytes]], None] | None = None,
     token: int = 0,
 ) -> Outcome:
     """Run ``handler`` on ``items``, or on the columnar batch ``arrow_batch`` when it is not empty.
@@ -80,7 +80,7 @@ def execute(
     except (ValueError, columns.ColumnarUnavailableError) as exc:
         raise BadRequestError(str(exc)) from exc
     if admit is not None:
-        admit([key for key, _ in items or ()] if batch is None else batch.column(0).to_pylist())
+        admit([key for key, _ in items or ()] if batch is None else columns.key_bytes(batch))
     called = clock()
     try:
         with fencing.running_under(token):

@@ -29,6 +29,7 @@ from silo.wire import codec
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.wire.rpc import abort, clip, unary
 from silo.work import columns, execution
+from silo.work.hashring import KEY_HASH
 from silo.work.ownership import NotOwnedError, OwnershipCheck
 from silo.work.registry import HandlerRegistry
 
@@ -147,6 +148,14 @@ class WorkService:
                 f"no handler {clip(request.handler)!r} on silo {silo.silo_address} "
                 f"(it has: {', '.join(self.handlers.names)}); start the silo with --handler NAME=module:function",
             )
+        if request.key_hash and request.key_hash != KEY_HASH:
+            await abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"the caller placed keys on the ring with {clip(request.key_hash)!r}, silo {silo.silo_address} with "
+                f"{KEY_HASH!r}: they would disagree on most keys' owners; run the same silo-membership version "
+                "on callers and silos",
+            )
         if request.view_version > silo.membership_snapshot().version.version and not await silo.catch_up(
             request.view_version
         ):
@@ -169,7 +178,7 @@ class WorkService:
         try:
             outcome = await asyncio.get_running_loop().run_in_executor(self._work_pool, run)
         except NotOwnedError as exc:
-            await abort(context, grpc.StatusCode.ABORTED, str(exc))
+            await abort(context, grpc.StatusCode.ABORTED, str(exc) + _unstated_key_hash(request))
         except execution.BadRequestError as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"handler {request.handler!r}: {exc}")
         except execution.HandlerFailedError as exc:
@@ -192,3 +201,13 @@ class WorkService:
             serialization_seconds=outcome.serialization_seconds,
             fencing_token=ownership.token,
         )
+
+
+def _unstated_key_hash(request: pb.ProcessRequest) -> str:
+    """A hint for a refused caller that did not say how it hashes keys (older clients used blake2b)."""
+    if request.key_hash:
+        return ""
+    return (
+        f" (this silo places keys with {KEY_HASH}; the request does not say how its caller placed them: "
+        "silo-membership clients before key_hash hashed keys with blake2b and must be upgraded)"
+    )

@@ -21,7 +21,7 @@ from silo.wire import codec
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.wire.server import BindError, MembershipServer
 from silo.work.handlers import CHECKSUM_HANDLER, checksum
-from silo.work.hashring import HashRing
+from silo.work.hashring import KEY_HASH, HashRing
 from silo.work.registry import HandlerRegistry
 from tests.silo.rpc_fakes import CLUSTER, T0, FakeHandler, entry, run, serve_work, serving
 
@@ -505,16 +505,39 @@ def test_process_refuses_keys_another_silo_owns_and_a_view_newer_than_the_silos_
         return failure.value
 
     foreign = [key for key in keys if ring.owner(key) == other]  # the server's port differs; most are foreign
-    refused = run(scenario(process_request(CHECKSUM_HANDLER, *keys), ring_peers=(other,)))
+    stated = process_request(CHECKSUM_HANDLER, *keys)
+    stated.key_hash = KEY_HASH
+    refused = run(scenario(stated, ring_peers=(other,)))
     assert foreign
     assert refused.code() == grpc.StatusCode.ABORTED
     assert "are not owned by silo" in refused.details()
+    assert "blake2b" not in refused.details()
+    unstated = run(scenario(process_request(CHECKSUM_HANDLER, *keys), ring_peers=(other,)))
+    assert unstated.code() == grpc.StatusCode.ABORTED
+    assert "does not say how its caller placed them" in unstated.details()
 
     newer = process_request(CHECKSUM_HANDLER, "k1")
     newer.view_version = 9
     behind = run(scenario(newer))
     assert behind.code() == grpc.StatusCode.ABORTED
     assert "has not caught up with view version 9" in behind.details()
+
+
+def test_process_refuses_a_caller_that_places_keys_with_another_hash_and_runs_nothing() -> None:
+    ran: list[int] = []
+
+    def handler(items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+        ran.append(len(items))
+        return [b"done" for _ in items]
+
+    request = process_request("effect", "k1", "k2")
+    request.key_hash = "blake2b-64"
+    with pytest.raises(grpc.aio.AioRpcError) as failure:
+        run(process_on(HandlerRegistry({"effect": handler}), request))
+    assert failure.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "'blake2b-64'" in failure.value.details()
+    assert f"{KEY_HASH!r}" in failure.value.details()
+    assert ran == []
 
 
 def test_results_of_a_handler_that_outlived_the_lease_are_withheld_with_unavailable() -> None:

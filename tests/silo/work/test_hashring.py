@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from membership_tables import SiloAddress
-from silo.work.hashring import DEFAULT_VIRTUAL_NODES, EmptyRingError, HashRing, key_position
+from silo.work.hashring import DEFAULT_VIRTUAL_NODES, KEY_HASH, EmptyRingError, HashRing, key_position
 
 GEN = 1_767_225_600_000
 SILOS = tuple(SiloAddress("127.0.0.1", 11111 + i, GEN + 17 * i) for i in range(5))
@@ -51,6 +51,13 @@ def test_a_str_key_and_its_utf8_bytes_have_one_owner() -> None:
     for key in ["a", "ключ", "", "customer-42"]:
         assert ring.owner(key) == ring.owner(key.encode())
         assert key_position(key) == key_position(key.encode())
+
+
+def test_keys_are_placed_with_xxh3_64_so_clients_in_any_language_can_place_them() -> None:
+    # XXH3_64bits(input, length 0, seed 0): the reference test vector of the xxHash specification
+    assert key_position(b"") == 0x2D06800538D394C2
+    assert key_position("") == key_position(b"")
+    assert KEY_HASH == "xxh3-64"
 
 
 def test_four_silos_share_100k_keys_evenly_with_the_default_virtual_nodes() -> None:

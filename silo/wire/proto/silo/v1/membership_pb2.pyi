@@ -291,20 +291,22 @@ class WorkItem(_message.Message):
     def __init__(self, key: _Optional[str] = ..., payload: _Optional[bytes] = ...) -> None: ...
 
 class ProcessRequest(_message.Message):
-    __slots__ = ("cluster_id", "sender", "handler", "items", "arrow_batch", "view_version")
+    __slots__ = ("cluster_id", "sender", "handler", "items", "arrow_batch", "view_version", "key_hash")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     SENDER_FIELD_NUMBER: _ClassVar[int]
     HANDLER_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     ARROW_BATCH_FIELD_NUMBER: _ClassVar[int]
     VIEW_VERSION_FIELD_NUMBER: _ClassVar[int]
+    KEY_HASH_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     sender: str
     handler: str
     items: _containers.RepeatedCompositeFieldContainer[WorkItem]
     arrow_batch: bytes
     view_version: int
-    def __init__(self, cluster_id: _Optional[str] = ..., sender: _Optional[str] = ..., handler: _Optional[str] = ..., items: _Optional[_Iterable[_Union[WorkItem, _Mapping]]] = ..., arrow_batch: _Optional[bytes] = ..., view_version: _Optional[int] = ...) -> None: ...
+    key_hash: str
+    def __init__(self, cluster_id: _Optional[str] = ..., sender: _Optional[str] = ..., handler: _Optional[str] = ..., items: _Optional[_Iterable[_Union[WorkItem, _Mapping]]] = ..., arrow_batch: _Optional[bytes] = ..., view_version: _Optional[int] = ..., key_hash: _Optional[str] = ...) -> None: ...
 
 class ProcessResponse(_message.Message):
     __slots__ = ("silo", "results", "arrow_results", "handler_seconds", "serialization_seconds", "fencing_token")
