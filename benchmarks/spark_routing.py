@@ -220,7 +220,8 @@ class _Sized:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments = list(sys.argv[1:] if argv is None else argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    arguments = list(given)
     config_type: Any = Config
     if "--records" in arguments:
         at = arguments.index("--records")
@@ -231,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with workdir(NAME) as root:
             return {"records": config.records, **measure(config, root)}
 
-    return benchmark_main(NAME, __doc__, arguments, config_type, run, report, plot)
+    return benchmark_main(NAME, __doc__, arguments, config_type, run, report, plot, {"arguments": given})
 
 
 if __name__ == "__main__":
