@@ -4,7 +4,7 @@
 inside the driver's network namespace, since the test's process cannot reach the lab. SPEC is
 JSON: the lab's part (``conf``, ``driver_host``, ``table``, ``cluster``, ``signals``) and the
 job's (``records``, ``partitions``, ``batch_size``, ``timeout``, ``pause``, ``pace``, ``handler``,
-``summary``).
+``summary``, ``discover``).
 
 The job routes ``records`` keys ``k<i>`` with ``silo.spark.route_to_silos`` and the built-in
 ``example.echo`` handler (or ``handler``, which must echo too), the task feeding them ``pace``
@@ -13,6 +13,11 @@ executor's ``SILO_SIDECAR_ADDRESS``; echo sends the tag back, so every output ro
 executor (which host) routed it and which silo processed it. OUT gets every output row
 ``[key, tag, silo, rerouted, via_sidecar]``, the job's seconds and, with ``summary``,
 ``routing_summary`` of the collected output.
+
+**Discovery** (``discover: true``): the executors get ``SILO_SIDECAR_ADDRESS`` empty
+(``spark.executorEnv``, over the worker's), so each finds its sidecar itself
+(``silo.spark.sidecar``: the silo advertised at one of its host's addresses), and each row is
+tagged with its executor's own address on the lab network instead.
 
 **Pausing mid-job** (``pause: [partition, position]``): the task feeding that partition, at that
 position, writes the marker ``paused`` (its executor's sidecar) into ``signals`` and waits for the
@@ -26,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -70,8 +76,10 @@ def tagged_records(spark: SparkSession, spec: dict[str, Any]) -> DataFrame:
     pace = float(spec.get("pace", 0.0))
     signals = Path(spec["signals"])
 
+    discover, driver_host = bool(spec.get("discover")), spec["driver_host"]
+
     def feed(index: int, numbers: Iterable[int]) -> Iterator[tuple[str, str]]:
-        local = os.environ.get(SIDECAR_ENV, "")
+        local = lab_address(driver_host) if discover else os.environ.get(SIDECAR_ENV, "")
         for position, number in enumerate(numbers):
             if pause == (index, position) and not (signals / "go").exists():
                 mark(spec, "paused", local)
@@ -86,7 +94,18 @@ def tagged_records(spark: SparkSession, spec: dict[str, Any]) -> DataFrame:
     return spark.createDataFrame(rows, "key string, executor_sidecar string")
 
 
+def lab_address(peer: str) -> str:
+    """This host's address on the lab network: the source address of a datagram socket aimed at
+    ``peer`` (nothing is sent), found without the sidecar discovery under test."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((peer, 9))
+        address: str = probe.getsockname()[0]
+    return address
+
+
 def run(spec: dict[str, Any]) -> dict[str, Any]:
+    if spec.get("discover"):
+        spec = {**spec, "conf": {**spec["conf"], f"spark.executorEnv.{SIDECAR_ENV}": ""}}
     with driver_session(spec) as spark:
         mark(spec, "started")
         started = time.perf_counter()

@@ -7,6 +7,8 @@ tagged with the sidecar of the executor that routed it (``testbed/spark_driver.p
 
 - Healthy: every record reaches its owner, and exactly the records whose owner is the routing
   executor's own sidecar stay on their host; that share is the one the ring predicts.
+- Discovery: with ``SILO_SIDECAR_ADDRESS`` empty in every executor, each finds the silo its host
+  advertises (``silo.spark.sidecar``), and the same share stays on the host.
 - A worker host crashed mid-job (its silo, worker and executor SIGKILLed), and a worker host
   cut from everything mid-job (iptables DROP both ways): the job finishes with every record
   once, none lost, none twice; only the lost silo's keys move, each to its next owner on the ring.
@@ -128,6 +130,27 @@ def test_records_stay_on_their_host_where_its_sidecar_owns_them(lab: SparkLab) -
         f"stayed on host {summary['stayed_on_host_fraction']:.3f}, the ring predicts {predicted:.3f}"
     )
     assert 0.2 < summary["stayed_on_host_fraction"] < 0.5, summary  # three hosts: about a third
+
+
+def test_executors_without_a_sidecar_address_find_the_silo_advertised_at_their_hosts_address(lab: SparkLab) -> None:
+    """``SILO_SIDECAR_ADDRESS`` empty in every executor: each finds its host's sidecar by the address
+    it advertises, and exactly the records that sidecar owns stay on the host."""
+    view = lab.view()
+    out = lab.run_driver(
+        DRIVER, {"records": RECORDS, "partitions": PARTITIONS, "summary": True, "discover": True}, "discovery"
+    )
+    rows = out["rows"]
+    check_once_each(rows)
+    ring = HashRing(view.addresses)
+    for key, executor_address, silo, rerouted, via_sidecar in rows:
+        owner = ring.owner(key)
+        assert (silo, rerouted) == (str(owner), False), (key, executor_address, silo)
+        assert via_sidecar is (owner.host == executor_address), (key, executor_address, silo, via_sidecar)
+    assert {row[1] for row in rows} == {host.address for host in lab.net.hosts}
+    predicted = predicted_on_host([[key, f"{address}:{lab.net.port}", *rest] for key, address, *rest in rows], view)
+    measured = out["summary"]["stayed_on_host_fraction"]
+    assert measured > 0.2, out["summary"]  # three hosts: about a third, none if discovery found nothing
+    assert abs(measured - predicted) <= ON_HOST_TOLERANCE, f"stayed on host {measured:.3f}, predicted {predicted:.3f}"
 
 
 def run_with_fault(lab: SparkLab, name: str, fault: str) -> tuple[list[list[Any]], ClusterView, Host]:
