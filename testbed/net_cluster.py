@@ -120,6 +120,11 @@ def skip_unless_lab_available() -> None:
         pytest.skip(f"network lab unavailable: {reason}")
 
 
+NOTABLE_LOG_MARKS = (" WARNING ", " ERROR ", "not running for", " votes against ")
+"""Log lines worth showing when a history check fails: warnings and errors, the pauses a silo
+noticed in itself, and each vote with the silence and health behind it."""
+
+
 class NetSilo(SiloProcess):
     """One ``silo run`` process inside one lab host; its silo name is the host's name."""
 
@@ -508,8 +513,23 @@ class NetCluster:
             addresses.append(address)
         records = load_history(self.history_dir) if self.history_dir.exists() else []
         assert records, f"no history recorded in {self.history_dir}"
-        assert_history_ok(records, min_voters=min_voters, protected=addresses)
+        try:
+            assert_history_ok(records, min_voters=min_voters, protected=addresses)
+        except AssertionError as violations:
+            named = [silo for silo in self.silos if silo.address is not None and str(silo.address) in str(violations)]
+            raise AssertionError(f"{violations}\n{self.notable_log_lines(named)}") from None
         self.check_claims()
+
+    @staticmethod
+    def notable_log_lines(silos: Collection[NetSilo], limit: int = 20) -> str:
+        """The last lines of each of ``silos``' logs that say what it went through (``NOTABLE_LOG_MARKS``):
+        for a silo declared Dead wrongly and its voters (the log tails after ``stop`` show only the
+        shutdown)."""
+        parts = []
+        for silo in silos:
+            lines = [line for line in silo.log_text().splitlines() if any(mark in line for mark in NOTABLE_LOG_MARKS)]
+            parts.append(f"--- {silo.name} ({silo.address}), notable log lines:\n" + "\n".join(lines[-limit:]))
+        return "\n".join(parts)
 
     def check_claims(self) -> None:
         """Fail if two silos could ever have served the same key at the same moment: the silos'
