@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]  # PyYAML comes with moto[server] (test dependency group)
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from silo.cli.dev_ca import CA_CERT, CA_KEY, init_ca
+from silo.cli.dev_ca import CA_CERT, CA_KEY, init_ca, sign_certificate
 from silo.cli.tls_options import check_own_certificate
 from silo.wire.peer_identity import RPC_ROLES, Role, authorize, cluster_dns_name, identity_from_sans
 from silo.wire.tls import TlsSettings
@@ -64,22 +64,17 @@ def issue_as_cert_manager(spec: dict[str, Any], ca_directory: Path, secret: Path
     assert (spec["privateKey"]["algorithm"], spec["privateKey"]["size"]) == ("ECDSA", 256)
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.now(UTC)
-    sans = [x509.UniformResourceIdentifier(uri) for uri in spec["uris"]]
+    sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(uri) for uri in spec["uris"]]
     sans += [x509.DNSName(name) for name in spec.get("dnsNames", [])]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, spec["commonName"])]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - timedelta(minutes=1))
-        .not_valid_after(now + timedelta(hours=int(spec["duration"].removesuffix("h"))))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(
-            x509.ExtendedKeyUsage([USAGES[usage] for usage in spec["usages"] if usage in USAGES]), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
+    cert = sign_certificate(
+        ca_cert,
+        ca_key,
+        key.public_key(),
+        subject=x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, spec["commonName"])]),
+        sans=sans,
+        usages=[USAGES[usage] for usage in spec["usages"] if usage in USAGES],
+        valid_from=now - timedelta(minutes=1),
+        valid_until=now + timedelta(hours=int(spec["duration"].removesuffix("h"))),
     )
     secret.mkdir(parents=True)
     (secret / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))

@@ -104,38 +104,57 @@ def issue(
     ca_cert, ca_key = _load_ca(directory)
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.now(UTC)
-    sans: list[x509.GeneralName] = [
-        x509.UniformResourceIdentifier(cluster_uri(cluster)),
-        *(x509.UniformResourceIdentifier(role_uri(role)) for role in roles),
-        x509.DNSName(cluster_dns_name(cluster)),
-    ]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(
-            x509.Name(
-                [
-                    x509.NameAttribute(NameOID.COMMON_NAME, name),
-                    x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, cluster),
-                ]
-            )
-        )
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(valid_from or now - timedelta(minutes=5))
-        .not_valid_after(valid_until or now + timedelta(days=CERT_DAYS))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
-        )
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
+    cert = sign_certificate(
+        ca_cert,
+        ca_key,
+        key.public_key(),
+        subject=x509.Name(
+            [
+                x509.NameAttribute(NameOID.COMMON_NAME, name),
+                x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, cluster),
+            ]
+        ),
+        sans=[
+            x509.UniformResourceIdentifier(cluster_uri(cluster)),
+            *(x509.UniformResourceIdentifier(role_uri(role)) for role in roles),
+            x509.DNSName(cluster_dns_name(cluster)),
+        ],
+        usages=[ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
+        valid_from=valid_from or now - timedelta(minutes=5),
+        valid_until=valid_until or now + timedelta(days=CERT_DAYS),
     )
     issued = IssuedCertificate(directory / f"{name}.pem", directory / f"{name}-key.pem")
     _write_key(issued.key, key)
     issued.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return issued
+
+
+def sign_certificate(
+    ca_cert: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    public_key: ec.EllipticCurvePublicKey,
+    *,
+    subject: x509.Name,
+    sans: list[x509.GeneralName],
+    usages: list[x509.ObjectIdentifier],
+    valid_from: datetime,
+    valid_until: datetime,
+) -> x509.Certificate:
+    """A leaf certificate for ``public_key`` signed by the CA: these SANs and extended key usages."""
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca_cert.subject)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(valid_from)
+        .not_valid_after(valid_until)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
 
 
 def _load_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
