@@ -1,10 +1,15 @@
 """Indirect probe rounds: the veto a suspicion must survive before a vote (docs/protocol.md, rule 4).
 
-From half the suspicion time on, a monitor asks up to ``num_indirect_probes`` distinct fresh
-intermediaries at once to ping its target. Any that reaches it vetoes: our link to the target
-is the problem, not the target. One that fails adds nothing (it did not itself observe a
-sustained silence). A vote needs a finished round that started after the silence that counts
-as evidence began, and that was not vetoed (or no intermediary to ask).
+From a third of the suspicion time on (``ROUND_START``), a monitor asks up to
+``num_indirect_probes`` distinct fresh intermediaries at once to ping its target, each for as long
+as it takes our own silence to become a suspicion (``watch_until``): a target that answers any of
+them within that window vetoes, and our link to it is the problem, not the target. So a vote
+along a cut link needs the target silent to the intermediaries too, for the last two thirds of
+the silence we measured: a pause or a stall of the target shorter than that (a GC pause, a starved
+process, a TCP retransmission) is answered late rather than not at all, and vetoes. One that fails
+adds nothing (it did not itself observe a sustained silence). A vote needs a finished round that
+started after the silence that counts as evidence began, and that was not vetoed (or no
+intermediary to ask).
 """
 
 from __future__ import annotations
@@ -20,8 +25,16 @@ from silo.membership.probing import MonitoredLink, reached_through
 
 logger = logging.getLogger(__name__)
 
+ROUND_START = 1 / 3
+"""The fraction of the suspicion time after which a silent target's indirect round starts.
+
+Early enough that the intermediaries watch the target for the remaining two thirds before our
+suspicion (a pause of the target shorter than that cannot make a vote along a cut link), late
+enough that a target whose answers are a probe timeout late under loss is not asked about."""
+
 RoundSettled = Callable[[float, bool], Awaitable[None]]
-"""Told when a round ends: ``(started, vetoed)``, ``started`` its monotonic start time."""
+"""Told when a round ends: ``(moment, vetoed)``: for a veto the monotonic time its report came
+(the target was alive then, as far as we can tell), otherwise the round's start."""
 
 
 class IndirectRounds:
@@ -49,8 +62,8 @@ class IndirectRounds:
     def needed(self, evidence_start: float, suspect_after: float) -> bool:
         """A round is needed when none covers the silence counted from ``evidence_start``, or the
         last one is a whole suspicion period old (fresh evidence for a repeated vote). Not at the
-        suspicion itself: the round started at half the silence is recent enough, and waiting for
-        another one would delay every hang's verdict by a probe timeout."""
+        suspicion itself: the round started at a third of the silence watches until then, and
+        waiting for another one would delay every hang's verdict."""
         if self.task is not None and not self.task.done():
             return False
         if self.started is None or self.started <= evidence_start:
@@ -66,32 +79,47 @@ class IndirectRounds:
         in_flight = self.task is not None and not self.task.done() and self.task is not asyncio.current_task()
         return not in_flight and self.started > evidence_start and not self._vetoed
 
-    def start(self) -> None:
-        """Ask up to ``num_indirect_probes`` intermediaries, chosen at random, all at once."""
+    def start(self, watch_until: float) -> None:
+        """Ask up to ``num_indirect_probes`` intermediaries, chosen at random, all at once, to ping
+        the target until the monotonic time ``watch_until`` (our suspicion), for at least a probe
+        timeout."""
         candidates = self._candidates()
         if not candidates:
             return
         chosen = self._random.sample(candidates, min(self._link.options.num_indirect_probes, len(candidates)))
-        self.started = self._link.clock.monotonic()
+        self.started = now = self._link.clock.monotonic()
         self._vetoed = False
-        self.task = asyncio.create_task(self._round(chosen, self.started))
+        window = max(self._link.probe_timeout(), watch_until - now)
+        logger.debug(
+            "silo %s: asking %s to ping %s for up to %.2fs",
+            self._link.local, ", ".join(map(str, chosen)), self._link.target, window,
+        )  # fmt: skip
+        self.task = asyncio.create_task(self._round(chosen, now, window))
 
     def _candidates(self) -> list[SiloAddress]:
         return [silo for silo in self._intermediaries() if silo not in (self._link.target, self._link.local)]
 
-    async def _round(self, intermediaries: Sequence[SiloAddress], started: float) -> None:
-        results = await asyncio.gather(*(self._probe_through(via) for via in intermediaries))
-        self._vetoed = any(results)
+    async def _round(self, intermediaries: Sequence[SiloAddress], started: float, window: float) -> None:
+        """Ends at the first intermediary that reached the target (a veto), or when all have failed."""
+        probes = [asyncio.ensure_future(self._probe_through(via, window)) for via in intermediaries]
+        try:
+            for finished in asyncio.as_completed(probes):
+                if await finished:
+                    self._vetoed = True
+                    break
+        finally:
+            for probe in probes:
+                probe.cancel()
+            await asyncio.gather(*probes, return_exceptions=True)
         self._observer.indirect_round_completed(self._link.target, len(intermediaries), self._vetoed)
         if self._vetoed:
             logger.info(
                 "silo %s: %s answered an intermediary, so it is alive (our link to it may be bad): no vote",
                 self._link.local, self._link.target,
             )  # fmt: skip
-        await self._settled(started, self._vetoed)
+        await self._settled(self._link.clock.monotonic() if self._vetoed else started, self._vetoed)
 
-    async def _probe_through(self, intermediary: SiloAddress) -> bool:
-        timeout = self._link.probe_timeout()
+    async def _probe_through(self, intermediary: SiloAddress, window: float) -> bool:
         return await reached_through(
-            self._link.prober, self._link.clock, self._link.local, intermediary, self._link.target, timeout
+            self._link.prober, self._link.clock, self._link.local, intermediary, self._link.target, window
         )

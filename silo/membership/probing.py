@@ -65,15 +65,16 @@ class IndirectProbeResult:
     failure_message: str = ""
 
 
-def bounded_indirect_timeout(requested: float, probe_timeout: float) -> float:
+def bounded_indirect_timeout(requested: float, detection_time: float) -> float:
     """The timeout an indirect probe asked of us really gets: ``requested``, capped.
 
-    The cap is the longest a caller of the same options may honestly ask for: its probe
-    timeout lengthened by the worst local-health score (``MAX_SCORE + 1`` probe timeouts).
-    A caller asking for hours must not tie up a task and a channel of ours that long.
+    The cap is the longest a caller of the same options may honestly ask for: a monitor's round
+    watches the target until its silence is a suspicion (``indirect_rounds.ROUND_START``), less
+    than its ``detection_time`` lengthened by the worst local-health score (``MAX_SCORE + 1``
+    times). A caller asking for hours must not tie up a task and a channel of ours that long.
     ``requested`` must be positive and finite (the server refuses anything else).
     """
-    return min(requested, effective_timeout(probe_timeout, MAX_SCORE))
+    return min(requested, detection_time * (MAX_SCORE + 1))
 
 
 class Prober(Protocol):
@@ -124,6 +125,11 @@ async def reached_through(
     except Exception as exc:
         logger.debug("silo %s: cannot ask %s to probe %s: %r", local, intermediary, target, exc)
         return False
+    if not result.succeeded:
+        logger.debug(
+            "silo %s: %s did not reach %s in %.2fs: %s",
+            local, intermediary, target, result.response_time, result.failure_message,
+        )  # fmt: skip
     return result.succeeded
 
 
@@ -211,48 +217,67 @@ class MembershipRpcHandler(Protocol):
 async def probe_for_peer(
     prober: Prober,
     clock: Clock,
-    probe_timeout: float,
+    options: SiloOptions,
     snapshot: MembershipTableData,
     target: SiloAddress,
     timeout: float,
     health_score: int,
 ) -> IndirectProbeResult:
-    """Ping ``target`` on a peer's behalf (``ProbeIndirectly``), within ``timeout`` capped by
-    ``bounded_indirect_timeout``; ``health_score`` is ours, reported with the outcome.
+    """Watch ``target`` on a peer's behalf (``ProbeIndirectly``) for ``timeout`` seconds, capped
+    by ``bounded_indirect_timeout`` (``watch_answers``); ``health_score`` is ours, reported with
+    the outcome.
 
     Only silos of the table: a caller must not make us open (and keep) a channel to any endpoint
     it names, nor use us to scan ports. An honest caller's target is in the table."""
     if snapshot.get(target) is None:
         failure = f"{target} is not in this silo's membership table (version {snapshot.version.version}); not probed"
         return IndirectProbeResult(False, health_score, 0.0, failure)
-    timeout = bounded_indirect_timeout(timeout, probe_timeout)
+    timeout = bounded_indirect_timeout(timeout, options.detection_time)
     started = clock.monotonic()
-    answered, failure = await answers_any_connection(prober, clock, target, timeout)
+    answered, failure = await watch_answers(prober, clock, target, timeout, options.effective_probe_interval)
     if not answered and not failure:
-        failure = f"{target} did not answer"
+        failure = f"{target} did not answer within {timeout:.2f}s"
     return IndirectProbeResult(answered, health_score, clock.monotonic() - started, failure)
 
 
-async def answers_any_connection(prober: Prober, clock: Clock, target: SiloAddress, timeout: float) -> tuple[bool, str]:
-    """Whether ``target`` answers, within ``timeout``, a ping on our usual connection to it or one
-    on a new connection (sent at the same time; see ``Prober.ping_on_new_connection``), and the
-    first error raised if neither answered.
+async def watch_answers(
+    prober: Prober, clock: Clock, target: SiloAddress, timeout: float, retry_every: float
+) -> tuple[bool, str]:
+    """Whether ``target`` answers within ``timeout``, and the first error raised if it did not.
+
+    Each attempt pings on our usual connection and on a new one at once (see
+    ``Prober.ping_on_new_connection``), both waiting until the end of ``timeout``: a target that
+    is paused answers when it resumes. Pings that fail before then (a connection our channel
+    gives up on at once, while it backs off after a cut or a pause) are sent again every
+    ``retry_every`` seconds. A refusal ends the watch at once: nothing listens there (a crash)
+    or another incarnation does.
 
     An intermediary is asked because the asker has heard nothing for a while; if the cut between
     them just healed, our own connection to the target may still be backing off too."""
-    pings = [
-        asyncio.ensure_future(with_timeout(clock, ping(target, timeout), timeout))
-        for ping in (prober.ping, prober.ping_on_new_connection)
-    ]
+    deadline = clock.monotonic() + timeout
     failure = ""
-    try:
-        for finished in asyncio.as_completed(pings):
-            try:
-                if await finished is ProbeOutcome.ANSWERED:
+    while (remaining := deadline - clock.monotonic()) > 0:
+        attempt_started = clock.monotonic()
+        pings = [
+            asyncio.ensure_future(with_timeout(clock, ping(target, remaining), remaining))
+            for ping in (prober.ping, prober.ping_on_new_connection)
+        ]
+        try:
+            for finished in asyncio.as_completed(pings):
+                try:
+                    outcome = await finished
+                except TimeoutError:
+                    continue
+                except Exception as exc:
+                    failure = failure or f"{type(exc).__name__}: {exc}"
+                    continue
+                if outcome is ProbeOutcome.ANSWERED:
                     return True, ""
-            except Exception as exc:
-                failure = failure or f"{type(exc).__name__}: {exc}"
-        return False, failure
-    finally:
-        for ping in pings:
-            ping.cancel()
+                if outcome is ProbeOutcome.REFUSED:
+                    return False, failure or f"{target} refused"
+        finally:
+            for ping in pings:
+                ping.cancel()
+        if (wait := min(attempt_started + retry_every, deadline) - clock.monotonic()) > 0:
+            await clock.sleep(wait)
+    return False, failure

@@ -15,10 +15,11 @@ One instance per probed silo. The rules (docs/protocol.md, "Failure detector"):
   ends with an answer or a veto is reported to local health, which keeps ``suspect_after`` at
   least twice the longest such silence of the recent past (a lossy network's TCP stalls); of
   the vetoes of one unbroken silence only the first counts (``LocalHealth.record_veto``).
-- **Indirect probes are a veto, never a vote.** From half the suspicion time on, up to
-  ``num_indirect_probes`` distinct fresh intermediaries ping the target in parallel; any
-  that reaches it cancels the suspicion (our link is the problem, not the target). An
-  intermediary that fails says nothing: it did not observe a sustained silence itself.
+- **Indirect probes are a veto, never a vote.** From a third of the suspicion time on, up to
+  ``num_indirect_probes`` distinct fresh intermediaries ping the target in parallel, until our
+  silence would be a suspicion; any that reaches it cancels the suspicion (our link is the
+  problem, not the target), from the moment its report came. An intermediary that fails says
+  nothing: it did not observe a sustained silence itself.
 - **A short cut is not silence.** While the target is silent for a probe timeout, each probe
   also goes on a new connection (our usual one may still be backing off its TCP retries after
   a cut healed), and a bare TCP connect checks the path. Before a vote on silence, if the path
@@ -48,7 +49,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from membership_tables import SiloAddress
 from silo.membership.background import BackgroundTasks
 from silo.membership.clock import Clock, PauseWatch, until_next_probe, with_timeout
-from silo.membership.indirect_rounds import IndirectRounds
+from silo.membership.indirect_rounds import ROUND_START, IndirectRounds
 from silo.membership.local_health import LocalHealth, effective_timeout
 from silo.membership.new_connections import NewConnectionProbes
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
@@ -140,12 +141,11 @@ class SiloHealthMonitor:
     def heard_recently(self) -> bool:
         """The target answered within half the suspicion time: it counts as heard for the majority rule.
 
-        Half, not the whole: when a partition cuts several silos at once, their silences
-        cross the suspicion threshold up to a probe interval apart, and the first one to
-        cross must not find the others still counted as heard (found by the SPIN model).
-        A monitor that never got an answer does not count either: on the minority side,
-        monitors created after the split must not make the side look larger.
-        """
+        Half, not the whole: when a partition cuts several silos at once, their silences cross the
+        suspicion threshold up to a probe interval apart, and the first one to cross must not find
+        the others still counted as heard (found by the SPIN model). A monitor that never got an
+        answer does not count either: on the minority side, monitors created after the split must
+        not make the side look larger."""
         return self.heard_within(self.suspect_after() / 2)
 
     def suspected(self) -> bool:
@@ -179,11 +179,8 @@ class SiloHealthMonitor:
         self._loop = asyncio.create_task(self._run(first_probe_after))
 
     def cancel(self) -> list[asyncio.Task[None]]:
-        """Cancel every task of this monitor now: its tasks, for the caller to await.
-
-        Nothing is awaited first: a stop cancelled while it waits (the cluster monitor stopping
-        while a view change stops this monitor) once left probes running that timed out later
-        and voted for a monitor nobody held any more."""
+        """Cancel every task of this monitor now: its tasks, for the caller to await. Nothing is
+        awaited first: a stop cancelled while it waited once left probes that voted later."""
         tasks = [task for task in (self._loop, self._rounds.task, self._voting) if task is not None]
         for task in tasks:
             task.cancel()
@@ -203,7 +200,18 @@ class SiloHealthMonitor:
             if self._wants_new_connection():
                 self._probes.spawn(self._new_connections.ping())
                 self._probes.spawn(self._new_connections.check_path())
-            await self._clock.sleep(until_next_probe(self._clock.monotonic(), self._options))
+            await self._until_next_probe()
+
+    async def _until_next_probe(self) -> None:
+        """Sleep until the next probe; evaluate on the way when the silence reaches a round's start
+        (``ROUND_START``), which a veto's moment takes off the grid our probes time out on."""
+        now = self._clock.monotonic()
+        wake = now + until_next_probe(now, self._options)
+        round_at = max(now, self.last_heard + self.suspect_after() * ROUND_START)
+        if round_at < wake:
+            await self._clock.sleep(round_at - now)
+            await self.evaluate()
+        await self._clock.sleep(max(0.0, wake - self._clock.monotonic()))
 
     # --- one probe and its consequences ----------------------------------------------
 
@@ -244,13 +252,12 @@ class SiloHealthMonitor:
         refusing: each probe then also goes on a new connection, and the path is checked."""
         return self.answered and self.refusals == 0 and self.silence() >= self._options.probe_timeout
 
-    async def _round_settled(self, started: float, vetoed: bool) -> None:
-        """An indirect round started at ``started`` ended: a veto counts as an answer then."""
+    async def _round_settled(self, moment: float, vetoed: bool) -> None:
+        """An indirect round ended: a veto counts as an answer at ``moment``, when its report came."""
         self._discount_pause()
-        if vetoed:
-            self._alive_at(started, vetoed=True)
-        else:
-            await self.evaluate()
+        if not vetoed:
+            return await self.evaluate()
+        self._alive_at(moment, vetoed=True)
 
     def _answered_on_new_connection(self, sent: float) -> None:
         self._discount_pause()
@@ -303,11 +310,11 @@ class SiloHealthMonitor:
     async def evaluate(self) -> None:
         """Start an indirect round or a vote if the evidence calls for one."""
         self._discount_pause()
-        early = self.silence() >= self.suspect_after() / 2 or self.refusals > 0
+        early = self.silence() >= self.suspect_after() * ROUND_START or self.refusals > 0
         if not (early or self.suspected()):
             return
         if self._options.enable_indirect_probes and self._rounds.needed(self._evidence_start(), self.suspect_after()):
-            self._rounds.start()
+            self._rounds.start(watch_until=self._evidence_start() + self.suspect_after())
         if not self._suspected_for_vote() or not self._rounds.allow_vote(self._evidence_start()):
             return
         if self._voting is not None and not self._voting.done():

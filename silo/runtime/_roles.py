@@ -124,7 +124,7 @@ class SiloRoles:
     async def probe_for_peer(self, target: SiloAddress, timeout: float) -> IndirectProbeResult:
         """Probe ``target`` for a peer that asked us to (an indirect probe)."""
         return await probe_for_peer(
-            self._prober, self._clock, self._options.probe_timeout, self.manager.snapshot.data, target, timeout,
+            self._prober, self._clock, self._options, self.manager.snapshot.data, target, timeout,
             self.health.score(),
         )  # fmt: skip
 

@@ -9,7 +9,9 @@ What the failure detector must do (docs/protocol.md, "Non-transitive and one-way
   minute at N = 5) at the local preset's 1.5 s detection floor. Every cut silo is still reached by intermediaries that
   reach its prober, so every suspicion along a cut link is vetoed. And the cuts must not blunt
   the detector: with them in place, a hung silo is voted out by monitors whose local health
-  score is not raised by their cut links (each veto used to add a point, up to nine floors);
+  score is not raised by their cut links (each veto used to add a point, up to nine floors).
+  Nor do short pauses of a cut silo (a GC, a starved host): a silo cut from two peers that
+  pauses for over half the floor, again and again, is never voted out by them;
 * **a one-way cut of one silo** (it sends but receives nothing, or receives but its packets
   are dropped): it is declared Dead and exits (code 3), and nobody else is declared Dead. Over
   TCP half a link is no link: neither side's connection completes, so the silo hears none of
@@ -24,14 +26,17 @@ nobody else is harmed, never how fast.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from membership_tables import SiloAddress
 from silo.exit_codes import ExitCode
+from silo.membership.indirect_rounds import ROUND_START
 from silo.membership.options import SiloOptions
 from silo.membership.ring import probe_targets
 from testbed.net_cluster import NetCluster, active_and_running
@@ -60,6 +65,17 @@ HEALTHY_VOTER_SCORE = 3
 one point for the stall its cut link showed (``LocalHealth.record_veto``) and two for event-loop lag
 on a loaded machine. A cut link that kept raising its ends' scores drove them to ``MAX_SCORE`` (8)
 within a minute: a nine times longer silence before they suspected anyone."""
+PAUSE = 0.8
+"""Seconds each pause of a silo cut from two peers lasts: over half the floor (an indirect round
+that watched only a probe timeout, 0.5 s, from half the silence was covered by such a pause, and two
+cut partners voting through the same pause killed the silo), under the two thirds of it that a
+round now watches (``ROUND_START``), and well under the floor its other monitors measure."""
+PAUSE_EVERY = 3.0
+"""Seconds from one pause's start to the next: the silo answers for over two seconds in between,
+so none of its uncut monitors ever measures a silence near the floor."""
+PAUSES_HOLD = 60.0
+"""Seconds of pauses: 20 of them, each an even chance or better of a vote along both cut links
+under the old round."""
 LARGE = 20
 """N for ring sampling: each silo monitors ``num_probed_silos`` (10) of the 19 others."""
 START_TIMEOUT_LARGE = 120.0
@@ -122,6 +138,29 @@ def hold_cuts(cluster: NetCluster, cuts: Sequence[tuple[str, str]], seconds: flo
     cut_links(cluster, cuts)
     print(f"\ncut {len(cuts)} links: {', '.join(f'{a}-{b}' for a, b in cuts)}; holding {seconds:.0f}s")
     cluster.hold(active_and_running(cluster.names), seconds, "every silo Active and running with links cut")
+
+
+@contextmanager
+def pausing(cluster: NetCluster, name: str, pause: float, every: float) -> Iterator[None]:
+    """Stop ``name`` (SIGSTOP) for ``pause`` seconds every ``every`` seconds, as a GC or a starved
+    host would, until the block ends; it is running again when the block ends."""
+    silo, stopped = cluster.silo(name), threading.Event()
+
+    def pause_repeatedly() -> None:
+        while not stopped.wait(every - pause):
+            silo.freeze()
+            try:
+                stopped.wait(pause)
+            finally:
+                silo.thaw()
+
+    pauser = threading.Thread(target=pause_repeatedly, name=f"pausing {name}", daemon=True)
+    pauser.start()
+    try:
+        yield
+    finally:
+        stopped.set()
+        pauser.join()
 
 
 def vote_scores(cluster: NetCluster, target: str) -> dict[str, list[int]]:
@@ -190,6 +229,21 @@ def test_scattered_cut_links_kill_nobody(cluster: NetCluster) -> None:
     assert_hang_found_amid_cuts(cluster, "s4")
     cluster.lab.heal()
     cluster.check_history(MIN_VOTERS, protected=[name for name in cluster.names if name != "s4"])
+
+
+@pytest.mark.timeout(240)
+def test_short_pauses_of_a_silo_cut_from_two_peers_kill_nobody(cluster: NetCluster) -> None:
+    """5 silos, s2 cut from s1 and s3, which suspect it all along; s2 pauses for 0.8 s every 3 s.
+    Their indirect rounds watch s2 until their suspicions, so each pause ends with an answer
+    to an intermediary: a veto, never a vote."""
+    assert PAUSE < (1 - ROUND_START) * DETECTION_FLOOR, "the pause must end inside a round's watch"
+    cluster.start(5)
+    cut_links(cluster, [("s1", "s2"), ("s2", "s3")])
+    print(f"\ns2 cut from s1 and s3, pausing {PAUSE}s every {PAUSE_EVERY}s for {PAUSES_HOLD:.0f}s")
+    with pausing(cluster, "s2", PAUSE, PAUSE_EVERY):
+        cluster.hold(active_and_running(cluster.names), PAUSES_HOLD, "every silo Active and running")
+    cluster.lab.heal()
+    cluster.check_history(MIN_VOTERS, protected=cluster.names)
 
 
 @pytest.mark.timeout(420)

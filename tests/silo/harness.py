@@ -184,6 +184,8 @@ class FunctionProber:
     pings: list[SiloAddress] = field(default_factory=list)
     timeouts: list[float] = field(default_factory=list)
     indirect_calls: list[tuple[SiloAddress, SiloAddress]] = field(default_factory=list)
+    indirect_timeouts: list[float] = field(default_factory=list)
+    """How long each indirect probe asked its intermediary to watch the target."""
     reachable_on_new_connection: Reachability | None = None
     """How pings on a new connection end (``Prober.ping_on_new_connection``); None: as ``reachable``."""
     new_connection_pings: list[SiloAddress] = field(default_factory=list)
@@ -227,6 +229,7 @@ class FunctionProber:
         self, intermediary: SiloAddress, target: SiloAddress, timeout: float
     ) -> IndirectProbeResult:
         self.indirect_calls.append((intermediary, target))
+        self.indirect_timeouts.append(timeout)
         if self.indirect is None:
             raise ConnectionError(f"no indirect probes in this test ({intermediary} -> {target})")
         result: IndirectProbeResult = await _maybe_await(self.indirect(intermediary, target))

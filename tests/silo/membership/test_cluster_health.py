@@ -196,7 +196,8 @@ async def test_after_a_heal_the_silence_measured_during_the_split_is_no_evidence
     assert all(monitor.votes_cast == 0 for monitor in rig.cluster.monitors.values())
     heard.add(PEERS[1])  # the heal reaches PEERS[1] first
     healed = rig.clock.monotonic()
-    while rig.clock.monotonic() - healed < late.suspect_after() - rig.options.probe_interval:
+    # until the shortest suspicion time after the heal (the score that the split raised decays)
+    while rig.clock.monotonic() - healed < rig.options.detection_time - rig.options.probe_interval:
         await advance_heartbeating(rig, rig.options.probe_interval, PEERS[:3])
         assert late.votes_cast == 0  # before the fix it voted a probe interval after the heal
     assert rig.cluster.may_vote()

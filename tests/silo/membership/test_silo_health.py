@@ -12,6 +12,7 @@ import pytest
 
 from membership_tables import SiloAddress
 from silo.membership.clock import FakeClock
+from silo.membership.indirect_rounds import ROUND_START
 from silo.membership.local_health import SILENCE_MEMORY, LocalHealth
 from silo.membership.new_connections import REFUSAL_RECHECK
 from silo.membership.options import SiloOptions
@@ -265,6 +266,48 @@ async def test_a_link_that_stays_cut_does_not_keep_raising_the_silence_needed() 
     assert max(needed) <= 2 * FLOOR
     assert needed[-1] == pytest.approx(FLOOR)
     assert len(prober.indirect_calls) >= 40  # the suspicion is still re-checked at least once a floor
+    await monitor.stop()
+
+
+PAUSE = 0.8
+"""A pause of the target over half the floor and under the two thirds an indirect round watches."""
+
+
+@pytest.mark.parametrize(("pause", "voted"), [(PAUSE, False), (FLOOR, True)], ids=["short pause", "control"])
+@async_test
+async def test_pauses_of_a_target_across_a_cut_link_are_vetoed_when_shorter_than_a_round_s_watch(
+    pause: float, voted: bool
+) -> None:
+    """A cut link: we never reach the target. It pauses for ``pause`` seconds every 3 s (a GC, a
+    starved host): an intermediary's pings wait, and are answered when it resumes. Every round
+    watches it from a third of the silence needed until the suspicion (two thirds of the floor),
+    so a shorter pause ends in a veto; a pause as long as the floor is a hang, and is voted on.
+    (Rounds that watched a probe timeout from half the silence voted on 0.8 s pauses.)"""
+    assert PAUSE < (1 - ROUND_START) * FLOOR < FLOOR
+    scene = Scene(FunctionProber(), intermediaries=[HELPER])
+    period = 3.0
+    paused_from = scene.clock.monotonic() + 2.0
+
+    def resumes(now: float) -> float:
+        """When the target answers a ping sent at ``now``: at once, or when its pause ends."""
+        into = (now - paused_from) % period
+        return now if now < paused_from or into >= pause else now + pause - into
+
+    async def through_intermediary(intermediary: SiloAddress, target: SiloAddress) -> IndirectProbeResult:
+        asked, window = scene.clock.monotonic(), scene.prober.indirect_timeouts[-1]
+        answer = resumes(asked)
+        await scene.clock.sleep(min(answer - asked, window))
+        return IndirectProbeResult(answer - asked <= window, 0, scene.clock.monotonic() - asked)
+
+    scene.prober.indirect = through_intermediary
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 1.0)  # answering
+    scene.prober.reachable = hanging(scene.clock)  # the link is cut from now on
+    await run_for(scene, monitor, 10 * period)
+    assert bool(scene.votes) is voted
+    if not voted:
+        assert min(scene.prober.indirect_timeouts) > pause  # every round watched past any pause
     await monitor.stop()
 
 
