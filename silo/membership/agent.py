@@ -250,8 +250,8 @@ class MembershipAgent:
 
     async def _probe_through(self, via: SiloAddress, peer: SiloAddress, in_flight: asyncio.Semaphore) -> bool:
         async with in_flight:
-            return await reached_through(
-                self._prober, self._clock, self._address, via, peer, self._options.probe_timeout
+            return bool(
+                await reached_through(self._prober, self._clock, self._address, via, peer, self._options.probe_timeout)
             )
 
     async def _ping(self, peer: SiloAddress, in_flight: asyncio.Semaphore) -> ProbeOutcome:

@@ -8,8 +8,10 @@ along a cut link needs the target silent to the intermediaries too, for the last
 the silence we measured: a pause or a stall of the target shorter than that (a GC pause, a starved
 process, a TCP retransmission) is answered late rather than not at all, and vetoes. One that fails
 adds nothing (it did not itself observe a sustained silence). A vote needs a finished round that
-started after the silence that counts as evidence began, and that was not vetoed (or no
-intermediary to ask).
+started after the silence that counts as evidence began, was not vetoed, and in which at least one
+intermediary reported that it could not reach the target (or no intermediary to ask): a round
+none of whose intermediaries could be asked (our own calls failing, as on an overloaded or half-cut
+host) is no evidence, and another one is asked a probe timeout later.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class IndirectRounds:
         """Monotonic start of the latest round (None before the first)."""
         self.task: asyncio.Task[None] | None = None
         self._vetoed = False
+        self._reported = False
+        """Some intermediary of the latest round reported (reached the target or not)."""
 
     def needed(self, evidence_start: float, suspect_after: float) -> bool:
         """A round is needed when none covers the silence counted from ``evidence_start``, or the
@@ -68,7 +72,8 @@ class IndirectRounds:
             return False
         if self.started is None or self.started <= evidence_start:
             return True  # no round covers the current silence yet (or the last one vetoed, or a heal)
-        return self._link.clock.monotonic() - self.started >= suspect_after
+        since = self._link.clock.monotonic() - self.started
+        return since >= suspect_after or (not self._reported and since >= self._link.probe_timeout())
 
     def allow_vote(self, evidence_start: float) -> bool:
         """No veto from a finished round that covers the silence from ``evidence_start`` (or no one to ask)."""
@@ -77,7 +82,7 @@ class IndirectRounds:
         if self.started is None:
             return not self._candidates()  # no intermediary exists: our own evidence decides
         in_flight = self.task is not None and not self.task.done() and self.task is not asyncio.current_task()
-        return not in_flight and self.started > evidence_start and not self._vetoed
+        return not in_flight and self.started > evidence_start and self._reported and not self._vetoed
 
     def start(self, watch_until: float) -> None:
         """Ask up to ``num_indirect_probes`` intermediaries, chosen at random, all at once, to ping
@@ -88,7 +93,7 @@ class IndirectRounds:
             return
         chosen = self._random.sample(candidates, min(self._link.options.num_indirect_probes, len(candidates)))
         self.started = now = self._link.clock.monotonic()
-        self._vetoed = False
+        self._vetoed = self._reported = False
         window = max(self._link.probe_timeout(), watch_until - now)
         logger.debug(
             "silo %s: asking %s to ping %s for up to %.2fs",
@@ -104,7 +109,9 @@ class IndirectRounds:
         probes = [asyncio.ensure_future(self._probe_through(via, window)) for via in intermediaries]
         try:
             for finished in asyncio.as_completed(probes):
-                if await finished:
+                reached = await finished
+                self._reported = self._reported or reached is not None
+                if reached:
                     self._vetoed = True
                     break
         finally:
@@ -119,7 +126,7 @@ class IndirectRounds:
             )  # fmt: skip
         await self._settled(self._link.clock.monotonic() if self._vetoed else started, self._vetoed)
 
-    async def _probe_through(self, intermediary: SiloAddress, window: float) -> bool:
+    async def _probe_through(self, intermediary: SiloAddress, window: float) -> bool | None:
         return await reached_through(
             self._link.prober, self._link.clock, self._link.local, intermediary, self._link.target, window
         )

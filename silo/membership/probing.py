@@ -114,17 +114,15 @@ class Prober(Protocol):
 
 async def reached_through(
     prober: Prober, clock: Clock, local: SiloAddress, intermediary: SiloAddress, target: SiloAddress, timeout: float
-) -> bool:
-    """Whether ``intermediary``, asked by ``local`` to ping ``target`` within ``timeout``, reached it.
-
-    Its report is awaited up to twice ``timeout``; an intermediary that cannot be asked (or does
-    not report in time) is logged at debug level and counts as not having reached the target.
-    """
+) -> bool | None:
+    """Whether ``intermediary``, asked by ``local`` to ping ``target`` within ``timeout``, reached it:
+    True, False (it reported that it did not), or None (no report: it could not be asked, or did
+    not report within twice ``timeout``; logged at debug level)."""
     try:
         result = await with_timeout(clock, prober.probe_indirectly(intermediary, target, timeout), 2 * timeout)
     except Exception as exc:
         logger.debug("silo %s: cannot ask %s to probe %s: %r", local, intermediary, target, exc)
-        return False
+        return None
     if not result.succeeded:
         logger.debug(
             "silo %s: %s did not reach %s in %.2fs: %s",

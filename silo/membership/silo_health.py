@@ -29,9 +29,10 @@ One instance per probed silo. The rules (docs/protocol.md, "Failure detector"):
   GC pause, SIGSTOP, a starved CPU) for longer than two probe intervals, the time beyond one
   interval is added to ``last_heard``: we sent no probes then, so it is no evidence.
 - **A vote** needs a suspicion, a finished indirect round that started after the target's
-  last answer and was not vetoed (unless no intermediary exists), and the majority rule of
-  the cluster health monitor (``may_vote``). It is repeated every ``suspect_after`` while the
-  silence lasts, so a vote that expired or a quorum that shrank is completed.
+  last answer, was not vetoed and had a report from an intermediary (unless none exists), and
+  the majority rule of the cluster health monitor (``may_vote``). It is repeated every
+  ``suspect_after`` while the silence lasts, so a vote that expired or a quorum that shrank is
+  completed.
 - **A heal is not evidence.** When the cluster health monitor sees our majority come back
   because more silos answer (``disregard_silence_before``), silence before then does not count
   towards a vote: the target must stay silent a whole suspicion time after the heal, and an

@@ -181,6 +181,7 @@ class FunctionProber:
     reachable: Reachability = lambda target: True
     """True: answered; False: timed out (silence); or a ``ProbeOutcome``."""
     indirect: Callable[[SiloAddress, SiloAddress], IndirectProbeResult | Awaitable[IndirectProbeResult]] | None = None
+    """How an intermediary's report comes (or raises: it cannot be asked); None: it reports that it did not reach."""
     pings: list[SiloAddress] = field(default_factory=list)
     timeouts: list[float] = field(default_factory=list)
     indirect_calls: list[tuple[SiloAddress, SiloAddress]] = field(default_factory=list)
@@ -230,8 +231,8 @@ class FunctionProber:
     ) -> IndirectProbeResult:
         self.indirect_calls.append((intermediary, target))
         self.indirect_timeouts.append(timeout)
-        if self.indirect is None:
-            raise ConnectionError(f"no indirect probes in this test ({intermediary} -> {target})")
+        if self.indirect is None:  # an intermediary that reaches nobody, and says so
+            return IndirectProbeResult(False, 0, 0.0, f"{intermediary} reaches nobody in this test")
         result: IndirectProbeResult = await _maybe_await(self.indirect(intermediary, target))
         return result
 
@@ -279,16 +280,19 @@ class FakeNetwork:
         return target in self.nodes and source not in self.partitioned and target not in self.partitioned
 
     def prober(self, source: SiloAddress) -> FunctionProber:
-        async def indirect(intermediary: SiloAddress, target: SiloAddress) -> IndirectProbeResult:
-            if not self.connected(source, intermediary):
-                raise ConnectionError(f"{intermediary} is unreachable from {source}")
-            return await self.nodes[intermediary].probe_for_peer(target, 1.0)
-
-        return FunctionProber(
+        prober = FunctionProber(
             reachable=lambda target: self.connected(source, target),
-            indirect=indirect,
             tell=lambda target, version: self.nodes[target].hear_of(version),
         )
+
+        async def indirect(intermediary: SiloAddress, target: SiloAddress) -> IndirectProbeResult:
+            watch = prober.indirect_timeouts[-1]  # this call's: recorded just before it was made
+            if not self.connected(source, intermediary):
+                raise ConnectionError(f"{intermediary} is unreachable from {source}")
+            return await self.nodes[intermediary].probe_for_peer(target, watch)
+
+        prober.indirect = indirect
+        return prober
 
     def gossip(self, source: SiloAddress) -> RecordingGossip:
         async def deliver(target: SiloAddress, message: GossipMessage) -> None:

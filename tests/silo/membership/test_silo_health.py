@@ -269,6 +269,30 @@ async def test_a_link_that_stays_cut_does_not_keep_raising_the_silence_needed() 
     await monitor.stop()
 
 
+@pytest.mark.parametrize("reports", [False, True], ids=["no intermediary can be asked", "one reports"])
+@async_test
+async def test_a_round_in_which_no_intermediary_reported_is_no_evidence(reports: bool) -> None:
+    """A hung target; our calls to the intermediaries fail (an overloaded or half-cut host of
+    ours). Without a report that some intermediary could not reach the target, no vote: rounds
+    are asked again, a probe timeout apart. One report, and the silence is voted on."""
+
+    def intermediary(via: SiloAddress, target: SiloAddress) -> IndirectProbeResult:
+        if not reports:
+            raise ConnectionError(f"cannot ask {via}")
+        return result(False)
+
+    scene = Scene(FunctionProber(indirect=intermediary), intermediaries=[HELPER, OTHER])
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 1.0)  # answering
+    scene.prober.reachable = hanging(scene.clock)
+    await run_for(scene, monitor, 3 * FLOOR)
+    assert bool(scene.votes) is reports
+    rounds = len(scene.prober.indirect_calls) // 2
+    assert rounds >= (3 * FLOOR / OPTIONS.probe_timeout - 2 if not reports else 1)
+    await monitor.stop()
+
+
 PAUSE = 0.8
 """A pause of the target over half the floor and under the two thirds an indirect round watches."""
 

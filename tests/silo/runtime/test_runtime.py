@@ -53,7 +53,9 @@ async def test_the_silo_is_the_rpc_handler_the_server_calls() -> None:
     assert handler.membership_snapshot().get(ME) is not None
     answered = await handler.probe_for_peer(PEER, 1.0)
     assert (answered.succeeded, answered.intermediary_health_score, answered.failure_message) == (True, 0, "")
-    missed = await handler.probe_for_peer(address(3), 1.0)
+    watch = asyncio.ensure_future(handler.probe_for_peer(address(3), 1.0))
+    await clock.advance(1.0)  # the intermediary watches the silent silo for the whole second
+    missed = await watch
     assert not missed.succeeded
     assert "did not answer" in missed.failure_message
     stranger = await handler.probe_for_peer(address(4), 1.0)  # not in the table: never probed
