@@ -112,6 +112,9 @@ class MembershipTable(abc.ABC):
     """Whether ``from_uri`` takes ``read_only=True`` and then opens a session that the store (or
     its client) keeps from writing, under the guard of ``open_table(..., read_only=True)``."""
 
+    reads_changes: bool = False
+    """Whether ``read_changes`` reads only the rows written since a version; False: it reads them all."""
+
     def __init__(self, cluster_id: str) -> None:
         self.cluster_id = cluster_id
 
@@ -150,6 +153,19 @@ class MembershipTable(abc.ABC):
         result has no rows and reports that row in ``malformed``, as ``read_all`` would:
         the silo reads as absent, and the caller learns why.
         """
+
+    def read_changes(self, since: int) -> MembershipTableData:
+        """The current version and at least every row that a versioned write changed at a version
+        after ``since``, as one atomic snapshot (as ``read_all``'s).
+
+        A silo whose view holds the table at ``since`` catches up with this rather than a full
+        read: its view with these rows put in is the table at the returned version, except for
+        heartbeats (``update_i_am_alive`` writes no version) and rows deleted since
+        (``cleanup_defunct_entries``), which only ``read_all`` shows. More rows may be returned
+        (``read_all`` is a valid implementation, and the default where ``reads_changes`` is
+        False); malformed rows among them are listed in ``malformed`` as ``read_all`` does.
+        """
+        return self.read_all()
 
     @abc.abstractmethod
     def read_version(self) -> TableVersion:

@@ -38,6 +38,8 @@ from membership_tables.model import (
 class _ClusterState:
     version: TableVersion | None = None
     rows: dict[SiloAddress, tuple[MembershipEntry, str]] = field(default_factory=dict)
+    written: dict[SiloAddress, int] = field(default_factory=dict)
+    """The version of each row's last versioned write (``read_changes``); a row without one is always read."""
 
     def wellformed(self, address: SiloAddress) -> tuple[MembershipEntry, str] | None:
         """The row of ``address`` if there is one and it holds an entry."""
@@ -56,6 +58,8 @@ class InMemoryMembershipTable(MembershipTable):
 
     max_rows_per_update = 10_000
     """No store limit: one lock makes any batch atomic; the bound only keeps batches sane."""
+
+    reads_changes = True
 
     _stores: ClassVar[dict[str, _Store]] = {}
     _stores_lock: ClassVar[threading.Lock] = threading.Lock()
@@ -121,6 +125,11 @@ class InMemoryMembershipTable(MembershipTable):
         with self._store.lock:
             return self._state.version or UNINITIALIZED_VERSION
 
+    def read_changes(self, since: int) -> MembershipTableData:
+        with self._store.lock:
+            written = self._state.written
+            return self._snapshot([address for address in self._state.rows if written.get(address, since + 1) > since])
+
     def _insert(self, entry: MembershipEntry, version: TableVersion) -> CommittedWrite | None:
         """``insert_row_with_etags`` with the store's lock held."""
         state = self._state
@@ -128,6 +137,7 @@ class InMemoryMembershipTable(MembershipTable):
             return None
         row = (entry, new_etag())
         state.rows[entry.silo_address] = row
+        state.written[entry.silo_address] = version.version
         state.version = TableVersion(version.version, new_etag())
         return CommittedWrite(state.version, (row,))
 
@@ -154,6 +164,7 @@ class InMemoryMembershipTable(MembershipTable):
             alive = max(row[0].i_am_alive_time, entry.i_am_alive_time)
             etag = new_etag()
             state.rows[entry.silo_address] = (entry.with_i_am_alive_time(alive), etag)
+            state.written[entry.silo_address] = version.version
             written.append((entry, etag))
         state.version = TableVersion(version.version, new_etag())
         return CommittedWrite(state.version, tuple(written))
@@ -189,6 +200,7 @@ class InMemoryMembershipTable(MembershipTable):
             ]
             for address in defunct:
                 del rows[address]
+                self._state.written.pop(address, None)
             return len(defunct)
 
     def delete_cluster_entries(self) -> None:

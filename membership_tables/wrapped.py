@@ -14,6 +14,7 @@ class WrappedTable(MembershipTable):
         super().__init__(inner.cluster_id)
         self.inner = inner
         self.max_rows_per_update = inner.max_rows_per_update
+        self.reads_changes = inner.reads_changes
 
     def read_all(self) -> MembershipTableData:
         return self.inner.read_all()
@@ -23,6 +24,9 @@ class WrappedTable(MembershipTable):
 
     def read_version(self) -> TableVersion:
         return self.inner.read_version()
+
+    def read_changes(self, since: int) -> MembershipTableData:
+        return self.inner.read_changes(since)
 
     def close(self) -> None:
         self.inner.close()

@@ -1135,6 +1135,68 @@ def check_parallel_updates_at_next_version_of_one_row_have_one_winner(open_clust
     _expect_one_winner(setup, results, "w", 2, "parallel updates at the next version of one row from one etag")
 
 
+def _expect_changes(table: MembershipTable, since: int, written_after: set[SiloAddress], what: str) -> None:
+    """``read_changes(since)`` agrees with ``read_all`` on every row it returns, holds every row of
+    ``written_after`` (written at a version after ``since``), and, where the store reads changes
+    (``reads_changes``), no other row."""
+    everything, changes = table.read_all(), table.read_changes(since)
+    expect(changes.version == everything.version, f"{what}: read_changes must carry the current version, got {changes}")
+    returned = {entry.silo_address for entry in changes.entries}
+    expect(written_after <= returned, f"{what}: read_changes({since}) misses {sorted(written_after - returned)}")
+    for row in changes.rows:
+        expect(row == everything.get(row[0].silo_address), f"{what}: read_changes returns {row}, read_all another")
+    if table.reads_changes:
+        extra = sorted(returned - written_after)
+        expect(not extra, f"{what}: read_changes({since}) returns rows not written since: {extra}")
+
+
+def check_read_changes_returns_the_rows_written_since(open_cluster: OpenCluster) -> None:
+    """Every kind of versioned write is found by ``read_changes`` from the version before it on;
+    a heartbeat is no change."""
+    table = fresh_table(open_cluster)
+    a, b, c, d = (make_entry(1001 + index) for index in range(4))
+    insert(table, a)  # version 1
+    written = table.insert_row_with_etags(b, table.read_version().next())  # 2
+    expect(written is not None, "insert_row_with_etags into a fresh table must win")
+    table.insert_row_at_next_version(c)  # 3
+    table.update_i_am_alive(a.silo_address, T0 + timedelta(minutes=1))
+    _expect_changes(table, 0, {a.silo_address, b.silo_address, c.silo_address}, "three inserts")
+    _expect_changes(table, 1, {b.silo_address, c.silo_address}, "after the first insert (and a heartbeat of it)")
+    _expect_changes(table, 3, set(), "at the current version")
+    read = table.read_all()
+    updates = [(entry.replace(silo_name="moved"), row_etag(read, entry.silo_address)) for entry in (a, b)]
+    expect(table.update_rows_with_etags(updates, read.version.next()) is not None, "update_rows_with_etags must win")
+    _expect_changes(table, 3, {a.silo_address, b.silo_address}, "a two-row update")
+    etag = row_etag(table.read_all(), c.silo_address)
+    expect(table.update_row_at_next_version(c.replace(silo_name="moved"), etag) is not None, "must win")  # 5
+    table.insert_row_at_next_version(d)  # 6
+    _expect_changes(table, 4, {c.silo_address, d.silo_address}, "writes at the next version")
+    _expect_changes(table, 5, {d.silo_address}, "the last insert")
+
+
+def check_read_changes_finds_parallel_writes_at_their_versions(open_cluster: OpenCluster) -> None:
+    """20 silos writing their rows at the next version at once: from the version before each
+    write, ``read_changes`` finds that row, whichever version the store gave it."""
+    cluster_id = new_cluster_id()
+    setup = open_cluster(cluster_id)
+    setup.initialize()
+    written: list[CommittedWrite | None] = [None] * 20
+
+    def contend(table: MembershipTable, index: int) -> bool:
+        entry = make_entry(2000 + index)
+        inserted = table.insert_row_at_next_version(entry)
+        if inserted is None:
+            return False
+        written[index] = table.update_row_at_next_version(entry.replace(silo_name="on"), inserted.rows[0][1])
+        return written[index] is not None
+
+    results = _race(open_cluster, cluster_id, 20, contend)
+    expect(all(results), f"20 silos writing their own rows at the next version all win, {results.count(False)} lost")
+    last = {write.rows[0][0].silo_address: write.version.version for write in written if write is not None}
+    for since in range(setup.read_version().version + 1):
+        _expect_changes(setup, since, {silo for silo, version in last.items() if version > since}, f"since {since}")
+
+
 CHECKS: tuple[Check, ...] = (
     check_empty_table_reads_version_zero,
     check_uninitialized_cluster_rejects_writes,
@@ -1179,6 +1241,8 @@ CHECKS: tuple[Check, ...] = (
     check_update_at_next_version_returns_what_a_read_sees,
     check_parallel_updates_at_next_version_of_distinct_rows_all_win,
     check_parallel_updates_at_next_version_of_one_row_have_one_winner,
+    check_read_changes_returns_the_rows_written_since,
+    check_read_changes_finds_parallel_writes_at_their_versions,
 )
 
 

@@ -202,6 +202,7 @@ class InstrumentedTable(MembershipTable):
         super().__init__(inner.cluster_id)
         self.inner = inner
         self.max_rows_per_update = inner.max_rows_per_update
+        self.reads_changes = inner.reads_changes
         self._metrics = metrics
 
     def _timed(self, operation: str, call: Callable[[], _T], lost_race: object = False) -> _T:
@@ -232,6 +233,9 @@ class InstrumentedTable(MembershipTable):
 
     def read_version(self) -> TableVersion:
         return self._timed("read_version", self.inner.read_version)
+
+    def read_changes(self, since: int) -> MembershipTableData:
+        return self._timed("read_changes", lambda: self.inner.read_changes(since))
 
     def update_rows(self, updates: Sequence[tuple[MembershipEntry, str]], version: TableVersion) -> bool:
         return self._timed("update_rows", lambda: self.inner.update_rows(updates, version))

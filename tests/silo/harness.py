@@ -96,6 +96,7 @@ class FlakyTable(MembershipTable):
     def __init__(self, inner: MembershipTable) -> None:
         super().__init__(inner.cluster_id)
         self.inner = inner
+        self.reads_changes = inner.reads_changes
         self.max_rows_per_update = inner.max_rows_per_update
         self.down = False
         self.failed_calls = 0
@@ -122,6 +123,10 @@ class FlakyTable(MembershipTable):
     def read_version(self) -> TableVersion:
         self._check()
         return self.inner.read_version()
+
+    def read_changes(self, since: int) -> MembershipTableData:
+        self._check()
+        return self.inner.read_changes(since)
 
     def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
         self._check()
