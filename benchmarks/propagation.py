@@ -108,6 +108,8 @@ _FULL_READ = re.compile(
 """``read_all``: the version row joined with the rows by cluster only (``read_row`` adds the key to the join)."""
 _VERSION_CTE = "bumped AS (UPDATE silo_membership_version"
 """A PostgreSQL canonical write: one statement whose CTE ``bumped`` UPDATEs the version row."""
+_CHANGES_READ = "written_version"
+"""``read_changes``: the version row joined with the rows written since a version (by their ``written_version``)."""
 
 
 def statement_counts(server: services.BenchPostgresServer, database: str, role: str | None = None) -> Counts:
@@ -121,7 +123,8 @@ def statement_counts(server: services.BenchPostgresServer, database: str, role: 
     with server.connect(database) as connection:
         rows = connection.execute(query.encode(), parameters).fetchall()
         latest = connection.execute(b"SELECT max(version) FROM silo_membership_version").fetchone()
-    counts = {"full_reads": 0, "all_reads": 0, "version_writes": 0, "heartbeats": 0, "statements": 0}
+    names = ("full_reads", "changes_reads", "all_reads", "version_writes", "heartbeats", "statements")
+    counts = dict.fromkeys(names, 0)
     counts["versions"] = int(str(latest[0])) if latest is not None and latest[0] is not None else 0
     for statement, calls in rows:
         text = " ".join(str(statement).split())
@@ -130,6 +133,7 @@ def statement_counts(server: services.BenchPostgresServer, database: str, role: 
         if text.startswith("SELECT silo_membership_version.version, silo_membership_version.etag"):
             counts["all_reads"] += number
             counts["full_reads"] += number if _FULL_READ.search(text) else 0
+            counts["changes_reads"] += number if _CHANGES_READ in text else 0
         elif text.startswith("UPDATE silo_membership_version") or _VERSION_CTE in text:
             counts["version_writes"] += number
         elif text.startswith("UPDATE silo_membership SET i_am_alive_time"):

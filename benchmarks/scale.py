@@ -277,7 +277,8 @@ def join_costs(counts: Callable[[], Counts], join_from: Counts, hosts: Sequence[
     ``join_from`` (full reads among them) and the fencings, which say what held a slow join back."""
     statements = difference(counts(), join_from)
     fenced = fence_warnings(hosts)
-    print(f"[scale] join: {statements['full_reads']} full reads, {statements['all_reads']} reads, "
+    print(f"[scale] join: {statements['full_reads']} full reads, {statements['changes_reads']} reads of changes, "
+          f"{statements['all_reads']} reads, "
           f"{statements['version_writes']} versioned writes, {fenced} fencings", flush=True)  # fmt: skip
     return {"join_statements": statements, "fenced_joining": fenced}
 

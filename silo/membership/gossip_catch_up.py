@@ -12,6 +12,7 @@ import asyncio
 import logging
 
 from membership_tables import SiloAddress, TableUnavailableError
+from silo.membership.changes_read import catch_up
 from silo.membership.probing import GossipMessage
 from silo.membership.table_view import TableView
 
@@ -84,7 +85,7 @@ class GossipCatchUp:
             if sender is not None and sender != view.address and await view.pull_view(sender, version):
                 return
             try:
-                await view.refresh()
+                await catch_up(view)
             except TableUnavailableError:
                 logger.debug("silo %s: gossip of version %d but the table is unreachable", view.address, version)
                 return
@@ -109,7 +110,7 @@ class GossipCatchUp:
             return False  # a caller's version is not trusted: at most one read per probe timeout for them
         self._caller_read_at = now
         try:
-            await view.refresh(view.access.deadline_in(view.options.probe_timeout / 2))
+            await catch_up(view, view.access.deadline_in(view.options.probe_timeout / 2))
         except TableUnavailableError:
             return False
         return view.snapshot.version >= version

@@ -20,6 +20,7 @@ from typing import Any
 
 from membership_tables import MembershipTableData, SiloAddress, SiloStatus, TableUnavailableError
 from silo.membership.background import retrieve_failure
+from silo.membership.changes_read import catch_up
 from silo.membership.clock import Periodic, with_timeout
 from silo.membership.lease import (
     LEASE_STATUSES,
@@ -124,7 +125,7 @@ class LeaseKeeper:
         fenced more silos. Whenever it completes, the read confirms the lease from its start."""
         view = self._view
         if self._catch_up is None or self._catch_up.done():
-            self._catch_up = asyncio.ensure_future(view.refresh())
+            self._catch_up = asyncio.ensure_future(catch_up(view))
             self._catch_up.add_done_callback(retrieve_failure)
         with contextlib.suppress(TimeoutError, TableUnavailableError):
             await with_timeout(view.clock, asyncio.shield(self._catch_up), timeout)

@@ -1,7 +1,8 @@
 """Reading the table on a period, and on request, as cheaply as the view allows.
 
 The periodic refresh every ``table_refresh_timeout`` (first tick randomized) reads only the
-version, and the whole table when the version moved, every ``full_refresh_every`` periods
+version, and when it moved the rows written since our view (``changes_read``; the whole table
+where the store cannot read them); it reads the whole table every ``full_refresh_every`` periods
 (heartbeats do not move the version), and every period for one full-read interval after a
 failed table call (so peers' heartbeats are seen again soon after an outage; docs/protocol.md,
 "Freshness on our own clock"). A version that moved is first looked for in gossip and in a
@@ -17,6 +18,7 @@ import random as random_module
 from collections.abc import Collection
 
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, TableUnavailableError
+from silo.membership.changes_read import catch_up
 from silo.membership.clock import Periodic
 from silo.membership.gossiper import gossip_peers
 from silo.membership.table_view import TableView
@@ -113,9 +115,10 @@ class TableRefresh:
             if version == view.snapshot.version or (version is not None and await view.brought_by_gossip(version)):
                 view.observer.refresh_skipped()
                 return
-            if version is not None and await self._caught_up_from_a_peer(version):
-                return
-            await view.refresh(deadline)
+            if version is None:
+                await view.refresh(deadline)
+            elif not await self._caught_up_from_a_peer(version):
+                await catch_up(view, deadline)  # the rows written since our view, where the store reads them
         except TableUnavailableError:
             logger.warning("silo %s: table still unreachable after retrying for %ss", view.address, period)
 

@@ -29,6 +29,7 @@ from membership_tables import (
     SiloStatus,
     TableUnavailableError,
 )
+from silo.membership.changes_read import catch_up
 from silo.membership.clock import Clock, with_timeout
 from silo.membership.lease import LEASE_STATUSES, MembershipLease
 from silo.membership.liveness import LivenessTracker
@@ -345,6 +346,6 @@ class TableView:
 
     async def _reread_after_write(self) -> None:
         try:
-            await self.refresh()
+            await catch_up(self)
         except TableUnavailableError:
             logger.debug("silo %s: could not re-read the table after its write", self.address)

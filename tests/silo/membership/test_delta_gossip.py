@@ -194,7 +194,7 @@ async def test_a_silo_whose_peer_cannot_give_the_change_reads_the_table() -> Non
     me = nodes[ME]
     me.manager.start()
     await clock.advance(EVERY_THIRD.table_refresh_timeout)
-    assert me.table_calls() == ["read_version", "read_all"]  # the peer asked was behind too
+    assert me.table_calls() == ["read_version", "read_changes"]  # the peer asked was behind too
     assert len(me.pulls) == 1
     assert me.manager.snapshot.status_of(FOURTH) is SiloStatus.JOINING
     await me.manager.stop()
@@ -290,7 +290,7 @@ async def test_a_receiver_reads_the_table_when_the_sender_cannot_be_asked() -> N
     stranger = address(9)
     await receiver.manager.on_gossip(second, stranger)
     assert receiver.pulls == [stranger]
-    assert receiver.table_calls() == ["read_all"]
+    assert receiver.table_calls() == ["read_changes"]
     assert receiver.manager.snapshot.version == second.version
 
 

@@ -645,13 +645,13 @@ async def test_periodic_refresh_reads_only_the_version_while_it_is_unchanged() -
 
 
 @async_test
-async def test_periodic_refresh_reads_in_full_as_soon_as_the_version_moved() -> None:
+async def test_periodic_refresh_reads_the_changed_rows_as_soon_as_the_version_moved() -> None:
     flaky, clock, tables = await refreshing_every_third(PEER)
     await clock.advance(PERIOD)
     assert flaky.calls == ["read_version"]
     seed(flaky.inner, row(OTHER))
     await clock.advance(PERIOD)
-    assert flaky.calls == ["read_version", "read_version", "read_all"]
+    assert flaky.calls == ["read_version", "read_version", "read_changes"]
     assert tables.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
     await tables.stop()
 
@@ -673,7 +673,7 @@ async def test_in_a_join_storm_of_a_large_view_a_moved_version_waits_for_the_hea
 
 
 @async_test
-async def test_a_small_view_in_a_join_storm_still_reads_in_full_when_the_version_moved() -> None:
+async def test_a_small_view_in_a_join_storm_still_reads_the_changes_when_the_version_moved() -> None:
     flaky, clock, tables = await refreshing_every_third(PEER)
     seed(flaky.inner, *(row(address(port), SiloStatus.JOINING) for port in range(200, 210)))
     await tables.refresh()
@@ -681,7 +681,7 @@ async def test_a_small_view_in_a_join_storm_still_reads_in_full_when_the_version
     await clock.advance(PERIOD)
     seed(flaky.inner, row(OTHER, SiloStatus.JOINING))
     await clock.advance(PERIOD)
-    assert flaky.calls == ["read_version", "read_version", "read_all"]
+    assert flaky.calls == ["read_version", "read_version", "read_changes"]
     await tables.stop()
 
 

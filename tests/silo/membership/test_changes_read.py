@@ -1,0 +1,150 @@
+"""Catching a view up with the rows written since it (``silo.membership.changes_read``)."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+from membership_tables import MembershipTable, SiloStatus
+from silo.membership.changes_read import RECENT_VIEW_SHARE, catch_up
+from silo.membership.clock import FakeClock
+from silo.membership.options import SiloOptions
+from silo.membership.table_access import run_inline
+from silo.membership.table_manager import MembershipTableManager
+from tests.membership_tables.malformed_rows import store_in_memory
+from tests.silo.harness import T0, FlakyTable, address, async_test, memory_table, row, seed
+
+ME, PEER, OTHER, FOURTH = address(1), address(2), address(3), address(4)
+OPTIONS = SiloOptions.local()
+
+
+async def joined(inner: MembershipTable | None = None) -> tuple[FlakyTable, FakeClock, MembershipTableManager]:
+    """Our silo, Active beside PEER and OTHER, its lease confirmed by its join's reads."""
+    flaky, clock = FlakyTable(inner or memory_table()), FakeClock(T0)
+    seed(flaky.inner, row(PEER), row(OTHER))
+    tables = MembershipTableManager(
+        table=flaky, address=ME, options=OPTIONS, clock=clock, random=random.Random(7), run_blocking=run_inline
+    )
+    await tables.insert_self(row(ME, SiloStatus.JOINING), tables.deadline_in(10))
+    assert await tables.update_own_status(SiloStatus.ACTIVE, tables.deadline_in(10))
+    await tables.refresh()
+    flaky.calls.clear()
+    return flaky, clock, tables
+
+
+def others_write(table: MembershipTable) -> None:
+    """PEER is voted on, OTHER's etag moves, FOURTH joins: three versions our view has not seen."""
+    data = table.read_all()
+    peer, peer_etag = data.get(PEER) or (None, "")
+    assert peer is not None
+    assert table.update_row(peer.replace(suspect_times=((OTHER, T0),)), peer_etag, data.version.next())
+    data = table.read_all()
+    other, other_etag = data.get(OTHER) or (None, "")
+    assert other is not None
+    assert table.update_row(other.replace(silo_name="renamed"), other_etag, data.version.next())
+    assert table.insert_row(row(FOURTH, SiloStatus.JOINING), table.read_all().version.next())
+
+
+@async_test
+async def test_a_view_behind_reads_only_the_rows_written_since_and_becomes_the_table() -> None:
+    flaky, clock, tables = await joined()
+    others_write(flaky.inner)
+    flaky.inner.update_i_am_alive(PEER, clock.now() + timedelta(seconds=5))  # no version: not a change
+    snapshot = await catch_up(tables.view)
+    assert flaky.calls == ["read_changes"]
+    table = flaky.inner.read_all()
+    assert snapshot.version == table.version.version
+    assert snapshot.table_version == table.version
+    assert [(entry.replace(i_am_alive_time=T0), etag) for entry, etag in snapshot.data.rows] == [
+        (entry.replace(i_am_alive_time=T0), etag) for entry, etag in table.rows
+    ]  # every row and etag as the table has them, but for the heartbeat no read of changes shows
+
+
+@async_test
+async def test_a_view_at_the_table_version_reads_no_row_and_renews_the_lease() -> None:
+    flaky, clock, tables = await joined()
+    before = tables.view.lease.anchor
+    await clock.advance(OPTIONS.lease_renew_interval)
+    started = clock.monotonic()
+    await catch_up(tables.view)
+    assert flaky.calls == ["read_changes"]
+    assert tables.view.lease.anchor == started != before
+
+
+@async_test
+async def test_a_catch_up_renews_the_lease_from_its_start_once_the_view_holds_the_version_read() -> None:
+    flaky, clock, tables = await joined()
+    others_write(flaky.inner)
+    await clock.advance(OPTIONS.lease_renew_interval)
+    started = clock.monotonic()
+    await catch_up(tables.view)
+    assert tables.view.lease.anchor == started
+    assert tables.snapshot.status_of(FOURTH) is SiloStatus.JOINING
+
+
+@async_test
+async def test_a_catch_up_that_finds_this_silo_dead_terminates_it_after_a_full_read() -> None:
+    flaky, _clock, tables = await joined()
+    data = flaky.inner.read_all()
+    me, etag = data.get(ME) or (None, "")
+    assert me is not None
+    assert flaky.inner.update_row(
+        me.replace(status=SiloStatus.DEAD, suspect_times=((PEER, T0),)), etag, data.version.next()
+    )
+    await catch_up(tables.view)
+    assert flaky.calls == ["read_changes", "read_all"]
+    assert tables.terminated.is_set()
+    assert "the table says this silo is Dead" in tables.termination_reason
+
+
+@async_test
+async def test_a_view_whose_lease_is_old_reads_in_full_and_sees_rows_deleted_since() -> None:
+    """A Dead row written after our view and deleted by the cleanup is in no read of changes."""
+    flaky, clock, tables = await joined()
+    data = flaky.inner.read_all()
+    peer, etag = data.get(PEER) or (None, "")
+    assert peer is not None
+    assert flaky.inner.update_row(peer.replace(status=SiloStatus.DEAD), etag, data.version.next())
+    await clock.advance(OPTIONS.defunct_silo_expiration * RECENT_VIEW_SHARE)
+    assert flaky.inner.cleanup_defunct_entries(T0 + timedelta(days=1)) == 1
+    await catch_up(tables.view)
+    assert flaky.calls == ["read_all"]
+    assert tables.snapshot.entry(PEER) is None
+
+
+@async_test
+async def test_a_view_without_a_lease_reads_in_full() -> None:
+    flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
+    seed(flaky.inner, row(PEER))
+    tables = MembershipTableManager(
+        table=flaky, address=ME, options=OPTIONS, clock=clock, random=random.Random(7), run_blocking=run_inline
+    )
+    await tables.refresh()  # a view, but we are no member: no lease
+    seed(flaky.inner, row(OTHER))
+    flaky.calls.clear()
+    await catch_up(tables.view)
+    assert flaky.calls == ["read_all"]
+    assert tables.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
+
+
+@async_test
+async def test_a_malformed_row_among_the_changes_is_read_in_full_and_reported() -> None:
+    flaky, _clock, tables = await joined()
+    others_write(flaky.inner)
+    store_in_memory(flaky.inner, FOURTH)
+    await catch_up(tables.view)
+    assert flaky.calls == ["read_changes", "read_all"]
+    assert tables.snapshot.entry(FOURTH) is None
+    assert tables.snapshot.status_of(PEER) is SiloStatus.ACTIVE
+    assert tables.snapshot.version == 7
+
+
+@async_test
+async def test_a_store_that_cannot_read_changes_is_read_in_full() -> None:
+    inner = memory_table()
+    inner.reads_changes = False
+    flaky, _clock, tables = await joined(inner)
+    others_write(flaky.inner)
+    await catch_up(tables.view)
+    assert flaky.calls == ["read_all"]
+    assert tables.snapshot.status_of(FOURTH) is SiloStatus.JOINING
