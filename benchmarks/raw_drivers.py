@@ -31,10 +31,12 @@ from botocore.exceptions import ClientError
 from kazoo.client import KazooClient
 
 from membership_tables import SiloAddress
-from membership_tables.sql.schema import MEMBERSHIP_TABLE, VERSION_TABLE, membership_table
+from membership_tables.sql.schema import MEMBERSHIP_TABLE, VERSION_TABLE, WRITTEN_COLUMNS, membership_table
 
 _KEY_COLUMNS = ("cluster_id", "address", "port", "generation")
-_ROW_COLUMNS = tuple(c.name for c in membership_table.columns if c.name not in (*_KEY_COLUMNS, "etag"))
+_ROW_COLUMNS = tuple(
+    c.name for c in membership_table.columns if c.name not in (*_KEY_COLUMNS, "etag", *WRITTEN_COLUMNS)
+)
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ class RawSql:
             f"UPDATE {VERSION_TABLE} SET version = {mark}, etag = {mark}, updated_at = {mark} "
             f"WHERE cluster_id = {mark} AND etag = {mark}"
         )
-        assignments = ", ".join(f"{column} = {mark}" for column in (*_ROW_COLUMNS, "etag"))
+        assignments = ", ".join(f"{column} = {mark}" for column in (*_ROW_COLUMNS, "etag", *WRITTEN_COLUMNS))
         self._update_row = f"UPDATE {MEMBERSHIP_TABLE} SET {assignments} WHERE {key} AND etag = {mark}"
         self._local = threading.local()
         self._all: list[Any] = []
@@ -156,7 +158,8 @@ class RawSql:
             )
             if cursor.rowcount != 1:
                 return False
-            cursor.execute(self._update_row, (*row.payload, uuid.uuid4().hex, *self._key(silo), row.etag))
+            etag = uuid.uuid4().hex  # and, as the library does, the version and etag it wrote
+            cursor.execute(self._update_row, (*row.payload, etag, row.version + 1, etag, *self._key(silo), row.etag))
             if cursor.rowcount != 1:
                 return False
             cursor.execute("COMMIT")

@@ -32,17 +32,30 @@ _KEEP = 2
 """Connections a handle keeps checked out between transactions on the hot paths."""
 
 
-class _Prepared:
-    """One statement compiled for one engine's dialect, and how to lay out its parameters."""
+Script = tuple[sa.ClauseElement, ...]
+"""Statements sent as one request and run as one transaction (``Transaction.execute_script``)."""
 
-    def __init__(self, statement: sa.ClauseElement, dialect: sa.Dialect) -> None:
-        compiled = statement.compile(dialect=dialect)
-        assert isinstance(compiled, SQLCompiler), f"not a SQL statement: {statement}"
-        self.sql = compiled.string
+
+class _Prepared:
+    """One statement (or a ``Script``) compiled for one engine's dialect, and how to lay out its parameters."""
+
+    def __init__(self, statement: sa.ClauseElement | Script, dialect: sa.Dialect) -> None:
+        statements = statement if isinstance(statement, tuple) else (statement,)
+        compiled: list[SQLCompiler] = []
+        for one in statements:
+            compiled_one = one.compile(dialect=dialect)
+            assert isinstance(compiled_one, SQLCompiler), f"not a SQL statement: {one}"
+            compiled.append(compiled_one)
+        self.sql = ";\n".join(one.string for one in compiled)
         self._dialect = dialect.name
-        self._times = tuple(name for name, bind in compiled.binds.items() if isinstance(bind.type, UtcDateTime))
+        self._times = tuple(
+            dict.fromkeys(
+                name for one in compiled for name, bind in one.binds.items() if isinstance(bind.type, UtcDateTime)
+            )
+        )
         self._pick: Callable[[Mapping[str, Any]], Any] | None = None
-        order = compiled.positiontup
+        order = compiled[0].positiontup
+        assert not order or len(compiled) == 1, "a script binds its parameters by name"
         if order:  # positional paramstyles (SQLite's ``?``) take the values in order, repeats included
             pick = operator.itemgetter(*order)
             self._pick = pick if len(order) > 1 else lambda values: (pick(values),)
@@ -59,9 +72,10 @@ class _Prepared:
 class Transaction:
     """The statements of one open transaction; ``execute`` returns the DB-API cursor."""
 
-    def __init__(self, driver: Driver, cursor: Any) -> None:
+    def __init__(self, driver: Driver, cursor: Any, connection: Any) -> None:
         self._driver = driver
         self._cursor = cursor
+        self._connection = connection
         self.statement = ""
 
     def execute(self, statement: sa.ClauseElement, values: Mapping[str, Any]) -> Any:
@@ -70,6 +84,18 @@ class Transaction:
         self._cursor.execute(prepared.sql, prepared.parameters(values))
         return self._cursor
 
+    def execute_script(self, script: Script, values: Mapping[str, Any]) -> Any:
+        """PostgreSQL: the statements of ``script`` as one request, their parameters bound on the
+        client (psycopg's ``ClientCursor``): the simple query protocol, which takes several
+        statements (the extended one, which binds on the server, takes one). The server runs them
+        one after the other as one transaction (in autocommit: ``Driver.run(single=True)``), and
+        rolls them all back if one fails. Returns the cursor on the first statement's result."""
+        prepared = self._driver.prepared(script)
+        self.statement = prepared.sql
+        cursor = self._driver.client_cursor(self._connection)
+        cursor.execute(prepared.sql, prepared.parameters(values))
+        return cursor
+
 
 class Driver:
     """Runs transactions for one engine on its pooled DB-API connections."""
@@ -77,7 +103,7 @@ class Driver:
     def __init__(self, engine: sa.Engine) -> None:
         self._engine = engine
         self._dialect = engine.dialect
-        self._prepared: dict[sa.ClauseElement, _Prepared] = {}
+        self._prepared: dict[sa.ClauseElement | Script, _Prepared] = {}
         self._liveness = liveness(engine)
         self._kept: list[PoolProxiedConnection] = []
         self._error = self._dialect.loaded_dbapi.Error
@@ -132,7 +158,12 @@ class Driver:
         else:
             connection.close()
 
-    def prepared(self, statement: sa.ClauseElement) -> _Prepared:
+    def client_cursor(self, dbapi_connection: Any) -> Any:
+        """A cursor of ``dbapi_connection`` that binds parameters on the client (psycopg only)."""
+        assert self._dialect.name == "postgresql", "scripts of several statements are for psycopg"
+        return self._dialect.loaded_dbapi.ClientCursor(dbapi_connection)
+
+    def prepared(self, statement: sa.ClauseElement | Script) -> _Prepared:
         """``statement`` compiled for this engine, once (after the first connection, which
         tells the dialect the server's version)."""
         prepared = self._prepared.get(statement)
@@ -170,7 +201,7 @@ class Driver:
             if autocommit:  # no round trip: psycopg only notes it
                 dbapi_connection.autocommit = True
             cursor = dbapi_connection.cursor()
-            transaction = Transaction(self, cursor)
+            transaction = Transaction(self, cursor, dbapi_connection)
             if begin is not None:
                 cursor.execute(begin)
             try:

@@ -13,7 +13,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from membership_tables.sql.engine import SQLITE_BEGIN
-from membership_tables.sql.schema import LIVE_VIEW, LIVE_VIEW_SELECT, metadata
+from membership_tables.sql.schema import (
+    LIVE_VIEW,
+    LIVE_VIEW_SELECT,
+    MEMBERSHIP_TABLE,
+    WRITTEN_COLUMNS,
+    membership_table,
+    metadata,
+)
 
 # Deadlock, serialization failure, lock wait timeout: nothing was committed, a retry may pass.
 _TRANSIENT: dict[str, frozenset[object]] = {
@@ -23,6 +30,8 @@ _TRANSIENT: dict[str, frozenset[object]] = {
 }
 _PG_UNDEFINED_TABLE = "42P01"
 _MYSQL_NO_SUCH_TABLE = 1146
+_PG_UNDEFINED_COLUMN = "42703"
+_MYSQL_BAD_FIELD = 1054
 # Refused credentials or a missing privilege: a retry cannot pass, an admin must act.
 _DENIED: dict[str, frozenset[object]] = {
     # insufficient_privilege, invalid_authorization_specification, invalid_password
@@ -110,6 +119,14 @@ def is_missing_table(dialect: str, exc: sa.exc.DBAPIError) -> bool:
     return _error_code(dialect, exc) == (_PG_UNDEFINED_TABLE if dialect == "postgresql" else _MYSQL_NO_SUCH_TABLE)
 
 
+def is_missing_column(dialect: str, exc: sa.exc.DBAPIError) -> bool:
+    """A statement named a column the table does not have: a table of an older release
+    (``schema.WRITTEN_COLUMNS``) that ``initialize()`` has not upgraded."""
+    if dialect == "sqlite":
+        return "no such column" in str(exc.orig)
+    return _error_code(dialect, exc) == (_PG_UNDEFINED_COLUMN if dialect == "postgresql" else _MYSQL_BAD_FIELD)
+
+
 @contextlib.contextmanager
 def _schema_lock(connection: sa.Connection) -> Iterator[None]:
     """Serialise schema creation across processes (``CREATE ... IF NOT EXISTS`` still races)."""
@@ -139,6 +156,28 @@ def schema_exists(connection: sa.Connection) -> bool:
     """
     inspector = sa.inspect(connection)
     return all(inspector.has_table(table.name) for table in metadata.sorted_tables)
+
+
+def missing_columns(connection: sa.Connection) -> tuple[str, ...] | None:
+    """``None`` if a table is missing (``schema_exists``), else the ``schema.WRITTEN_COLUMNS`` that
+    ``silo_membership`` lacks (a table made by release 0.1.0): catalog reads, as ``schema_exists``'s."""
+    if not schema_exists(connection):
+        return None
+    present = {column["name"] for column in sa.inspect(connection).get_columns(MEMBERSHIP_TABLE)}
+    return tuple(name for name in WRITTEN_COLUMNS if name not in present)
+
+
+def add_columns(connection: sa.Connection) -> None:
+    """Add the ``missing_columns`` to ``silo_membership`` (``ALTER TABLE ... ADD COLUMN``, nullable,
+    with their comments), inside a write transaction; serialised like ``create_schema``."""
+    dialect = connection.dialect
+    with _schema_lock(connection):
+        for name in missing_columns(connection) or ():  # again, under the lock: another process may have added them
+            column = membership_table.c[name]
+            spec = sa.schema.CreateColumn(column).compile(dialect=dialect)  # MySQL: with its COMMENT
+            connection.exec_driver_sql(f"ALTER TABLE {MEMBERSHIP_TABLE} ADD COLUMN {spec}")
+            if column.comment and dialect.supports_comments and not dialect.inline_comments:  # PostgreSQL
+                connection.execute(sa.schema.SetColumnComment(column))
 
 
 def create_schema(connection: sa.Connection) -> None:

@@ -1,9 +1,11 @@
 """The least privilege a silo needs in SQL: row privileges on the two tables, nothing else.
 
 Built from ``schema`` so the GRANTs in docs/security.md and docs/sql.md cannot drift from
-the tables the silos use (a test compares them). Silos never run DDL on an existing schema
+the tables the silos use (a test compares them). Silos never run DDL on a complete schema
 (``initialize`` checks the catalog first); ``silo table init URI`` creates it once, as an
-admin. The live view is for people: grant ``SELECT`` on it to whoever reads it.
+admin, and adds to a table of an older release the columns it lacks (table-level privileges
+cover them: nothing to grant again). The live view is for people: grant ``SELECT`` on it to
+whoever reads it.
 """
 
 from __future__ import annotations

@@ -5,16 +5,19 @@ A store call on a lossy or distant link costs its round trips (issue: a vote on 
 each). Run as a transaction of several statements, a PostgreSQL read cost BEGIN, two SELECTs
 and COMMIT, and a vote's write BEGIN, an UPDATE per row, the version's UPDATE and COMMIT. Here:
 
-* Reads (``READ_ALL``, ``READ_ROW``) select the version row and the rows in one statement (the
-  version row left-joined with its rows): one statement reads one snapshot on every database,
-  so it needs no transaction around it. On PostgreSQL it runs in autocommit: one round trip.
+* Reads (``READ_ALL``, ``READ_ROW``, ``READ_CHANGES``) select the version row and the rows in one
+  statement (the version row left-joined with its rows): one statement reads one snapshot on
+  every database, so it needs no transaction around it. On PostgreSQL it runs in autocommit: one
+  round trip.
 * ``postgres_update_rows`` (``postgres_insert_row`` likewise) writes the version row and every
   row in one statement: data-modifying CTEs, the version's UPDATE conditioned on every row's
   (so only a writer that passed its row checks ever locks the version row: ``_bumped``), and a
   final check that divides by zero unless the version moved, which makes PostgreSQL roll the
   whole statement back: a lost race leaves nothing behind (``LOST_RACE_SQLSTATE``). In
   autocommit: one round trip, and the version row's lock is held for the statement only, never
-  across a round trip.
+  across a round trip. A write at the next version is that statement and a second one that
+  records the version in the rows, sent together (``postgres_at_next_version``): still one round
+  trip, and the lock is held for the second statement too, never across a round trip.
 * ``mysql_update_rows`` is a multi-table UPDATE of the version row and every row (MySQL and
   MariaDB have no data-modifying CTEs and no UPDATE ... RETURNING): the join has one row if every
   condition holds and none otherwise, so it changes all or nothing; then COMMIT: two round trips.
@@ -38,6 +41,7 @@ from membership_tables.sql.schema import membership_table, version_table
 from membership_tables.sql.statements import (
     KEY_COLUMNS,
     ROW_COLUMNS,
+    record_written_version,
     row_update_condition,
     row_update_values,
 )
@@ -63,6 +67,8 @@ _INSERTED = (
     *((name, f"new_{name}_0") for name in ROW_COLUMNS if name not in (*KEY_COLUMNS, "etag", "i_am_alive_time")),
     ("etag", "new_etag_0"),
     ("i_am_alive_time", "alive_0"),
+    ("written_version", "at_version_0"),
+    ("written_etag", "new_etag_0"),
 )
 """The columns ``postgres_insert_row`` writes and their parameters (``row_params(0, insert_row_params(...))``)."""
 
@@ -90,6 +96,27 @@ READ_ROW = (
     .where(_versions.cluster_id == _CLUSTER)
 )
 """The version and one row (``statements.key_params``)."""
+
+_since: sa.BindParameter[int] = sa.bindparam("since", type_=sa.BigInteger())
+CHANGED_SINCE = sa.or_(
+    _members.written_version.is_(None),
+    _members.written_etag.is_(None),
+    _members.written_etag != _members.etag,
+    _members.written_version > _since,
+)
+"""A row that a versioned write changed after version ``since``, or whose version is unknown: a
+row no write of this release wrote (NULL), or one whose etag is not the one its last recorded
+write left, so a writer since (a silo of release 0.1.0, which knows neither column; a person
+following docs/sql.md) changed it without saying at which version."""
+
+READ_CHANGES = (
+    sa.select(_versions.version, _versions.etag, *(_members[name] for name in ROW_COLUMNS))
+    .select_from(
+        version_table.outerjoin(membership_table, sa.and_(_members.cluster_id == _versions.cluster_id, CHANGED_SINCE))
+    )
+    .where(_versions.cluster_id == _CLUSTER)
+)
+"""``READ_ALL`` of the rows ``CHANGED_SINCE`` (``statements.cluster_params`` and ``since``)."""
 
 
 def split_read(lines: list[Any]) -> tuple[Any, list[Any]]:
@@ -191,6 +218,57 @@ def postgres_insert_row(increment: bool) -> sa.Select[Any]:
         .cte("inserted")
     )
     return _checked(_bumped(increment, [inserted], 1))
+
+
+@functools.cache
+def postgres_at_next_version(rows: int, *, insert: bool) -> tuple[sa.Select[Any], sa.Update]:
+    """A write at the next version on PostgreSQL: ``postgres_insert_row(True)`` (``insert``, one
+    row) or ``postgres_update_rows(rows, True)``, which leave ``written_version`` NULL, and then
+    ``statements.record_written_version(rows)``, sent as one request: one round trip.
+
+    The version is known only once the version row's UPDATE has run, after the rows' (which it is
+    conditioned on), and a statement cannot write a row twice; so the rows' ``written_version`` is
+    set by a second statement. PostgreSQL runs the statements of one simple-protocol request as
+    one implicit transaction, one after the other without waiting for the client: the second sees
+    the version the first set (it holds the version row's lock until the transaction ends), and
+    if the first fails (a lost race) the second is skipped and the whole request rolled back. So
+    the first keeps every property above (only a writer that passed its row checks locks the
+    version row, and waits for it and wins), and the lock is held for one more statement on a
+    row this writer holds already, never across a round trip. The parameters are bound on the
+    client (``_dbapi.Transaction.execute_script``): the extended protocol takes one statement.
+    """
+    if insert and rows != 1:
+        raise ValueError(f"an insert writes one row, not {rows}")
+    statement = postgres_insert_row(True) if insert else postgres_update_rows(rows, True)
+    return statement, record_written_version(rows)
+
+
+@functools.cache
+def mysql_bump_version_and_rows(rows: int) -> sa.Update:
+    """``statements.BUMP_VERSION`` (``bump_params``) that also sets ``written_version`` to the new
+    version on ``rows`` rows just written at the next version (``row_params``: their key and new
+    etag), in one multi-table UPDATE: a write at the next version on MySQL/MariaDB, after
+    ``LOCK_VERSION`` told it which version that is. Its row count is ``rows + 1``."""
+    aliases = [membership_table.alias(f"row_{index}") for index in range(rows)]
+    values: dict[Any, Any] = {
+        _versions.version: sa.bindparam("new_version"),
+        _versions.etag: sa.bindparam("new_etag"),
+        _versions.updated_at: sa.bindparam("now"),
+    }
+    conditions = [_versions.cluster_id == _CLUSTER, _versions.etag == sa.bindparam("based_on")]
+    for index, alias in enumerate(aliases):
+        values[alias.c.written_version] = sa.bindparam("new_version")
+        conditions.extend(
+            (
+                alias.c.cluster_id == _CLUSTER,
+                *(
+                    alias.c[column] == sa.bindparam(f"{name}_{index}")
+                    for column, name in zip(KEY_COLUMNS[1:], _KEY_PARAMS, strict=True)
+                ),
+                alias.c.etag == sa.bindparam(f"new_etag_{index}"),
+            )
+        )
+    return sa.update(version_table).where(*conditions).values(values)
 
 
 @functools.cache

@@ -3,7 +3,9 @@
 Meant to be read and queried by people with plain SQL (see docs/sql.md): status is stored by
 name and guarded by a CHECK, times are real timestamps in UTC, votes and properties are JSON
 text. ``silo_membership_version`` holds one row per cluster; every canonical write bumps it in
-the same transaction as the member row it writes.
+the same transaction as the member row it writes, and records that version in the row
+(``written_version``, with the etag it left, ``written_etag``), so that a reader can ask for the
+rows changed since a version (``SqlMembershipTable.read_changes``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ from membership_tables.model import SiloStatus
 VERSION_TABLE = "silo_membership_version"
 MEMBERSHIP_TABLE = "silo_membership"
 LIVE_VIEW = "silo_membership_live"
+
+WRITTEN_COLUMNS = ("written_version", "written_etag")
+"""The columns of ``silo_membership`` that say at which version a row was last written, added
+after release 0.1.0 (``dialects.missing_columns`` and ``add_columns`` add them to an older
+table). Bookkeeping for ``read_changes``: reads do not return them (``statements.ROW_COLUMNS``)
+and the live view does not show them."""
 
 LIVE_STATUSES = (SiloStatus.JOINING, SiloStatus.ACTIVE, SiloStatus.SHUTTING_DOWN, SiloStatus.STOPPING)
 """Statuses of the silos that are (still) part of the cluster, as shown by the live view."""
@@ -130,12 +138,24 @@ membership_table = sa.Table(
     sa.Column("suspect_times", sa.Text, nullable=False, comment='JSON: [{"by": "host:port@gen", "at": ISO}]'),
     sa.Column("properties", sa.Text, nullable=False, comment="JSON object of str to str"),
     sa.Column("etag", _ETAG, nullable=False),
+    sa.Column(
+        "written_version",
+        sa.BigInteger,
+        nullable=True,
+        comment="table version set by the last membership write of this row; NULL: unknown, read as changed",
+    ),
+    sa.Column(
+        "written_etag",
+        _ETAG,
+        nullable=True,
+        comment="etag that write left; if etag differs, a later write (a 0.1.0 silo) did not set written_version",
+    ),
     sa.CheckConstraint(f"status IN ({_status_names})", name="ck_silo_membership_status"),
     comment="One row per silo incarnation (cluster_id, address, port, generation)",
     **_MYSQL,
 )
 
-_LIVE_COLUMNS = [c.name for c in membership_table.columns if c.name != "etag"]
+_LIVE_COLUMNS = [c.name for c in membership_table.columns if c.name not in ("etag", *WRITTEN_COLUMNS)]
 _live_names = ", ".join(f"'{status.name}'" for status in LIVE_STATUSES)
 LIVE_VIEW_SELECT = f"SELECT {', '.join(_LIVE_COLUMNS)} FROM {MEMBERSHIP_TABLE} WHERE status IN ({_live_names})"
 """The body of ``silo_membership_live``: constants only, so it is plain SQL on every dialect."""

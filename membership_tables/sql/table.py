@@ -16,9 +16,20 @@ few times; a refused login or privilege becomes ``AccessDeniedError``; whatever 
 raises becomes ``TableUnavailableError``. Reads are one statement too (the version row joined
 with the rows: one round trip on PostgreSQL).
 
-``initialize()`` reads the catalog first and runs DDL only when a table is missing, so silos
+Every versioned write also records in each row it writes the version it set and the etag it
+left (``written_version``, ``written_etag``), so that ``read_changes(since)`` reads only the rows
+written after ``since`` (and those whose version is unknown: ``one_statement.CHANGED_SINCE``). A
+write conditioned on the version etag knows that version up front and writes it with the row. A
+write at the next version learns it only from the version's UPDATE, which comes last; it writes
+the row with NULL and sets the column before COMMIT, in the same transaction: on SQLite a
+statement more (``statements.record_written_version``), on MySQL within the version's UPDATE
+(``one_statement.mysql_bump_version_and_rows``), on PostgreSQL a second statement in the same
+request (``one_statement.postgres_at_next_version``). No round trip is added to any write.
+
+``initialize()`` reads the catalog first and runs DDL only when a table is missing, or when
+``silo_membership`` lacks the columns above (a table of release 0.1.0: it adds them), so silos
 can run as a role with nothing but SELECT/INSERT/UPDATE/DELETE on the two tables
-(``membership_tables.sql.grants``); ``silo table init URI`` creates the schema once.
+(``membership_tables.sql.grants``); ``silo table init URI`` creates or upgrades the schema once.
 """
 
 from __future__ import annotations
@@ -31,13 +42,12 @@ import sqlalchemy as sa
 
 from membership_tables.codec import new_etag
 from membership_tables.contract import UNINITIALIZED_VERSION, MembershipTable, RowUpdate, checked_updates
-from membership_tables.errors import SCHEMA_MISSING_FIX, AccessDeniedError, InvalidEntryError
+from membership_tables.errors import TableUnavailableError
 from membership_tables.model import (
     CommittedWrite,
     MembershipEntry,
     MembershipTableData,
     SiloAddress,
-    SiloStatus,
     TableVersion,
     ensure_utc,
     validate_cluster_id,
@@ -45,19 +55,22 @@ from membership_tables.model import (
 from membership_tables.sql import dialects
 from membership_tables.sql._dbapi import Transaction
 from membership_tables.sql.engine import SqlOptions, create_engine, parse_url
+from membership_tables.sql.maintenance import SqlMaintenance
 from membership_tables.sql.one_statement import (
     LOST_RACE_SQLSTATE,
     ONE_STATEMENT_MAX_ROWS,
     READ_ALL,
+    READ_CHANGES,
     READ_ROW,
+    mysql_bump_version_and_rows,
     mysql_update_rows,
+    postgres_at_next_version,
     postgres_insert_row,
     postgres_update_rows,
     row_params,
     split_read,
 )
-from membership_tables.sql.rows import RowParser, entry_to_values, key_of, row_to_entry
-from membership_tables.sql.schema import membership_table, version_table
+from membership_tables.sql.rows import RowParser, entry_to_values
 from membership_tables.sql.statements import (
     BUMP_UNLOCKED_VERSION,
     BUMP_VERSION,
@@ -72,15 +85,13 @@ from membership_tables.sql.statements import (
     increment_params,
     insert_row_params,
     key_params,
+    record_written_version,
     update_row_params,
 )
 from membership_tables.sql.transactions import LostRaceError, SqlTransactions
 
-_members = membership_table.c
-_versions = version_table.c
 
-
-class SqlMembershipTable(SqlTransactions, MembershipTable):
+class SqlMembershipTable(SqlMaintenance, MembershipTable):
     """A cluster's membership in the ``silo_membership`` tables of a SQL database."""
 
     max_rows_per_update = 1_000
@@ -88,6 +99,10 @@ class SqlMembershipTable(SqlTransactions, MembershipTable):
     other writer of the cluster: the bound keeps that wait short."""
 
     read_only_sessions = True
+
+    reads_changes = True
+    """``read_changes`` reads the rows whose ``written_version`` is after the version asked for, or
+    unknown (``one_statement.CHANGED_SINCE``)."""
 
     def __init__(self, engine: sa.Engine, cluster_id: str, *, read_only: bool = False) -> None:
         MembershipTable.__init__(self, validate_cluster_id(cluster_id))
@@ -112,21 +127,11 @@ class SqlMembershipTable(SqlTransactions, MembershipTable):
     def _key_params(self, silo_address: SiloAddress) -> dict[str, Any]:
         return key_params(self.cluster_id, silo_address)
 
-    def _key(self, silo_address: SiloAddress) -> sa.ColumnElement[bool]:
-        return sa.and_(
-            _members.cluster_id == self.cluster_id,
-            *(_members[name] == value for name, value in key_of(silo_address).items()),
-        )
-
     # -- reads -------------------------------------------------------------------------
 
-    def _read(self, silo_address: SiloAddress | None) -> MembershipTableData:
-        """The version and the rows in one statement (``one_statement``): one round trip on PostgreSQL."""
-        query, params = (
-            (READ_ALL, cluster_params(self.cluster_id))
-            if silo_address is None
-            else (READ_ROW, self._key_params(silo_address))
-        )
+    def _read(self, query: sa.Select[Any], params: dict[str, Any], *, full: bool) -> MembershipTableData:
+        """The version and the rows in one statement (``one_statement``): one round trip on PostgreSQL;
+        ``full``: every row of the cluster (``RowParser`` keeps it)."""
 
         def work(transaction: Transaction) -> list[Any]:
             lines: list[Any] = transaction.execute(query, params).fetchall()
@@ -135,10 +140,24 @@ class SqlMembershipTable(SqlTransactions, MembershipTable):
         lines: list[Any] = self._fast_transaction(work, write=False, if_no_schema=[], single=True)
         version_row, rows = split_read(lines)
         version = UNINITIALIZED_VERSION if version_row is None else TableVersion(*version_row)
-        return self._rows.table_data(version, rows, full=silo_address is None)
+        return self._rows.table_data(version, rows, full=full)
 
     def read_all(self) -> MembershipTableData:
-        return self._read(None)
+        return self._read(READ_ALL, cluster_params(self.cluster_id), full=True)
+
+    def read_changes(self, since: int) -> MembershipTableData:
+        """``read_all`` of the rows written after ``since`` or at an unknown version (``one_statement.READ_CHANGES``).
+
+        On a table of an older release that ``initialize()`` has not given the columns this
+        reads (a read-only handle never runs it), every row: ``read_all``."""
+        params = {**cluster_params(self.cluster_id), "since": since}
+        try:
+            return self._read(READ_CHANGES, params, full=False)
+        except TableUnavailableError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, sa.exc.DBAPIError) and dialects.is_missing_column(self._dialect, cause):
+                return self.read_all()
+            raise
 
     def read_version(self) -> TableVersion:
         params = cluster_params(self.cluster_id)
@@ -150,7 +169,7 @@ class SqlMembershipTable(SqlTransactions, MembershipTable):
         return self._fast_transaction(work, write=False, if_no_schema=UNINITIALIZED_VERSION, single=True)
 
     def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
-        return self._read(silo_address)
+        return self._read(READ_ROW, self._key_params(silo_address), full=False)
 
     # -- canonical writes --------------------------------------------------------------
 
@@ -162,29 +181,44 @@ class SqlMembershipTable(SqlTransactions, MembershipTable):
             raise LostRaceError
         return written
 
-    def _increment_version(self, transaction: Transaction) -> TableVersion:
-        """Lock the version row (waiting for a writer that holds it) and set the next version; the new version."""
+    def _increment_version(self, transaction: Transaction, rows: Sequence[dict[str, Any]]) -> TableVersion:
+        """Lock the version row (waiting for a writer that holds it), set the next version and record
+        it as the ``written_version`` of ``rows`` (their ``INSERT_ROW`` or ``UPDATE_ROW`` parameters:
+        written just before, with NULL); the new version."""
+        written: dict[str, Any] = {}
+        for index, row in enumerate(rows):
+            written.update(row_params(index, row))
         if not self._engine.dialect.update_returning:  # MySQL/MariaDB
             row = transaction.execute(LOCK_VERSION, cluster_params(self.cluster_id)).fetchone()
             if row is None:
                 raise LostRaceError  # no version row
-            return self._bump_version(transaction, TableVersion(*row).next())
+            version = TableVersion(*row).next()
+            bumped = TableVersion(version.version, new_etag())
+            written.update(bump_params(self.cluster_id, version, bumped.etag, datetime.now(UTC)))
+            # the version and the rows' written_version in one statement: no round trip more
+            if transaction.execute(mysql_bump_version_and_rows(len(rows)), written).rowcount != len(rows) + 1:
+                raise LostRaceError  # cannot happen: the version row is locked, the rows are ours
+            return bumped
         written_etag = new_etag()
         params = increment_params(self.cluster_id, written_etag, datetime.now(UTC))
-        rows = transaction.execute(INCREMENT_VERSION, params).fetchall()
-        if not rows:
+        lines = transaction.execute(INCREMENT_VERSION, params).fetchall()
+        if not lines:
             raise LostRaceError  # no version row
-        return TableVersion(rows[0][0], written_etag)
+        transaction.execute(record_written_version(len(rows)), written)  # SQLite: in the process, no round trip
+        return TableVersion(lines[0][0], written_etag)
 
     def _insert(self, entry: MembershipEntry, version: TableVersion | None) -> CommittedWrite | None:
         """Insert ``entry`` and bump the version to ``version`` (to the next one if ``None``): in one
         statement on PostgreSQL, else the INSERT and then, last (see the module's docstring), the version."""
         etag = new_etag()
-        params = insert_row_params(self.cluster_id, entry.silo_address, entry_to_values(entry), etag)
+        at_version = None if version is None else version.version
+        params = insert_row_params(self.cluster_id, entry.silo_address, entry_to_values(entry), etag, at_version)
         if self._dialect == "postgresql":
-            return self._in_one_statement(postgres_insert_row(version is None), [params], ((entry, etag),), version)
+            return self._in_one_statement([params], ((entry, etag),), version, insert=True)
         bump: Callable[[Transaction], TableVersion] = (
-            self._increment_version if version is None else lambda transaction: self._bump_version(transaction, version)
+            (lambda transaction: self._increment_version(transaction, [params]))
+            if version is None
+            else (lambda transaction: self._bump_version(transaction, version))
         )
         duplicate = self._driver.integrity_error
 
@@ -216,20 +250,23 @@ class SqlMembershipTable(SqlTransactions, MembershipTable):
             return self._update_in_one_statement(batch, version)
         if self._dialect in ("mysql", "mariadb") and len(batch) <= ONE_STATEMENT_MAX_ROWS:
             return self._update_joined(batch, version)
-        return self._update(batch, lambda transaction: self._bump_version(transaction, version))
+        return self._update(batch, version.version, lambda transaction, _: self._bump_version(transaction, version))
 
     def update_row_at_next_version(self, entry: MembershipEntry, etag: str) -> CommittedWrite | None:
         batch = checked_updates(((entry, etag),), self.max_rows_per_update)
         if self._dialect == "postgresql":
             return self._update_in_one_statement(batch, None)
-        return self._update(batch, self._increment_version)
+        return self._update(batch, None, self._increment_version)
 
-    def _row_updates(self, batch: Sequence[RowUpdate]) -> tuple[list[str], list[dict[str, Any]]]:
-        """Fresh etags for a checked ``batch`` (in its order) and the rows' ``UPDATE_ROW`` parameters in key order."""
+    def _row_updates(
+        self, batch: Sequence[RowUpdate], at_version: int | None
+    ) -> tuple[list[str], list[dict[str, Any]]]:
+        """Fresh etags for a checked ``batch`` (in its order) and the rows' ``UPDATE_ROW`` parameters
+        in key order; ``at_version``: the version the write sets (``None``: the next one)."""
         new_etags = [new_etag() for _ in batch]
         in_key_order = sorted(zip(batch, new_etags, strict=True), key=lambda update: update[0][0].silo_address)
         rows = [
-            update_row_params(self.cluster_id, entry.silo_address, entry_to_values(entry), etag, new)
+            update_row_params(self.cluster_id, entry.silo_address, entry_to_values(entry), etag, new, at_version)
             for (entry, etag), new in in_key_order
         ]
         return new_etags, rows
@@ -242,20 +279,23 @@ class SqlMembershipTable(SqlTransactions, MembershipTable):
         self, batch: Sequence[RowUpdate], version: TableVersion | None
     ) -> CommittedWrite | None:
         """PostgreSQL: ``one_statement.postgres_update_rows`` at ``version`` (at the next one if ``None``)."""
-        new_etags, rows = self._row_updates(batch)
-        statement = postgres_update_rows(len(rows), increment=version is None)
-        return self._in_one_statement(statement, rows, self._rows_written(batch, new_etags), version)
+        new_etags, rows = self._row_updates(batch, None if version is None else version.version)
+        return self._in_one_statement(rows, self._rows_written(batch, new_etags), version, insert=False)
 
     def _in_one_statement(
         self,
-        statement: sa.Select[Any],
         rows: Sequence[dict[str, Any]],
         written: tuple[tuple[MembershipEntry, str], ...],
         version: TableVersion | None,
+        *,
+        insert: bool,
     ) -> CommittedWrite | None:
         """PostgreSQL: run a write of ``one_statement`` in autocommit with the rows' parameters and the
-        version's (``bump_params``, or ``increment_params`` if ``version`` is ``None``); its lost race
-        is the division by zero it rolls back with."""
+        version's (``bump_params``); its lost race is the division by zero it rolls back with. An
+        ``insert`` (``postgres_insert_row``) or an update (``postgres_update_rows``) of ``rows``.
+
+        If ``version`` is ``None``, at the next version (``increment_params``): that statement and
+        the one that records the version in the rows, as one request (``postgres_at_next_version``)."""
         written_etag, now = new_etag(), datetime.now(UTC)
         params = (
             increment_params(self.cluster_id, written_etag, now)
@@ -268,7 +308,13 @@ class SqlMembershipTable(SqlTransactions, MembershipTable):
 
         def work(transaction: Transaction) -> CommittedWrite:
             try:
-                line = transaction.execute(statement, params).fetchone()
+                if version is None:
+                    line = transaction.execute_script(
+                        postgres_at_next_version(len(rows), insert=insert), params
+                    ).fetchone()
+                else:
+                    statement = postgres_insert_row(False) if insert else postgres_update_rows(len(rows), False)
+                    line = transaction.execute(statement, params).fetchone()
             except error as exc:
                 if getattr(exc, "sqlstate", None) == LOST_RACE_SQLSTATE:
                     raise LostRaceError from exc
@@ -281,7 +327,7 @@ class SqlMembershipTable(SqlTransactions, MembershipTable):
 
     def _update_joined(self, batch: Sequence[RowUpdate], version: TableVersion) -> CommittedWrite | None:
         """MySQL: ``one_statement.mysql_update_rows`` (all rows or none), then COMMIT."""
-        new_etags, rows = self._row_updates(batch)
+        new_etags, rows = self._row_updates(batch, version.version)
         written = TableVersion(version.version, new_etag())
         params = bump_params(self.cluster_id, version, written.etag, datetime.now(UTC))
         for index, row in enumerate(rows):
@@ -295,15 +341,21 @@ class SqlMembershipTable(SqlTransactions, MembershipTable):
 
         return self._fast_write(work, single=True)
 
-    def _update(self, batch: Sequence[RowUpdate], bump: Callable[[Transaction], TableVersion]) -> CommittedWrite | None:
-        """Update each row of a checked ``batch`` at its etag and then, last, ``bump`` the version."""
-        new_etags, rows = self._row_updates(batch)
+    def _update(
+        self,
+        batch: Sequence[RowUpdate],
+        at_version: int | None,
+        bump: Callable[[Transaction, Sequence[dict[str, Any]]], TableVersion],
+    ) -> CommittedWrite | None:
+        """Update each row of a checked ``batch`` at its etag and then, last, ``bump`` the version
+        (given the rows' parameters); ``at_version``: the version it sets (``None``: the next one)."""
+        new_etags, rows = self._row_updates(batch, at_version)
 
         def work(transaction: Transaction) -> CommittedWrite:
             for params in rows:
                 if transaction.execute(UPDATE_ROW, params).rowcount != 1:
                     raise LostRaceError
-            written = bump(transaction)  # last: see the module's docstring
+            written = bump(transaction, rows)  # last: see the module's docstring
             return CommittedWrite(written, self._rows_written(batch, new_etags))
 
         return self._fast_write(work)
@@ -315,62 +367,3 @@ class SqlMembershipTable(SqlTransactions, MembershipTable):
         self._fast_transaction(
             lambda t: t.execute(UPDATE_I_AM_ALIVE, params), write=True, if_no_schema=None, single=True
         )
-
-    def cleanup_defunct_entries(self, before: datetime) -> int:
-        before = ensure_utc(before, "cleanup cutoff")
-        old = sa.and_(_members.start_time < before, _members.i_am_alive_time < before)
-        dead = sa.and_(_members.cluster_id == self.cluster_id, _members.status == SiloStatus.DEAD.name, old)
-
-        def work(connection: sa.Connection) -> int:
-            candidates = connection.execute(sa.select(membership_table).where(dead)).mappings()
-            removed = 0
-            for row in candidates.all():
-                try:
-                    entry = row_to_entry(row)
-                except InvalidEntryError:
-                    continue  # a malformed row: its age is unknown, keep it
-                if entry.last_activity >= before:  # a recent vote
-                    continue
-                address = entry.silo_address
-                # the etag and age conditions skip a row that changed since it was selected
-                removed += connection.execute(
-                    sa.delete(membership_table).where(self._key(address), _members.etag == row["etag"], old)
-                ).rowcount
-            return removed
-
-        return self._transaction(work, write=True, if_no_schema=0)
-
-    def delete_cluster_entries(self) -> None:
-        def work(connection: sa.Connection) -> None:
-            connection.execute(sa.delete(membership_table).where(_members.cluster_id == self.cluster_id))
-            connection.execute(sa.delete(version_table).where(_versions.cluster_id == self.cluster_id))
-
-        self._transaction(work, write=True, if_no_schema=None)
-
-    def initialize(self, try_init_version: bool = True) -> None:
-        """Create the schema only if a table is missing (checked first: no DDL otherwise)."""
-        if not self._transaction(dialects.schema_exists, write=False, if_no_schema=False):
-            try:
-                self._transaction(dialects.create_schema, write=True, if_no_schema=None)
-            except AccessDeniedError as exc:
-                cause = exc.__cause__
-                detail = cause.orig if isinstance(cause, sa.exc.DBAPIError) else cause
-                raise AccessDeniedError(
-                    f"the membership tables do not exist in the database at {self._where}, and this role may "
-                    f"not create them ({type(detail).__name__}: {detail}); {SCHEMA_MISSING_FIX}"
-                ) from cause
-        if try_init_version:
-            self._write(self._seed_version)
-
-    def _seed_version(self, connection: sa.Connection) -> None:
-        exists = connection.execute(sa.select(_versions.etag).where(_versions.cluster_id == self.cluster_id)).first()
-        if exists:
-            return
-        try:
-            connection.execute(
-                sa.insert(version_table).values(
-                    cluster_id=self.cluster_id, version=0, etag=new_etag(), updated_at=datetime.now(UTC)
-                )
-            )
-        except sa.exc.IntegrityError as exc:  # another process created it first: fine
-            raise LostRaceError from exc

@@ -1,12 +1,12 @@
 """Running the SQL table's transactions: retries of deadlocks, and driver errors mapped to the contract's.
 
-``SqlTransactions`` is the base of ``SqlMembershipTable``: the SQLAlchemy path (``_transaction``,
-for the calls made rarely) and the DB-API path (``_fast_transaction``, ``_dbapi.Driver``, for the
-hot ones), each retrying deadlocks and lock timeouts a few times, reads also on a connection
-found dead; a missing schema gives the call's ``if_no_schema``, a refused login or privilege
-``AccessDeniedError``, a write refused by a session opened read-only ``ReadOnlyTableError``,
-anything else ``TableUnavailableError``. A conditional write whose work
-raises ``LostRaceError`` is rolled back and returns ``None``.
+``SqlTransactions`` is the base of ``SqlMembershipTable`` (through ``maintenance.SqlMaintenance``):
+the SQLAlchemy path (``_transaction``, for the calls made rarely) and the DB-API path
+(``_fast_transaction``, ``_dbapi.Driver``, for the hot ones), each retrying deadlocks and lock
+timeouts a few times, reads also on a connection found dead; a missing schema gives the call's
+``if_no_schema``, a refused login or privilege ``AccessDeniedError``, a write refused by a session
+opened read-only ``ReadOnlyTableError``, anything else ``TableUnavailableError``. A conditional
+write whose work raises ``LostRaceError`` is rolled back and returns ``None``.
 """
 
 from __future__ import annotations
