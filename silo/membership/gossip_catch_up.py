@@ -12,9 +12,8 @@ import asyncio
 import logging
 
 from membership_tables import SiloAddress, TableUnavailableError
-from silo.membership.changes_read import catch_up
 from silo.membership.probing import GossipMessage
-from silo.membership.table_view import TableView
+from silo.membership.table_view import TableView, catch_up
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ from typing import Any
 
 from membership_tables import MembershipTableData, SiloAddress, SiloStatus, TableUnavailableError
 from silo.membership.background import retrieve_failure
-from silo.membership.changes_read import catch_up
 from silo.membership.clock import Periodic, with_timeout
 from silo.membership.lease import (
     LEASE_STATUSES,
@@ -31,7 +30,7 @@ from silo.membership.lease import (
 )
 from silo.membership.ring import probe_targets
 from silo.membership.snapshot import MembershipSnapshot
-from silo.membership.table_view import TableView
+from silo.membership.table_view import TableView, catch_up
 
 logger = logging.getLogger(__name__)
 

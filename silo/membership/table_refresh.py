@@ -1,7 +1,7 @@
 """Reading the table on a period, and on request, as cheaply as the view allows.
 
 The periodic refresh every ``table_refresh_timeout`` (first tick randomized) reads only the
-version, and when it moved the rows written since our view (``changes_read``; the whole table
+version, and when it moved the rows written since our view (``table_view.catch_up``; the whole table
 where the store cannot read them); it reads the whole table every ``full_refresh_every`` periods
 (heartbeats do not move the version), and every period for one full-read interval after a
 failed table call (so peers' heartbeats are seen again soon after an outage; docs/protocol.md,
@@ -18,10 +18,9 @@ import random as random_module
 from collections.abc import Collection
 
 from membership_tables import MembershipEntry, MembershipTableData, SiloAddress, TableUnavailableError
-from silo.membership.changes_read import catch_up
 from silo.membership.clock import Periodic
 from silo.membership.gossiper import gossip_peers
-from silo.membership.table_view import TableView
+from silo.membership.table_view import TableView, catch_up
 
 logger = logging.getLogger(__name__)
 

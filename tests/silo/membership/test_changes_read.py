@@ -1,4 +1,4 @@
-"""Catching a view up with the rows written since it (``silo.membership.changes_read``)."""
+"""Catching a view up with the rows written since it (``silo.membership.table_view.catch_up``)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import random
 from datetime import timedelta
 
 from membership_tables import MembershipTable, SiloStatus
-from silo.membership.changes_read import RECENT_VIEW_SHARE, catch_up
 from silo.membership.clock import FakeClock
 from silo.membership.options import SiloOptions
 from silo.membership.table_access import run_inline
 from silo.membership.table_manager import MembershipTableManager
+from silo.membership.table_view import RECENT_VIEW_SHARE, catch_up
 from tests.membership_tables.malformed_rows import store_in_memory
 from tests.silo.harness import T0, FlakyTable, address, async_test, memory_table, row, seed
 
