@@ -104,6 +104,8 @@ class TableView:
         """Which peers are fresh, on our own monotonic clock (fed by every read)."""
         self.lease = MembershipLease(options.lease_timeout, clock.monotonic)
         """When the table last confirmed us Active (``silo.membership.lease``)."""
+        self.current_at: float | None = None
+        """The start of the newest read our view is as new as: later writes came after (``catch_up``)."""
 
     @property
     def snapshot(self) -> MembershipSnapshot:
@@ -154,9 +156,13 @@ class TableView:
 
         Only our own row matters: a read of other rows (a vote's read of its target) says
         nothing of ours, however new its version. A draining silo (ShuttingDown) keeps its lease:
-        the others hold its keys for it until it writes itself Dead (``silo.runtime.ownership``)."""
+        the others hold its keys for it until it writes itself Dead (``silo.runtime.ownership``).
+        Whatever our row says, such a read dates our view (``current_at``)."""
+        if self.snapshot.version < data.version.version:
+            return
+        self.current_at = max(self.current_at or started, started)
         found = data.get(self.address)
-        if found is not None and found[0].status in LEASE_STATUSES and self.snapshot.version >= data.version.version:
+        if found is not None and found[0].status in LEASE_STATUSES:
             self.lease.confirm(started)
 
     async def accept(self, data: MembershipTableData) -> MembershipSnapshot:
@@ -251,10 +257,8 @@ class TableView:
         return since
 
     def _report_malformed(self, malformed: tuple[MalformedRow, ...]) -> None:
-        """Log each malformed row once, when a read first reports it (again if it comes back after a repair).
-
-        The store skips such rows, so this silo ignores them: it neither probes nor votes on them.
-        """
+        """Log each malformed row once, when a read first reports it (again if it comes back after a
+        repair). The store skips such rows, so this silo neither probes nor votes on them."""
         current = frozenset(malformed)
         for row in sorted(current - self._reported_malformed):
             logger.error(
@@ -360,7 +364,8 @@ enough for a read of the changes (``catch_up``)."""
 def changes_suffice(view: TableView) -> bool:
     """Whether reading the rows written since our view brings it up to date (``catch_up``)."""
     recent = view.options.defunct_silo_expiration * RECENT_VIEW_SHARE
-    return view.table.reads_changes and view.publisher.current is not None and view.lease.age() < recent
+    dated = view.current_at
+    return view.table.reads_changes and dated is not None and view.clock.monotonic() - dated < recent
 
 
 async def catch_up(view: TableView, deadline: float | None = None) -> MembershipSnapshot:
@@ -377,9 +382,9 @@ async def catch_up(view: TableView, deadline: float | None = None) -> Membership
     read. What such a read cannot show: heartbeats (not versioned; the periodic refresh reads in
     full every ``full_refresh_every`` periods), and rows deleted since. The cleanup deletes only a
     Dead row whose last activity is ``defunct_silo_expiration`` old, and a row written after our
-    view was written after our lease's last confirmation (it needs a view at least as new as its
-    read), so within half that expiration of it (the other half covers the writer's and the
-    cleaner's wall clocks) no such deletion can be missed (``changes_suffice``). Otherwise, or when
+    view was written after the start of the newest read our view holds (``current_at``), so
+    within half that expiration of it (the other half covers the writer's and the cleaner's wall
+    clocks) no such deletion can be missed (``changes_suffice``). Otherwise, or when
     the rows cannot be put in (a malformed one among them, no row for a version that moved), we
     read in full."""
     if not changes_suffice(view):

@@ -1,4 +1,9 @@
-"""Helpers for starting throwaway servers in tests: free ports, readiness, clean stop."""
+"""Helpers for starting throwaway servers in tests: free ports, readiness, clean stop.
+
+Every ``ServerProcess`` started and not yet stopped is kept in a registry, so that whatever a
+fixture failed to stop can still be stopped at the end of a test run (``stop_all``, called by
+``testbed.pytest_signals``), or killed at once (``kill_all``).
+"""
 
 from __future__ import annotations
 
@@ -38,6 +43,26 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str, log: Pa
     raise RuntimeError(f"timed out after {timeout}s waiting for {what}{tail}")
 
 
+_started: set[ServerProcess] = set()
+"""The servers started and not yet stopped, in this process."""
+
+
+def stop_all(timeout: float = 10.0) -> list[ServerProcess]:
+    """Stop every server started and not stopped yet; return those that were still running."""
+    leftover = [server for server in list(_started) if server.running]
+    for server in list(_started):
+        with contextlib.suppress(subprocess.TimeoutExpired):  # unkillable: nothing more to do
+            server.stop(timeout)
+    return leftover
+
+
+def kill_all() -> None:
+    """SIGKILL every running server's process group, without waiting (safe in a signal handler)."""
+    for server in list(_started):
+        if server.running:
+            server.signal(signal.SIGKILL)
+
+
 class ServerProcess:
     """A child server process with its output in a log file; stopped by ``stop()``.
 
@@ -67,6 +92,7 @@ class ServerProcess:
             env={**os.environ, **(env or {})},
             start_new_session=True,
         )
+        _started.add(self)
 
     @property
     def running(self) -> bool:
@@ -85,3 +111,4 @@ class ServerProcess:
                 self.signal(signal.SIGKILL)
                 self.process.wait(timeout)
         self._log_file.close()
+        _started.discard(self)

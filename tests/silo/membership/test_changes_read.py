@@ -8,6 +8,7 @@ from datetime import timedelta
 from membership_tables import MembershipTable, SiloStatus
 from silo.membership.clock import FakeClock
 from silo.membership.options import SiloOptions
+from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_access import run_inline
 from silo.membership.table_manager import MembershipTableManager
 from silo.membership.table_view import RECENT_VIEW_SHARE, catch_up
@@ -98,7 +99,7 @@ async def test_a_catch_up_that_finds_this_silo_dead_terminates_it_after_a_full_r
 
 
 @async_test
-async def test_a_view_whose_lease_is_old_reads_in_full_and_sees_rows_deleted_since() -> None:
+async def test_a_view_whose_newest_read_is_old_reads_in_full_and_sees_rows_deleted_since() -> None:
     """A Dead row written after our view and deleted by the cleanup is in no read of changes."""
     flaky, clock, tables = await joined()
     data = flaky.inner.read_all()
@@ -113,7 +114,7 @@ async def test_a_view_whose_lease_is_old_reads_in_full_and_sees_rows_deleted_sin
 
 
 @async_test
-async def test_a_view_without_a_lease_reads_in_full() -> None:
+async def test_a_joiner_dated_by_its_first_read_catches_up_by_the_changes_before_any_lease() -> None:
     flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
     seed(flaky.inner, row(PEER))
     tables = MembershipTableManager(
@@ -122,6 +123,23 @@ async def test_a_view_without_a_lease_reads_in_full() -> None:
     await tables.refresh()  # a view, but we are no member: no lease
     seed(flaky.inner, row(OTHER))
     flaky.calls.clear()
+    await catch_up(tables.view)
+    assert flaky.calls == ["read_changes"]
+    assert tables.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
+    assert tables.view.lease.anchor is None
+
+
+@async_test
+async def test_a_view_only_learned_from_a_peer_reads_in_full() -> None:
+    """Nothing dates a view no table read of ours brought: a row written since may be deleted."""
+    flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
+    seed(flaky.inner, row(PEER))
+    tables = MembershipTableManager(
+        table=flaky, address=ME, options=OPTIONS, clock=clock, random=random.Random(7), run_blocking=run_inline
+    )
+    learned = flaky.inner.read_all()
+    await tables.view.accept_learned(MembershipSnapshot(learned), learned.entries, None)
+    seed(flaky.inner, row(OTHER))
     await catch_up(tables.view)
     assert flaky.calls == ["read_all"]
     assert tables.snapshot.status_of(OTHER) is SiloStatus.ACTIVE

@@ -370,7 +370,7 @@ async def test_a_joiner_inserts_in_one_call_whatever_others_wrote_since_its_view
 
     clock.sleep = recording_sleep  # type: ignore[method-assign]
     await joiner.manager.insert_self(row(ME, SiloStatus.JOINING), joiner.manager.deadline_in(60))
-    assert joiner.table_calls() == ["insert_row_at_next_version", "read_all"]  # the read: it missed the rivals' rows
+    assert joiner.table_calls() == ["insert_row_at_next_version", "read_changes"]  # it missed the rivals' rows
     assert slept == []
     assert joiner.manager.snapshot.status_of(ME) is SiloStatus.JOINING
     assert joiner.manager.snapshot.version == store.read_version().version == 6
@@ -435,7 +435,7 @@ async def test_in_a_join_storm_a_joiner_behind_its_insert_keeps_its_view_until_i
     seed(store, row(OTHER))  # another silo joins between our read and our insert
     joiner.table_calls()
     await joiner.manager.insert_self(row(ME, SiloStatus.JOINING), joiner.manager.deadline_in(10))
-    assert joiner.table_calls().count("read_all") == (0 if storm else 1)
+    assert joiner.table_calls().count("read_changes") == (0 if storm else 1)
     if storm:
         assert joiner.manager.snapshot.version == seen
         assert joiner.manager.snapshot.entry(ME) is None
@@ -444,7 +444,7 @@ async def test_in_a_join_storm_a_joiner_behind_its_insert_keeps_its_view_until_i
         assert joiner.manager.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
     assert [message.delta.silos for message, _ in joiner.gossiped if message.delta] == [frozenset({ME})]
     assert await joiner.manager.update_own_status(SiloStatus.ACTIVE, joiner.manager.deadline_in(10))
-    assert joiner.table_calls().count("read_all") == (1 if storm else 0)  # else: our write applied as a delta
+    assert joiner.table_calls().count("read_changes") == (1 if storm else 0)  # else: our write applied as a delta
     assert joiner.manager.snapshot.status_of(ME) is SiloStatus.ACTIVE
     assert joiner.manager.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
     assert rows_without_heartbeats(joiner.manager.snapshot.data) == rows_without_heartbeats(store.read_all())

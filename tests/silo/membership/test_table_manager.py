@@ -444,7 +444,7 @@ async def test_gossip_triggers_a_reread_only_for_newer_versions() -> None:
     assert flaky.calls == []
     seed(flaky.inner, row(OTHER))
     await tables.on_gossip(GossipMessage(version + 1))
-    assert flaky.calls == ["read_all"]
+    assert flaky.calls == ["read_changes"]
     assert tables.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
 
 
@@ -458,22 +458,22 @@ async def test_gossip_of_a_version_far_ahead_does_not_cause_repeated_reads() -> 
     version = tables.snapshot.version
     flaky.calls.clear()
     await asyncio.gather(*(tables.on_gossip(GossipMessage(2**62)) for _ in range(50)))
-    assert flaky.calls == ["read_all"], "fifty gossips at once: one read in flight, the rest wait for it"
+    assert flaky.calls == ["read_changes"], "fifty gossips at once: one read in flight, the rest wait for it"
     for _ in range(50):
         await tables.on_gossip(GossipMessage(2**62 + 1))
     await tables.on_gossip(GossipMessage(version + 1))
-    assert flaky.calls == ["read_all"], "no second catch-up before probe_timeout"
+    assert flaky.calls == ["read_changes"], "no second catch-up before probe_timeout"
     await clock.advance(OPTIONS.probe_timeout)
     seed(flaky.inner, row(OTHER))
     await tables.on_gossip(GossipMessage(version + 1))
-    assert flaky.calls == ["read_all", "read_all"]
+    assert flaky.calls == ["read_changes", "read_changes"]
     assert tables.snapshot.status_of(OTHER) is SiloStatus.ACTIVE
     seed(flaky.inner, row(address(4)))
     await tables.on_gossip(GossipMessage(version + 2))
-    assert flaky.calls == ["read_all"] * 2, "even a catch-up that met its version is the last for probe_timeout"
+    assert flaky.calls == ["read_changes"] * 2, "even a catch-up that met its version is the last for probe_timeout"
     await clock.advance(OPTIONS.probe_timeout)
     await tables.on_gossip(GossipMessage(version + 2))
-    assert flaky.calls == ["read_all"] * 3
+    assert flaky.calls == ["read_changes"] * 3
 
 
 @async_test
