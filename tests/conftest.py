@@ -12,6 +12,7 @@ from hypothesis.database import (
 )
 
 pytest_plugins: list[str] = [
+    "testbed.pytest_signals",  # SIGTERM and SIGHUP tear the fixtures down (and stop the servers) as Ctrl-C does
     "testbed.services.zookeeper",
     "testbed.services.postgres",
     "testbed.services.mariadb",
