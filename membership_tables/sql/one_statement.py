@@ -36,6 +36,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.sql.selectable import NamedFromClause
 
 from membership_tables.sql.schema import membership_table, version_table
 from membership_tables.sql.statements import (
@@ -243,19 +244,25 @@ def postgres_at_next_version(rows: int, *, insert: bool) -> tuple[sa.Select[Any]
     return statement, record_written_version(rows)
 
 
-@functools.cache
-def mysql_bump_version_and_rows(rows: int) -> sa.Update:
-    """``statements.BUMP_VERSION`` (``bump_params``) that also sets ``written_version`` to the new
-    version on ``rows`` rows just written at the next version (``row_params``: their key and new
-    etag), in one multi-table UPDATE: a write at the next version on MySQL/MariaDB, after
-    ``LOCK_VERSION`` told it which version that is. Its row count is ``rows + 1``."""
-    aliases = [membership_table.alias(f"row_{index}") for index in range(rows)]
+def _mysql_version_bump(rows: int) -> tuple[list[NamedFromClause], dict[Any, Any], list[sa.ColumnElement[bool]]]:
+    """The parts of a MySQL multi-table UPDATE of the version row (``bump_params``) and ``rows``
+    rows: an alias per row, the version's new values and its condition, for the rows' to join."""
     values: dict[Any, Any] = {
         _versions.version: sa.bindparam("new_version"),
         _versions.etag: sa.bindparam("new_etag"),
         _versions.updated_at: sa.bindparam("now"),
     }
     conditions = [_versions.cluster_id == _CLUSTER, _versions.etag == sa.bindparam("based_on")]
+    return [membership_table.alias(f"row_{index}") for index in range(rows)], values, conditions
+
+
+@functools.cache
+def mysql_bump_version_and_rows(rows: int) -> sa.Update:
+    """``statements.BUMP_VERSION`` (``bump_params``) that also sets ``written_version`` to the new
+    version on ``rows`` rows just written at the next version (``row_params``: their key and new
+    etag), in one multi-table UPDATE: a write at the next version on MySQL/MariaDB, after
+    ``LOCK_VERSION`` told it which version that is. Its row count is ``rows + 1``."""
+    aliases, values, conditions = _mysql_version_bump(rows)
     for index, alias in enumerate(aliases):
         values[alias.c.written_version] = sa.bindparam("new_version")
         conditions.extend(
@@ -277,13 +284,7 @@ def mysql_update_rows(rows: int) -> sa.Update:
     statement, all or nothing: its row count is ``rows + 1`` if every condition held, else 0."""
     if not 0 < rows <= ONE_STATEMENT_MAX_ROWS:
         raise ValueError(f"mysql_update_rows updates 1 to {ONE_STATEMENT_MAX_ROWS} rows, not {rows}")
-    aliases = [membership_table.alias(f"row_{index}") for index in range(rows)]
-    values: dict[Any, Any] = {
-        _versions.version: sa.bindparam("new_version"),
-        _versions.etag: sa.bindparam("new_etag"),
-        _versions.updated_at: sa.bindparam("now"),
-    }
-    conditions = [_versions.cluster_id == _CLUSTER, _versions.etag == sa.bindparam("based_on")]
+    aliases, values, conditions = _mysql_version_bump(rows)
     for index, alias in enumerate(aliases):
         values.update(row_update_values(alias.c, f"_{index}"))
         conditions.append(row_update_condition(alias.c, f"_{index}"))

@@ -37,28 +37,10 @@ from membership_tables.testing import make_entry
 from membership_tables.testing.checks import T0
 from testbed.services.process import free_port, wait_until
 from testbed.services.sql_server import ThrowawayServer
+from tests.membership_tables.conftest import SERVERS
+from tests.membership_tables.together import run_together
 
-SERVERS = {"postgresql": "postgres_server", "mariadb": "mariadb_server"}
 VOTER = SiloAddress("10.0.0.9", 9999, 5)
-
-
-@pytest.fixture(
-    params=["sqlite", *(pytest.param(name, marks=pytest.mark.slow) for name in SERVERS)],
-)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A new, empty database on each of the three SQL stores."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'membership.db'}"
-    server: ThrowawayServer = request.getfixturevalue(SERVERS[request.param])
-    return server.create_database(f"t_{uuid.uuid4().hex[:16]}")
-
-
-@pytest.fixture
-def admin(url: str) -> Iterator[sa.Engine]:
-    """A plain SQLAlchemy engine, as an administrator with a SQL prompt would use."""
-    engine = sa.create_engine(url)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture
@@ -282,21 +264,7 @@ def test_a_database_without_the_schema_reads_as_uninitialized(url: str) -> None:
 
 def test_many_handles_initialize_one_database_at_once(url: str, admin: sa.Engine) -> None:
     handles = [open_table(url, "cluster-a") for _ in range(8)]
-    barrier = threading.Barrier(len(handles))
-    errors: list[BaseException] = []
-
-    def initialize(handle: MembershipTable) -> None:
-        barrier.wait()
-        try:
-            handle.initialize()
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=initialize, args=(handle,)) for handle in handles]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    errors = run_together([handle.initialize for handle in handles])
     versions = {handle.read_all().version for handle in handles}
     for handle in handles:
         handle.close()

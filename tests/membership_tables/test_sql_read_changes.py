@@ -7,11 +7,10 @@ check what only the SQL table does, on SQLite, PostgreSQL and MariaDB.
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -37,29 +36,13 @@ from membership_tables.testing.checks import T0
 from testbed.services.process import wait_until
 from testbed.services.sql_roles import PASSWORD, SqlServer, initialize_as_admin, role_database
 from testbed.services.sql_server import ThrowawayServer
+from tests.membership_tables.conftest import SERVERS
+from tests.membership_tables.together import run_together
 
-SERVERS = {"postgresql": "postgres_server", "mariadb": "mariadb_server"}
 LOCK_WAITS = {
     "postgresql": "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
     "mysql": "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'",
 }
-
-
-@pytest.fixture(params=["sqlite", *(pytest.param(name, marks=pytest.mark.slow) for name in SERVERS)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A new, empty database on each of the three SQL stores."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'membership.db'}"
-    server: ThrowawayServer = request.getfixturevalue(SERVERS[request.param])
-    return server.create_database(f"rc_{uuid.uuid4().hex[:16]}")
-
-
-@pytest.fixture
-def admin(url: str) -> Iterator[sa.Engine]:
-    """A plain SQLAlchemy engine, as an administrator (or a silo of an older release) would use."""
-    engine = sa.create_engine(url)
-    yield engine
-    engine.dispose()
 
 
 def release_0_1_0_tables() -> tuple[sa.MetaData, sa.Table, sa.Table]:
@@ -212,21 +195,7 @@ def test_a_table_of_release_0_1_0_gets_the_columns_at_initialize(url: str, admin
 def test_many_silos_starting_at_once_upgrade_a_table_of_release_0_1_0_once(url: str, admin: sa.Engine) -> None:
     create_release_0_1_0_schema(url)
     handles = [open_table(url, "c") for _ in range(6)]
-    barrier = threading.Barrier(len(handles))
-    errors: list[BaseException] = []
-
-    def initialize(handle: MembershipTable) -> None:
-        barrier.wait()
-        try:
-            handle.initialize()
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=initialize, args=(handle,)) for handle in handles]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    errors = run_together([handle.initialize for handle in handles])
     try:
         assert errors == []
         assert set(WRITTEN_COLUMNS) <= set(columns(admin))
@@ -357,27 +326,17 @@ def test_forty_writers_at_the_next_version_on_postgresql_each_found_from_the_ver
     count = 40
     handles = [open_table(postgres_server.url, cluster_id) for _ in range(count)]
     handles[0].initialize()
-    barrier = threading.Barrier(count)
     versions: dict[SiloAddress, list[int]] = {}
-    failures: list[BaseException] = []
 
-    def run(index: int) -> None:
+    def join(index: int) -> None:
         table, entry = handles[index], make_entry(5000 + index)
-        barrier.wait()
-        try:
-            joined = table.insert_row_at_next_version(entry)
-            assert joined is not None
-            active = table.update_row_at_next_version(entry.replace(status=SiloStatus.ACTIVE), joined.rows[0][1])
-            assert active is not None
-            versions[entry.silo_address] = [joined.version.version, active.version.version]
-        except BaseException as exc:  # reported below
-            failures.append(exc)
+        joined = table.insert_row_at_next_version(entry)
+        assert joined is not None
+        active = table.update_row_at_next_version(entry.replace(status=SiloStatus.ACTIVE), joined.rows[0][1])
+        assert active is not None
+        versions[entry.silo_address] = [joined.version.version, active.version.version]
 
-    threads = [threading.Thread(target=run, args=(index,)) for index in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    failures = run_together([functools.partial(join, index) for index in range(count)])
     try:
         assert failures == []
         table = handles[0]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
+from typing import Any
 
-from membership_tables import MembershipTable, SiloStatus
+from membership_tables import MembershipTable, SiloAddress, SiloStatus
 from silo.membership.clock import FakeClock
 from silo.membership.options import SiloOptions
 from silo.membership.snapshot import MembershipSnapshot
@@ -19,13 +20,21 @@ ME, PEER, OTHER, FOURTH = address(1), address(2), address(3), address(4)
 OPTIONS = SiloOptions.local()
 
 
-async def joined(inner: MembershipTable | None = None) -> tuple[FlakyTable, FakeClock, MembershipTableManager]:
-    """Our silo, Active beside PEER and OTHER, its lease confirmed by its join's reads."""
+def beside(
+    *peers: SiloAddress, inner: MembershipTable | None = None
+) -> tuple[FlakyTable, FakeClock, MembershipTableManager]:
+    """Our silo's table manager beside ``peers`` in a fresh table; no view yet."""
     flaky, clock = FlakyTable(inner or memory_table()), FakeClock(T0)
-    seed(flaky.inner, row(PEER), row(OTHER))
+    seed(flaky.inner, *(row(peer) for peer in peers))
     tables = MembershipTableManager(
         table=flaky, address=ME, options=OPTIONS, clock=clock, random=random.Random(7), run_blocking=run_inline
     )
+    return flaky, clock, tables
+
+
+async def joined(inner: MembershipTable | None = None) -> tuple[FlakyTable, FakeClock, MembershipTableManager]:
+    """Our silo, Active beside PEER and OTHER, its lease confirmed by its join's reads."""
+    flaky, clock, tables = beside(PEER, OTHER, inner=inner)
     await tables.insert_self(row(ME, SiloStatus.JOINING), tables.deadline_in(10))
     assert await tables.update_own_status(SiloStatus.ACTIVE, tables.deadline_in(10))
     await tables.refresh()
@@ -33,16 +42,18 @@ async def joined(inner: MembershipTable | None = None) -> tuple[FlakyTable, Fake
     return flaky, clock, tables
 
 
+def rewrite(table: MembershipTable, silo: SiloAddress, **fields: Any) -> None:
+    """Write ``silo``'s row with ``fields`` changed, at the next version, as another silo would."""
+    data = table.read_all()
+    found = data.get(silo)
+    assert found is not None
+    assert table.update_row(found[0].replace(**fields), found[1], data.version.next())
+
+
 def others_write(table: MembershipTable) -> None:
     """PEER is voted on, OTHER's etag moves, FOURTH joins: three versions our view has not seen."""
-    data = table.read_all()
-    peer, peer_etag = data.get(PEER) or (None, "")
-    assert peer is not None
-    assert table.update_row(peer.replace(suspect_times=((OTHER, T0),)), peer_etag, data.version.next())
-    data = table.read_all()
-    other, other_etag = data.get(OTHER) or (None, "")
-    assert other is not None
-    assert table.update_row(other.replace(silo_name="renamed"), other_etag, data.version.next())
+    rewrite(table, PEER, suspect_times=((OTHER, T0),))
+    rewrite(table, OTHER, silo_name="renamed")
     assert table.insert_row(row(FOURTH, SiloStatus.JOINING), table.read_all().version.next())
 
 
@@ -86,12 +97,7 @@ async def test_a_catch_up_renews_the_lease_from_its_start_once_the_view_holds_th
 @async_test
 async def test_a_catch_up_that_finds_this_silo_dead_terminates_it_after_a_full_read() -> None:
     flaky, _clock, tables = await joined()
-    data = flaky.inner.read_all()
-    me, etag = data.get(ME) or (None, "")
-    assert me is not None
-    assert flaky.inner.update_row(
-        me.replace(status=SiloStatus.DEAD, suspect_times=((PEER, T0),)), etag, data.version.next()
-    )
+    rewrite(flaky.inner, ME, status=SiloStatus.DEAD, suspect_times=((PEER, T0),))
     await catch_up(tables.view)
     assert flaky.calls == ["read_changes", "read_all"]
     assert tables.terminated.is_set()
@@ -102,10 +108,7 @@ async def test_a_catch_up_that_finds_this_silo_dead_terminates_it_after_a_full_r
 async def test_a_view_whose_newest_read_is_old_reads_in_full_and_sees_rows_deleted_since() -> None:
     """A Dead row written after our view and deleted by the cleanup is in no read of changes."""
     flaky, clock, tables = await joined()
-    data = flaky.inner.read_all()
-    peer, etag = data.get(PEER) or (None, "")
-    assert peer is not None
-    assert flaky.inner.update_row(peer.replace(status=SiloStatus.DEAD), etag, data.version.next())
+    rewrite(flaky.inner, PEER, status=SiloStatus.DEAD)
     await clock.advance(OPTIONS.defunct_silo_expiration * RECENT_VIEW_SHARE)
     assert flaky.inner.cleanup_defunct_entries(T0 + timedelta(days=1)) == 1
     await catch_up(tables.view)
@@ -115,11 +118,7 @@ async def test_a_view_whose_newest_read_is_old_reads_in_full_and_sees_rows_delet
 
 @async_test
 async def test_a_joiner_dated_by_its_first_read_catches_up_by_the_changes_before_any_lease() -> None:
-    flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
-    seed(flaky.inner, row(PEER))
-    tables = MembershipTableManager(
-        table=flaky, address=ME, options=OPTIONS, clock=clock, random=random.Random(7), run_blocking=run_inline
-    )
+    flaky, _clock, tables = beside(PEER)
     await tables.refresh()  # a view, but we are no member: no lease
     seed(flaky.inner, row(OTHER))
     flaky.calls.clear()
@@ -132,11 +131,7 @@ async def test_a_joiner_dated_by_its_first_read_catches_up_by_the_changes_before
 @async_test
 async def test_a_view_only_learned_from_a_peer_reads_in_full() -> None:
     """Nothing dates a view no table read of ours brought: a row written since may be deleted."""
-    flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
-    seed(flaky.inner, row(PEER))
-    tables = MembershipTableManager(
-        table=flaky, address=ME, options=OPTIONS, clock=clock, random=random.Random(7), run_blocking=run_inline
-    )
+    flaky, _clock, tables = beside(PEER)
     learned = flaky.inner.read_all()
     await tables.view.accept_learned(MembershipSnapshot(learned), learned.entries, None)
     seed(flaky.inner, row(OTHER))
