@@ -45,6 +45,7 @@ from membership_tables.sql.statements import (
     record_written_version,
     row_update_condition,
     row_update_values,
+    written_row,
 )
 
 _members = membership_table.c
@@ -265,16 +266,7 @@ def mysql_bump_version_and_rows(rows: int) -> sa.Update:
     aliases, values, conditions = _mysql_version_bump(rows)
     for index, alias in enumerate(aliases):
         values[alias.c.written_version] = sa.bindparam("new_version")
-        conditions.extend(
-            (
-                alias.c.cluster_id == _CLUSTER,
-                *(
-                    alias.c[column] == sa.bindparam(f"{name}_{index}")
-                    for column, name in zip(KEY_COLUMNS[1:], _KEY_PARAMS, strict=True)
-                ),
-                alias.c.etag == sa.bindparam(f"new_etag_{index}"),
-            )
-        )
+        conditions.extend((alias.c.cluster_id == _CLUSTER, written_row(alias.c, index)))
     return sa.update(version_table).where(*conditions).values(values)
 
 

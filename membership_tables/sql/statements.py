@@ -154,17 +154,20 @@ def record_written_version(rows: int) -> sa.Update:
     reader sees the row before it (PostgreSQL: the second statement of the write,
     ``one_statement.postgres_at_next_version``; SQLite: after ``INCREMENT_VERSION``)."""
     version = sa.select(_versions.version).where(_versions.cluster_id == sa.bindparam("cluster")).scalar_subquery()
-    written = [
-        sa.and_(
-            *(
-                _members[column] == sa.bindparam(f"{name}_{index}")
-                for column, name in zip(KEY_COLUMNS[1:], _KEY_PARAMS[1:], strict=True)
-            ),
-            _members.etag == sa.bindparam(f"new_etag_{index}"),
-        )
-        for index in range(rows)
-    ]
+    written = [written_row(_members, index) for index in range(rows)]
     return sa.update(membership_table).where(_OF_CLUSTER, sa.or_(*written)).values(written_version=version)
+
+
+def written_row(members: Any, index: int) -> sa.ColumnElement[bool]:
+    """The ``index``-th row a write just wrote in ``members`` (the table or an alias), named by its
+    key and its new etag (``one_statement.row_params(index, ...)``), its cluster aside."""
+    return sa.and_(
+        *(
+            members[column] == sa.bindparam(f"{name}_{index}")
+            for column, name in zip(KEY_COLUMNS[1:], _KEY_PARAMS[1:], strict=True)
+        ),
+        members.etag == sa.bindparam(f"new_etag_{index}"),
+    )
 
 
 UPDATE_I_AM_ALIVE = (

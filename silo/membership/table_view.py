@@ -5,9 +5,9 @@ It holds the latest snapshot and publishes only newer ones, takes in full reads,
 hold its base version, then handed to the gossiper), and decides when this silo must terminate
 itself (it reads or learns itself Dead, finds a newer generation of itself, or its row vanished
 after it joined). ``catch_up`` brings a view that is behind to the table's version, reading
-only the rows written since it where the store can. The roles that act on the table (``row_writer``, ``vote_caster``,
-``gossip_catch_up``, ``table_refresh``, ``lease_keeper``) read and move the view through it;
-``table_manager`` puts them together.
+only the rows written since it where the store can. The roles that act on the table
+(``row_writer``, ``vote_caster``, ``gossip_catch_up``, ``table_refresh``, ``lease_keeper``) read
+and move the view through it; ``table_manager`` puts them together.
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ class TableView:
         Whatever our row says, such a read dates our view (``current_at``)."""
         if self.snapshot.version < data.version.version:
             return
-        self.current_at = max(self.current_at or started, started)
+        self.current_at = started if self.current_at is None else max(self.current_at, started)
         found = data.get(self.address)
         if found is not None and found[0].status in LEASE_STATUSES:
             self.lease.confirm(started)
@@ -357,8 +357,8 @@ class TableView:
 
 
 RECENT_VIEW_SHARE = 0.5
-"""The share of ``defunct_silo_expiration`` within which a lease confirmation makes our view recent
-enough for a read of the changes (``catch_up``)."""
+"""The share of ``defunct_silo_expiration`` within which the newest read our view is as new as
+(``TableView.current_at``) makes it recent enough for a read of the changes (``catch_up``)."""
 
 
 def changes_suffice(view: TableView) -> bool:
