@@ -146,11 +146,14 @@ class PauseWatch:
         return blind
 
 
-def until_next_probe(now: float, options: SiloOptions) -> float:
+def until_next_probe(now: float, options: SiloOptions, phase: float = 0.0) -> float:
     """Seconds from ``now`` to a monitor's next probe: one interval, or to the next instant of the
-    grid (``align_probes``)."""
+    grid (``align_probes``) shifted by ``phase`` (a fraction of the interval: ``RingTargets.phase``)."""
     interval = options.effective_probe_interval
-    return next_tick(now, interval) - now if options.align_probes else interval
+    if not options.align_probes:
+        return interval
+    offset = phase * interval
+    return next_tick(now - offset, interval) + offset - now
 
 
 async def with_timeout(clock: Clock, awaitable: Awaitable[_T], timeout: float) -> _T:

@@ -38,7 +38,7 @@ from silo.membership.options import SiloOptions
 from silo.membership.probing import Prober
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot, SnapshotPublisher
-from silo.membership.targets import SuspectWatchers, ring_targets, select_targets
+from silo.membership.targets import RingTargets, SuspectWatchers, select_targets
 from silo.membership.votes import fresh_votes, may_vote
 
 logger = logging.getLogger(__name__)
@@ -94,8 +94,8 @@ class ClusterHealthMonitor:
             arc_heads=self._arc_heads,
             observe=self._observe_majority,
         )
-        self._ring: tuple[int | None, list[SiloAddress]] = (None, [])
-        """(table version, our ring targets at it)."""
+        self._ring = RingTargets(None, [], {}, 1, options.num_votes_for_death_declaration)
+        """Our ring targets at the latest table version, and our rank among each one's monitors."""
         self._ring_probed = False
         """Whether our monitors have had targets: later ring targets start at a random point
         (``_first_probe_delay``)."""
@@ -127,15 +127,15 @@ class ClusterHealthMonitor:
         Runs on every refresh too (a silo may have gone stale), but the ring part changes only
         with the table version: it is computed once per version (3 x N hashes and comparisons,
         which at 500 silos was a sixth of an overloaded host's time)."""
-        if self._ring[0] != snapshot.version:
-            self._ring = (snapshot.version, ring_targets(snapshot, self._local, self._options))
+        if self._ring.version != snapshot.version:
+            self._ring = RingTargets.of(snapshot, self._local, self._options)
         targets = select_targets(
             snapshot,
             self._local,
             self._clock.now(),
             self._options,
             self._liveness.is_fresh,
-            self._ring[1],
+            self._ring.targets,
             self._watchers.for_view(snapshot),
         )
         for gone in [silo for silo in self.monitors if silo not in targets]:
@@ -146,6 +146,7 @@ class ClusterHealthMonitor:
                 monitor = self._create_monitor(target, self)
                 self.monitors[target] = monitor
                 monitor.start(first_probe_after=self._first_probe_delay(target))
+            self.monitors[target].phase = self._ring.phase(target)
         if targets:
             self._ring_probed = True
             logger.debug("silo %s probes %s", self._local, ", ".join(map(str, targets)))
@@ -179,26 +180,25 @@ class ClusterHealthMonitor:
 
     def vote_delay(self, target: SiloAddress) -> float:
         """How long a monitor of ``target`` holds a vote its evidence calls for, by our rank among
-        the target's monitors: none if ``target`` is among our first ring targets (as many as
-        ``num_votes_for_death_declaration``), else one ``VOTE_STAGGER_STEP`` of ``probe_timeout``
-        per rank beyond them (at most ``VOTE_STAGGER_RANKS`` steps; a suspect off our ring: the
-        most).
+        the target's monitors (``targets.monitors_in_rank_order``): none among the first ranks (a
+        quorum, ``num_votes_for_death_declaration``, per grid phase: ``RingTargets.first_ranks``),
+        else one ``VOTE_STAGGER_STEP`` of ``probe_timeout`` per rank beyond them (at most
+        ``VOTE_STAGGER_RANKS`` steps; a suspect off our ring: the most).
 
         All of a dead silo's monitors notice within one probe interval of each other. Voting
         together, each of them wrote (all but one of each round lost the race) and, without
         TLS, read the whole table first; with ring sampling each also pinged every silo it does
-        not monitor. Our rank in ``target``'s ring order is where ``target`` stands among our
-        successors: the first ``q`` ranks are held by about one monitor each, so they complete
-        the quorum at once, and the others find the death gossiped before their turn (their
-        monitors stop, the held vote with them). When the first ranks cannot vote (on the
+        not monitor. Every silo ranks a target's monitors alike, one rank each, so the first ranks
+        of the grid phase that heard the target the longer ago complete the quorum at once
+        (those of the other phase half an interval later, usually after the death's gossip), and
+        the others find the death gossiped before their turn (their monitors stop, the held vote
+        with them). When the first ranks cannot vote (on the
         target's side of a cut, or themselves dead), the death waits a few steps more: a
         delay, never a vote that would not otherwise be cast.
         """
-        ring = self._ring[1]
-        if target in ring:
-            steps = min(
-                max(0, ring.index(target) - self._options.num_votes_for_death_declaration + 1), VOTE_STAGGER_RANKS
-            )
+        rank = self._ring.ranks.get(target)
+        if rank is not None:
+            steps = min(max(0, rank - self._ring.first_ranks + 1), VOTE_STAGGER_RANKS)
         else:
             steps = VOTE_STAGGER_RANKS
         return steps * VOTE_STAGGER_STEP * self._options.probe_timeout
@@ -237,7 +237,7 @@ class ClusterHealthMonitor:
         at the instant its gossip arrives: each opened a ping stream (a call set up at both ends)
         in the middle of the change's own spread, on cores the 19 other receivers of N = 20
         needed. The target was monitored by others all along; ours starts within an interval."""
-        if target not in self._ring[1]:
+        if target not in self._ring.ranks:
             return self.vote_delay(target)
         if not self._ring_probed:
             return 0.0  # our first ring: nothing to catch up with

@@ -121,6 +121,9 @@ class SiloHealthMonitor:
         self._loop: asyncio.Task[None] | None = None
         self.votes_cast = 0
         self._pauses = PauseWatch(clock, options.effective_probe_interval)
+        self.phase = 0.0
+        """Fraction of the probe interval after the grid's instants at which our probes leave
+        (``targets.RingTargets.phase``; the cluster health monitor sets it as our ring changes)."""
 
     # --- what others read -----------------------------------------------------------
 
@@ -207,7 +210,7 @@ class SiloHealthMonitor:
         """Sleep until the next probe; evaluate on the way when the silence reaches a round's start
         (``ROUND_START``), which a veto's moment takes off the grid our probes time out on."""
         now = self._clock.monotonic()
-        wake = now + until_next_probe(now, self._options)
+        wake = now + until_next_probe(now, self._options, self.phase)
         round_at = max(now, self.last_heard + self.suspect_after() * ROUND_START)
         if round_at < wake:
             await self._clock.sleep(round_at - now)

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from silo.membership.clock import SystemClock, next_tick, with_timeout
+from silo.membership.clock import SystemClock, next_tick, until_next_probe, with_timeout
+from silo.membership.options import SiloOptions
 
 
 def test_with_timeout_on_the_real_clock_returns_the_result_or_raises_and_cancels() -> None:
@@ -47,3 +48,18 @@ async def _fail() -> None:
 )
 def test_next_tick_is_the_grid_instant_after_the_nearest_one(now: float, interval: float, tick: float) -> None:
     assert next_tick(now, interval) == pytest.approx(tick)
+
+
+@pytest.mark.parametrize(
+    ("now", "phase", "wait"),
+    [
+        (1.0, 0.0, 0.25),  # on the grid of 0.25 s: the next instant
+        (1.0, 0.5, 0.375),  # half a step later: 1.125 is the nearest, 1.375 the next
+        (1.125, 0.5, 0.25),  # on the shifted grid: its next instant
+        (1.06, 0.5, 0.315),
+    ],
+)
+def test_a_phase_shifts_the_probe_grid_by_that_fraction_of_the_interval(now: float, phase: float, wait: float) -> None:
+    options = SiloOptions.local()  # probes every 0.25 s
+    assert until_next_probe(now, options, phase) == pytest.approx(wait)
+    assert until_next_probe(now, options.with_overrides({"align_probes": "false"}), phase) == pytest.approx(0.25)

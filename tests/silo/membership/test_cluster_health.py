@@ -21,7 +21,7 @@ from silo.membership.options import SiloOptions
 from silo.membership.ring import probe_targets, ring_index
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import LARGE_VIEW, MembershipSnapshot, SnapshotPublisher
-from silo.membership.targets import SuspectWatchers, select_targets
+from silo.membership.targets import RingTargets, SuspectWatchers, select_targets
 from silo.membership.votes import VoteOutcome
 from tests.silo.harness import T0, FunctionProber, address, async_test, row, view
 
@@ -496,10 +496,10 @@ def test_in_a_large_view_a_suspect_is_probed_by_its_ring_probers_and_a_few_watch
     assert len(probers_of(stuck, snapshot, is_fresh)) == 3  # off the ring: its watchers only
 
 
-async def five_ring_targets_and_a_suspect_off_the_ring() -> tuple[Rig, list[SiloAddress], SiloAddress]:
-    """ME among 11 Active silos, probing 5 ring targets, one other silo suspected by ring[0]:
-    (the rig, after its first ``update``; our ring targets in order; the suspect)."""
-    options = replace(SiloOptions.local(), num_probed_silos=5)
+async def five_ring_targets_and_a_suspect_off_the_ring(rings: int = 5) -> tuple[Rig, list[SiloAddress], SiloAddress]:
+    """ME among 11 Active silos, probing 5 ring targets (or ``rings``), one other silo suspected by
+    ring[0]: (the rig, after its first ``update``; our ring targets in order; the suspect)."""
+    options = replace(SiloOptions.local(), num_probed_silos=rings)
     rig = Rig(options=options)
     peers = [address(port) for port in range(2, 12)]
     ring = probe_targets(ME, [ME, *peers], options.num_probed_silos)
@@ -512,17 +512,34 @@ async def five_ring_targets_and_a_suspect_off_the_ring() -> tuple[Rig, list[Silo
     return rig, ring, suspect
 
 
+@pytest.mark.parametrize(
+    ("rings", "steps", "phases"),
+    [
+        # two quorums of ring targets: two phases of the grid, a quorum of first ranks in each
+        (5, [0, 0, 0, 0, 1], [0, 0, 0.5, 0.5, 0]),
+        # fewer (Orleans' 3 probed silos at scale): one grid, one quorum of first ranks
+        (3, [0, 0, 1], [0, 0, 0]),
+    ],
+)
 @async_test
-async def test_votes_are_staggered_by_our_rank_among_the_targets_monitors() -> None:
-    """The first ``num_votes_for_death_declaration`` of our ring targets get our vote at once,
-    each later one a step later (up to ``VOTE_STAGGER_RANKS`` steps), a suspect off our ring the
-    last: a dead silo's first monitors complete its quorum before the others' turn."""
-    rig, ring, suspect = await five_ring_targets_and_a_suspect_off_the_ring()
+async def test_votes_are_staggered_by_our_rank_among_the_targets_monitors_per_grid_phase(
+    rings: int, steps: list[int], phases: list[float]
+) -> None:
+    """Ring targets among whose monitors we rank first (``targets.monitors_in_rank_order``),
+    ``num_votes_for_death_declaration`` of them per grid phase (``targets.RingTargets``), get our
+    vote at once, each later one a step later (up to ``VOTE_STAGGER_RANKS`` steps), a suspect
+    off our ring the last: the first monitors of the phase that heard a dead silo the longer ago
+    complete its quorum before the others' turn."""
+    rig, ring, suspect = await five_ring_targets_and_a_suspect_off_the_ring(rings)
+    silos = (ME, *map(address, range(2, 12)))  # the helper's
+    ranks = [RingTargets.of(view(*map(row, silos)), ME, rig.options).ranks[target] for target in ring]
+    assert ranks == list(range(rings))  # on these rings our rank is the target's place in our ring order
     assert suspect in rig.cluster.monitors  # probed, though off our ring
     step = VOTE_STAGGER_STEP * rig.options.probe_timeout
-    delays = [rig.cluster.vote_delay(target) for target in ring]
-    assert delays == pytest.approx([0, 0, step, 2 * step, 3 * step])
+    assert [rig.cluster.vote_delay(target) for target in ring] == pytest.approx([count * step for count in steps])
     assert rig.cluster.vote_delay(suspect) == pytest.approx(VOTE_STAGGER_RANKS * step)
+    assert [rig.cluster.monitors[target].phase for target in ring] == phases
+    assert rig.cluster.monitors[suspect].phase == 0
     await rig.cluster.stop()
 
 
@@ -530,21 +547,21 @@ async def test_votes_are_staggered_by_our_rank_among_the_targets_monitors() -> N
 async def test_a_backup_holds_its_vote_once_more_while_another_silos_fresh_vote_is_in_the_view() -> None:
     """Our turn came after a first vote against the target: the first ranks are completing its
     quorum, and voting too would read the table and race them."""
-    rig, ring, expired = await five_ring_targets_and_a_suspect_off_the_ring()
-    first, second, backup, unvoted, mine_only = ring
+    rig, ring, expired = await five_ring_targets_and_a_suspect_off_the_ring(rings=7)
+    first, *_, backup, unvoted, mine_only = ring  # two grid phases: ranks 4 to 6 are backups
     now = rig.clock.now()
     old = now - timedelta(seconds=rig.options.death_vote_expiration + 1)
-    snapshot = view(
-        row(ME),
-        row(first).replace(suspect_times=((PEERS[0], now),)),
-        row(second),
-        row(backup).replace(suspect_times=((PEERS[0], now),)),
-        row(unvoted),
-        row(mine_only).replace(suspect_times=((ME, now),)),
-        row(expired).replace(suspect_times=((PEERS[0], old),)),
-        version=2,
-    )
+    votes = {
+        first: ((PEERS[0], now),),
+        backup: ((PEERS[0], now),),
+        mine_only: ((ME, now),),
+        expired: ((PEERS[0], old),),
+    }
+    others = [row(peer) for peer in map(address, range(2, 12)) if peer not in votes]  # the helper's peers
+    voted = [row(silo).replace(suspect_times=times) for silo, times in votes.items()]
+    snapshot = view(row(ME), *others, *voted, version=2)
     await rig.publisher.publish(snapshot)
+    assert probe_targets(ME, snapshot.active_silos, rig.options.num_probed_silos) == ring
     assert rig.cluster.vote_hold(first) == 0  # a first rank completes the quorum at once
     assert rig.cluster.vote_delay(backup) > 0
     assert rig.cluster.vote_hold(backup) == pytest.approx(rig.cluster.vote_delay(backup))

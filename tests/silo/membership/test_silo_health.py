@@ -134,6 +134,25 @@ async def test_aligned_monitors_started_apart_probe_at_the_same_instants(align: 
 
 
 @async_test
+async def test_a_monitor_at_half_phase_probes_half_an_interval_after_the_grid() -> None:
+    """``phase`` (``targets.RingTargets.phase``): a monitor of the second phase keeps to the grid shifted
+    by half an interval, and takes up a change of phase after its next probe."""
+    scene = Scene(FunctionProber())
+    sent: list[float] = []
+    scene.prober.reachable = lambda target: sent.append(scene.clock.monotonic()) is None
+    monitor = scene.monitor()
+    monitor.phase = 0.5
+    await run_for(scene, monitor, 0.37, step=0.01)
+    monitor.start()
+    await run_for(scene, monitor, 1.0 - scene.clock.monotonic(), step=0.01)
+    assert sent == pytest.approx([0.37, 0.625, 0.875], abs=0.011)
+    monitor.phase = 0.0
+    await run_for(scene, monitor, 1.55 - scene.clock.monotonic(), step=0.01)
+    await monitor.stop()
+    assert sent[3:] == pytest.approx([1.125, 1.5], abs=0.011)  # 1.25 is the nearest instant: 1.5 the next
+
+
+@async_test
 async def test_a_stop_cancelled_while_it_waits_leaves_no_probe_running_and_casts_no_vote() -> None:
     """The cluster monitor stopping while a view change stops this monitor cancels that stop
     mid-wait; a probe left running would time out later and vote for a monitor nobody holds."""
