@@ -7,7 +7,8 @@ Everything is measured against the **floor**, ``num_missed_probes_limit x probe_
 
 * **Crash and hang**, at N = 5, 10, 20 ``silo run`` processes (local preset, SQLite): each
   trial SIGKILLs (crash: the port refuses at once) or SIGSTOPs (hang: the port accepts,
-  nothing answers) a random silo, alternately, and times signal -> Dead row (the killer's
+  nothing answers) a random silo, alternately, at a random instant of the probe grid (the
+  silos of one machine probe together; ``BenchCluster``), and times signal -> Dead row (the killer's
   vote time, stored in the row) and signal -> the last survivor's view without it. It also
   times signal -> **takeover**: 8 keys the victim owned, all with the same owner on the ring
   without it, are sent in one batch (``example.echo``) to that new owner every 15 ms from the

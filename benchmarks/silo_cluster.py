@@ -364,6 +364,7 @@ class BenchCluster:
         assert victim.address is not None
         trial = KillTrial(str(victim.address), len(survivors))
         takeover = await self._takeover_plan(victim.address)
+        await self._at_a_random_instant_of_the_grid(rng)
         killed_at = wall()
         victim.send(signal.SIGKILL)
         await self._watch(trial, victim.address, survivors, killed_at, takeover)
@@ -380,6 +381,7 @@ class BenchCluster:
         assert victim.address is not None
         trial = KillTrial(str(victim.address), len(survivors), signal="SIGSTOP")
         takeover = await self._takeover_plan(victim.address)
+        await self._at_a_random_instant_of_the_grid(rng)
         stopped_at = wall()
         victim.send(signal.SIGSTOP)
         try:
@@ -388,6 +390,14 @@ class BenchCluster:
             trial.killed_after = wall() - stopped_at
             await asyncio.to_thread(victim.close)  # SIGKILL works on a stopped process too
         return trial
+
+    async def _at_a_random_instant_of_the_grid(self, rng: random.Random) -> None:
+        """Wait a random part of one probe interval, so that the signal falls at a uniformly random
+        instant of the silos' probe grid. Without it the benchmark, starved while every silo of
+        the machine probes and answers at once, ran (and signalled) just after those bursts: the
+        victim had always just answered, and a hang was timed from the worst instant of the grid
+        instead of a random one (a failure is independent of another machine's grid)."""
+        await asyncio.sleep(rng.uniform(0.0, self.cluster.options.effective_probe_interval))
 
     def _pick(self, rng: random.Random) -> tuple[SiloProcess, list[SiloProcess]]:
         victim = rng.choice(self.running)

@@ -2,7 +2,7 @@
 
 From a third of the suspicion time on (``ROUND_START``), a monitor asks up to
 ``num_indirect_probes`` distinct fresh intermediaries at once to ping its target, each for as long
-as it takes our own silence to become a suspicion (``watch_until``): a target that answers any of
+as it takes our own silence to become a suspicion (``watch_until``, less ``REPORT_LEAD``): a target that answers any of
 them within that window vetoes, and our link to it is the problem, not the target. So a vote
 along a cut link needs the target silent to the intermediaries too, for the last two thirds of
 the silence we measured: a pause or a stall of the target shorter than that (a GC pause, a starved
@@ -33,6 +33,15 @@ ROUND_START = 1 / 3
 Early enough that the intermediaries watch the target for the remaining two thirds before our
 suspicion (a pause of the target shorter than that cannot make a vote along a cut link), late
 enough that a target whose answers are a probe timeout late under loss is not asked about."""
+
+REPORT_LEAD = 1 / 8
+"""The fraction of a probe interval before our suspicion at which the intermediaries stop watching.
+
+Their reports are a round trip away, and our suspicion falls on an instant of our probe grid,
+when every silo of the machine that probes in our phase sends and answers at once: reports
+from a watch that ended at the suspicion came 20-40 ms after it (20 silos on two cores), and
+every hang's vote waited for them. Ended an eighth of an interval before (31 ms locally), the
+watch still covers all but that sliver of the two thirds of the silence the vote needs."""
 
 RoundSettled = Callable[[float, bool], Awaitable[None]]
 """Told when a round ends: ``(moment, vetoed)``: for a veto the monotonic time its report came
@@ -86,15 +95,16 @@ class IndirectRounds:
 
     def start(self, watch_until: float) -> None:
         """Ask up to ``num_indirect_probes`` intermediaries, chosen at random, all at once, to ping
-        the target until the monotonic time ``watch_until`` (our suspicion), for at least a probe
-        timeout."""
+        the target until ``REPORT_LEAD`` of a probe interval before the monotonic time
+        ``watch_until`` (our suspicion), for at least a probe timeout."""
         candidates = self._candidates()
         if not candidates:
             return
         chosen = self._random.sample(candidates, min(self._link.options.num_indirect_probes, len(candidates)))
         self.started = now = self._link.clock.monotonic()
         self._vetoed = self._reported = False
-        window = max(self._link.probe_timeout(), watch_until - now)
+        lead = REPORT_LEAD * self._link.options.effective_probe_interval
+        window = max(self._link.probe_timeout(), watch_until - lead - now)
         logger.debug(
             "silo %s: asking %s to ping %s for up to %.2fs",
             self._link.local, ", ".join(map(str, chosen)), self._link.target, window,

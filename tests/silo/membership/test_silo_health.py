@@ -12,7 +12,7 @@ import pytest
 
 from membership_tables import SiloAddress
 from silo.membership.clock import FakeClock
-from silo.membership.indirect_rounds import ROUND_START
+from silo.membership.indirect_rounds import REPORT_LEAD, ROUND_START
 from silo.membership.local_health import SILENCE_MEMORY, LocalHealth
 from silo.membership.new_connections import REFUSAL_RECHECK
 from silo.membership.options import SiloOptions
@@ -309,6 +309,31 @@ async def test_a_round_in_which_no_intermediary_reported_is_no_evidence(reports:
     assert bool(scene.votes) is reports
     rounds = len(scene.prober.indirect_calls) // 2
     assert rounds >= (3 * FLOOR / OPTIONS.probe_timeout - 2 if not reports else 1)
+    await monitor.stop()
+
+
+@pytest.mark.parametrize("report_latency", [0.0, 0.02, 0.9 * REPORT_LEAD * OPTIONS.probe_interval])
+@async_test
+async def test_a_hangs_vote_does_not_wait_for_the_intermediaries_reports(report_latency: float) -> None:
+    """The round watches until ``REPORT_LEAD`` of an interval before our suspicion, so reports that
+    take up to that long to come back are in when it comes: the vote is cast at the floor."""
+    scene = Scene(FunctionProber(), intermediaries=[HELPER, OTHER])
+
+    async def silent_target(intermediary: SiloAddress, target: SiloAddress) -> IndirectProbeResult:
+        await scene.clock.sleep(scene.prober.indirect_timeouts[-1] + report_latency)
+        return result(False)
+
+    scene.prober.indirect = silent_target
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 1.0)  # answering
+    heard = monitor.last_heard
+    scene.prober.reachable = hanging(scene.clock)
+    await run_for(scene, monitor, FLOOR + 0.2, step=0.01)
+    assert len(scene.votes) == 1
+    assert scene.votes[0] - heard == pytest.approx(FLOOR, abs=1e-6)
+    window = (1 - ROUND_START) * FLOOR - REPORT_LEAD * OPTIONS.probe_interval
+    assert scene.prober.indirect_timeouts == pytest.approx([window, window])
     await monitor.stop()
 
 
