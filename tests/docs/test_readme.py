@@ -95,8 +95,8 @@ def test_every_readme_result_is_in_its_results_file() -> None:
 @pytest.mark.parametrize(
     ("change", "problem"),
     [
-        ({"result": "median 0.04-0.24 s"}, "0.04 not found"),
-        ({"result": "median 0.16-0.24 s, 7.5 ms later"}, "7.5ms not found"),
+        ({"result": "median 0.16-987 s"}, "987 not found"),
+        ({"result": "median 0.16-0.22 s, 7.5 ms later"}, "7.5ms not found"),
         ({"what": "crash to the Dead row, N = 50"}, "50 not found"),
         ({"command": "`python -m benchmarks.detection`"}, "the run was"),
         ({"results file": "`detection_lost.json`"}, "no such file"),
@@ -105,7 +105,7 @@ def test_every_readme_result_is_in_its_results_file() -> None:
 def test_a_figure_its_file_does_not_hold_is_reported(change: dict[str, str], problem: str) -> None:
     row = {
         "what": "crash (SIGKILL) to the Dead row, N = 5, 10, 20",
-        "result": "median 0.16-0.24 s",
+        "result": "median 0.16-0.22 s",
         "command": "`python -m benchmarks.detection --systems silos --sizes 5,10,20 --trials 10`",
         "results file": "`detection_takeover.json`",
     }
