@@ -192,9 +192,9 @@ class ClusterHealthMonitor:
         of the grid phase that heard the target the longer ago complete the quorum at once
         (those of the other phase half an interval later, usually after the death's gossip), and
         the others find the death gossiped before their turn (their monitors stop, the held vote
-        with them). When the first ranks cannot vote (on the
-        target's side of a cut, or themselves dead), the death waits a few steps more: a
-        delay, never a vote that would not otherwise be cast.
+        with them). When the first ranks cannot vote (on the target's side of a cut, or
+        themselves dead), the death waits a few steps more: a delay, never a vote that would not
+        otherwise be cast.
         """
         rank = self._ring.ranks.get(target)
         if rank is not None:
@@ -323,7 +323,7 @@ class ClusterHealthMonitor:
             return []
 
         def worth_asking(silo: SiloAddress) -> bool:
-            return silo != self._local and not (silo in self.monitors and not self.monitors[silo].hears_target())
+            return silo != self._local and not (silo in self.monitors and self.monitors[silo].suspected())
 
         kept = [silo for silo in self._arc_heads(snapshot) if self._liveness.is_fresh(silo) and worth_asking(silo)]
         if len(kept) > self._options.num_indirect_probes:

@@ -122,8 +122,7 @@ class SiloHealthMonitor:
         self.votes_cast = 0
         self._pauses = PauseWatch(clock, options.effective_probe_interval)
         self.phase = 0.0
-        """Fraction of the probe interval after the grid's instants at which our probes leave
-        (``targets.RingTargets.phase``; the cluster health monitor sets it as our ring changes)."""
+        """Fraction of the probe interval our probes leave after the grid's instants (``RingTargets.phase``)."""
 
     # --- what others read -----------------------------------------------------------
 
@@ -133,10 +132,6 @@ class SiloHealthMonitor:
 
     def silence(self) -> float:
         return self._clock.monotonic() - self.last_heard
-
-    def hears_target(self) -> bool:
-        """True unless the target is currently suspected by us (silent or refusing)."""
-        return not self.suspected()
 
     def heard_within(self, seconds: float) -> bool:
         """The target answered, the last time less than ``seconds`` ago, and is not refusing."""
