@@ -117,6 +117,7 @@ BENCHMARKS = (
         (
             Result("scale", "200, 500 and 1,000 silos, the default command"),
             Result("scale_1000", "1,000 silos joining at once"),
+            Result("scale_2000", "2,000 silos joining at once"),
         ),
     ),
     Benchmark(
