@@ -2,16 +2,16 @@
 
 From a third of the suspicion time on (``ROUND_START``), a monitor asks up to
 ``num_indirect_probes`` distinct fresh intermediaries at once to ping its target, each for as long
-as it takes our own silence to become a suspicion (``watch_until``, less ``REPORT_LEAD``): a target that answers any of
-them within that window vetoes, and our link to it is the problem, not the target. So a vote
-along a cut link needs the target silent to the intermediaries too, for the last two thirds of
-the silence we measured: a pause or a stall of the target shorter than that (a GC pause, a starved
-process, a TCP retransmission) is answered late rather than not at all, and vetoes. One that fails
-adds nothing (it did not itself observe a sustained silence). A vote needs a finished round that
-started after the silence that counts as evidence began, was not vetoed, and in which at least one
-intermediary reported that it could not reach the target (or no intermediary to ask): a round
-none of whose intermediaries could be asked (our own calls failing, as on an overloaded or half-cut
-host) is no evidence, and another one is asked a probe timeout later.
+as it takes our own silence to become a suspicion (``watch_until``, less ``REPORT_LEAD``): a
+target that answers any of them within that window vetoes, and our link to it is the problem, not
+the target. So a vote along a cut link needs the target silent to the intermediaries too, for the
+last two thirds of the silence we measured: a pause or a stall of the target shorter than that (a
+GC pause, a starved process, a TCP retransmission) is answered late rather than not at all, and
+vetoes. One that fails adds nothing (it did not itself observe a sustained silence). A vote needs
+a finished round that started after the silence that counts as evidence began, was not vetoed, and
+in which at least one intermediary reported that it could not reach the target (or no intermediary
+to ask): a round none of whose intermediaries could be asked (our own calls failing, as on an
+overloaded or half-cut host) is no evidence, and another one is asked a probe timeout later.
 """
 
 from __future__ import annotations

@@ -119,8 +119,9 @@ class SiloOptions:
     own phase. A ping wakes the event loops of both silos, and a wake-up costs more CPU than the
     ping itself; probes sent together, and answered together, share their wake-ups. At 500
     silos on two cores a silo used 2.5 x less CPU. A silo with two quorums of ring targets or more
-    probes every other quorum half an interval after the grid (``targets.RingTargets.phase``). Off: each
-    monitor keeps the phase it started with (probes spread evenly over the interval, no bursts)."""
+    probes every other quorum half an interval after the grid (``targets.RingTargets.phase``).
+    Off: each monitor keeps the phase it started with (probes spread evenly over the interval, no
+    bursts)."""
 
     lease_timeout: float = 10.0
     """Seconds a silo may go without the table confirming it Active (a read of its own row, or a

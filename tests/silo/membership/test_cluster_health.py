@@ -496,12 +496,16 @@ def test_in_a_large_view_a_suspect_is_probed_by_its_ring_probers_and_a_few_watch
     assert len(probers_of(stuck, snapshot, is_fresh)) == 3  # off the ring: its watchers only
 
 
+ELEVEN_PEERS = [address(port) for port in range(2, 12)]
+"""The silos besides ME of the 11-silo rings below."""
+
+
 async def five_ring_targets_and_a_suspect_off_the_ring(rings: int = 5) -> tuple[Rig, list[SiloAddress], SiloAddress]:
     """ME among 11 Active silos, probing 5 ring targets (or ``rings``), one other silo suspected by
     ring[0]: (the rig, after its first ``update``; our ring targets in order; the suspect)."""
     options = replace(SiloOptions.local(), num_probed_silos=rings)
     rig = Rig(options=options)
-    peers = [address(port) for port in range(2, 12)]
+    peers = ELEVEN_PEERS
     ring = probe_targets(ME, [ME, *peers], options.num_probed_silos)
     suspect = next(peer for peer in peers if peer not in ring)
     snapshot = view(
@@ -531,7 +535,7 @@ async def test_votes_are_staggered_by_our_rank_among_the_targets_monitors_per_gr
     off our ring the last: the first monitors of the phase that heard a dead silo the longer ago
     complete its quorum before the others' turn."""
     rig, ring, suspect = await five_ring_targets_and_a_suspect_off_the_ring(rings)
-    silos = (ME, *map(address, range(2, 12)))  # the helper's
+    silos = (ME, *ELEVEN_PEERS)
     ranks = [RingTargets.of(view(*map(row, silos)), ME, rig.options).ranks[target] for target in ring]
     assert ranks == list(range(rings))  # on these rings our rank is the target's place in our ring order
     assert suspect in rig.cluster.monitors  # probed, though off our ring
@@ -557,7 +561,7 @@ async def test_a_backup_holds_its_vote_once_more_while_another_silos_fresh_vote_
         mine_only: ((ME, now),),
         expired: ((PEERS[0], old),),
     }
-    others = [row(peer) for peer in map(address, range(2, 12)) if peer not in votes]  # the helper's peers
+    others = [row(peer) for peer in ELEVEN_PEERS if peer not in votes]
     voted = [row(silo).replace(suspect_times=times) for silo, times in votes.items()]
     snapshot = view(row(ME), *others, *voted, version=2)
     await rig.publisher.publish(snapshot)
@@ -595,7 +599,7 @@ async def test_a_ring_target_new_after_our_first_ring_is_first_probed_within_an_
     were set up in the middle of the death's spread, on the cores its other receivers needed."""
     options = replace(SiloOptions.local(), num_probed_silos=5)
     rig = Rig(options=options, rng=Midpoint(0))
-    peers = [address(port) for port in range(2, 12)]
+    peers = ELEVEN_PEERS
     ring = probe_targets(ME, [ME, *peers], options.num_probed_silos)
     first = view(row(ME), *(row(peer) for peer in peers), version=1)
     rig.liveness.observe(first)

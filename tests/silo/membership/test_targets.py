@@ -11,13 +11,14 @@ from membership_tables import SiloAddress
 from silo.membership.options import SiloOptions
 from silo.membership.ring import probe_targets, ring_index
 from silo.membership.targets import PROBE_PHASES, RingTargets, monitors_in_rank_order
-from tests.silo.harness import row, view
+from tests.silo.harness import address, row, view
 
 LOCAL = SiloOptions.local()  # 10 probed silos, a quorum of 2: two grid phases from 4 ring targets on
 
 
 def cluster(size: int, seed: int = 0) -> list[SiloAddress]:
-    return [SiloAddress("10.0.0.1", 20000 + 97 * index + seed, 1_700_000_000_000 + seed) for index in range(size)]
+    """``size`` silos; another ``seed``, other ports: other rings."""
+    return [address(20000 + 97 * index + seed) for index in range(size)]
 
 
 @pytest.mark.parametrize("size", [5, 11])
@@ -69,7 +70,7 @@ def test_too_few_ring_targets_for_a_quorum_per_phase_keep_one_grid() -> None:
 def test_a_silo_not_active_has_no_ring_and_a_suspect_off_the_ring_is_probed_on_the_grid() -> None:
     silos = cluster(8)
     snapshot = view(*(row(silo) for silo in silos))
-    assert RingTargets.of(snapshot, SiloAddress("10.0.0.9", 1, 1), LOCAL).targets == []
+    assert RingTargets.of(snapshot, address(1), LOCAL).targets == []  # not in the view
     ring = RingTargets.of(snapshot, silos[0], replace(LOCAL, num_probed_silos=4))
     off_ring = next(silo for silo in silos[1:] if silo not in ring.targets)
     assert ring.phase(off_ring) == 0.0
