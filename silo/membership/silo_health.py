@@ -247,9 +247,10 @@ class SiloHealthMonitor:
         self._was_suspected = self.suspected()
 
     def _wants_new_connection(self) -> bool:
-        """Silent for a probe timeout (a ping of ours timed out) after answering before, and not
-        refusing: each probe then also goes on a new connection, and the path is checked."""
-        return self.answered and self.refusals == 0 and self.silence() >= self._options.probe_timeout
+        """Silent for a probe timeout (a ping of ours timed out) and not refusing: each probe then
+        also goes on a new connection, and the path is checked. Also before the first answer: a
+        silo cut off just after it joined is counted silent from its new monitors' start."""
+        return self.refusals == 0 and self.silence() >= self._options.probe_timeout
 
     async def _round_settled(self, moment: float, vetoed: bool) -> None:
         """An indirect round ended: a veto counts as an answer at ``moment``, when its report came."""

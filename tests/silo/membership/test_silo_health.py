@@ -397,20 +397,28 @@ CUT = 1.0
 
 
 @pytest.mark.parametrize("new_connections_answer", [True, False], ids=["new connections answer", "control"])
+@pytest.mark.parametrize(
+    "heard_before_the_cut", [True, False], ids=["heard before the cut", "cut before its first answer"]
+)
 @async_test
 async def test_a_cut_shorter_than_the_floor_is_not_voted_on_when_a_new_connection_answers_after_it(
-    new_connections_answer: bool,
+    new_connections_answer: bool, heard_before_the_cut: bool
 ) -> None:
+    """Also when the cut begins before the monitor's first answer: a silo cut off just after it
+    joined, whose new monitors count its silence from their start (it was voted Dead once)."""
     scene = Scene(FunctionProber())
     monitor = scene.monitor()
-    monitor.start()
-    await run_for(scene, monitor, 1.0)  # answering on the usual connection
-    assert scene.prober.new_connection_pings == []  # never while the usual connection answers
+    if heard_before_the_cut:
+        monitor.start()
+        await run_for(scene, monitor, 1.0)  # answering on the usual connection
+        assert scene.prober.new_connection_pings == []  # never while the usual connection answers
     healed_at = scene.clock.monotonic() + CUT
     scene.prober.reachable = hanging(scene.clock)  # the cut, then the usual connection's backoff
     scene.prober.reachable_on_new_connection = lambda target: (
         new_connections_answer and (scene.clock.monotonic() >= healed_at)
     )
+    if not heard_before_the_cut:
+        monitor.start()
     await run_for(scene, monitor, 2 * FLOOR)
     if new_connections_answer:
         assert scene.votes == []
