@@ -24,7 +24,12 @@ silos fits two cores (see ``OVERRIDES``; the JSON records them), so the detectio
 is ``num_missed_probes_limit x probe_timeout`` of those options: 15 s.
 
     python -m benchmarks.scale [--quick] [--sizes 200,500,1000] [--gossip on|off] [--steady SECONDS]
-                               [--per-process N] [--max-load PER_CORE] [--mass-kill N] [--set OPTION=VALUE ...]
+                               [--per-process N] [--max-load PER_CORE] [--mass-kill N] [--join-rate SILOS_PER_S]
+                               [--set OPTION=VALUE ...]
+
+``--join-rate`` paces the joins (that many silos start joining a second, the hosts interleaved)
+instead of the storm, as a deployment that rolls silos out would: the time to all Active is then
+at least ``silos / rate``.
 
 ``--set`` changes one silo option over ``OVERRIDES`` (repeatable), e.g. the faster probes of
 the runs before 26 November (a 6 s floor): ``--set probe_timeout=2s --set probe_interval=2s``.
@@ -155,6 +160,9 @@ class Config:
     seed: int = 3
     max_load: float = OVERLOAD_PER_CORE
     """One-minute load average per core that stops a join (``--max-load``)."""
+    join_rate: float | None = None
+    """Silos that start joining per second over the whole cluster, the hosts interleaved
+    (``--join-rate``); None: all at once, the join storm."""
     options_set: OptionPairs = ()
     """``--set`` options, applied over ``OVERRIDES``."""
 
@@ -240,10 +248,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def join_pace(index: int, hosts: int, config: Config) -> list[str]:
+    """``benchmarks.silo_host``'s flags for host ``index`` of ``hosts`` at ``config.join_rate``: its
+    silo ``j`` joins ``(index + j * hosts) / rate`` seconds after the start (none: all at once)."""
+    if config.join_rate is None:
+        return []
+    return ["--join-offset", f"{index / config.join_rate:g}", "--join-spacing", f"{hosts / config.join_rate:g}"]
+
+
 def start_hosts(uri: str, silos: int, config: Config, root: Path, start_when: Path) -> list[ServerProcess]:
     """The host processes of ``silos`` silos; they bind their servers and wait for ``start_when`` to exist."""
     hosts = []
-    for index, count in enumerate(hosts_for(silos, config)):
+    counts = hosts_for(silos, config)
+    for index, count in enumerate(counts):
         argv = [
             sys.executable,
             "-m",
@@ -257,6 +274,7 @@ def start_hosts(uri: str, silos: int, config: Config, root: Path, start_when: Pa
             "--start-when",
             str(start_when),
         ]
+        argv += join_pace(index, len(counts), config)
         env = {"PYTHONPATH": str(ROOT), "GRPC_VERBOSITY": "ERROR"}
         hosts.append(ServerProcess([*argv, *set_arguments(config)], root / f"host-{index}.log", env=env))
     return hosts
@@ -717,6 +735,7 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     extra.add_argument("--per-process", default=None)
     extra.add_argument("--max-load", default=None)
     extra.add_argument("--mass-kill", default=None)
+    extra.add_argument("--join-rate", default=None)
     add_set_flag(extra, "options_set")
     settings, known, config = parse_over_preset(__doc__ or NAME, argv, extra, Config)
     changes: dict[str, Any] = {}
@@ -734,6 +753,8 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
         changes["max_load"] = positive(known.max_load, "--max-load", float)
     if known.mass_kill is not None:
         changes["mass_kill"] = positive(known.mass_kill, "--mass-kill", least=0)
+    if known.join_rate is not None:
+        changes["join_rate"] = positive(known.join_rate, "--join-rate", float)
     if known.options_set:
         if any(name == "use_liveness_gossip" for name, _ in known.options_set):
             raise SystemExit("--set: use --gossip on|off to choose gossip, not use_liveness_gossip")

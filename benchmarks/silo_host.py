@@ -9,6 +9,9 @@ are over, then serves until SIGTERM/SIGINT (graceful leave) or SIGKILL. With ``-
 PATH`` the silos start joining only once PATH exists, so that several hosts start together:
 without it the first host to finish importing joined an empty table alone, its silos were the
 whole Active set for seconds, and every other joiner validated against that one process.
+``--join-offset A --join-spacing B`` pace the joins instead of starting them together: silo ``j``
+of this host starts joining ``A + j * B`` seconds after the start (``benchmarks.scale --join-rate``
+interleaves the hosts so that the whole cluster starts a steady number of joins a second).
 
 ``--probe-loss P --probe-delay Q`` wrap every silo's prober in ``benchmarks.lossy_prober.LossyProber``
 (silo ``i`` seeded ``--seed + i``): probe-level packet loss and delay without ``tc netem``.
@@ -43,6 +46,12 @@ async def join(stack: SiloStack) -> bool:
     return stack.silo.status is SiloStatus.ACTIVE
 
 
+async def join_after(stack: SiloStack, delay: float) -> bool:
+    if delay > 0:
+        await asyncio.sleep(delay)
+    return await join(stack)
+
+
 async def leave(stack: SiloStack) -> None:
     await stack.silo.stop()
     await stack.close()
@@ -72,6 +81,8 @@ async def serve(
     options: SiloOptions,
     impairment: Impairment | None = None,
     start_when: Path | None = None,
+    join_offset: float = 0.0,
+    join_spacing: float = 0.0,
 ) -> int:
     table = open_table(table_uri, cluster_id)
     wrap = impairment.wrap if impairment else None
@@ -84,7 +95,9 @@ async def serve(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    joined = await asyncio.gather(*(join(stack) for stack in stacks))
+    joined = await asyncio.gather(
+        *(join_after(stack, join_offset + index * join_spacing) for index, stack in enumerate(stacks))
+    )
     print(f"active {sum(joined)} of {count}", flush=True)
     freeze_startup_objects()
     await stop.wait()
@@ -104,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe-delay", type=float, default=0.0, help="fraction of probes delayed (default 0)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first silo's loss/delay RNG")
     parser.add_argument("--start-when", type=Path, help="start joining once this file exists (default: at once)")
+    parser.add_argument("--join-offset", type=float, default=0.0, help="seconds before the first silo joins")
+    parser.add_argument(
+        "--join-spacing", type=float, default=0.0, help="seconds between two silos' joins (0: together)"
+    )
     args = parser.parse_args(argv)
     # WARNING: hundreds of silos to a process; SILO_HOST_LOG_LEVEL=INFO to follow each one's join and votes
     # (membership events too with SILO_HOST_EVENT_LOG=1; SILO_HOST_DEBUG_LOGGERS=a,b for DEBUG on some loggers).
@@ -120,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     lossy = args.probe_loss > 0 or args.probe_delay > 0
     impairment = Impairment(args.probe_loss, args.probe_delay, args.seed) if lossy else None
     tune_for_silos()  # as ``silo run`` does
+    pace = {"join_offset": args.join_offset, "join_spacing": args.join_spacing}
     with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(serve(args.table, args.cluster, args.count, options, impairment, args.start_when))
+        return asyncio.run(serve(args.table, args.cluster, args.count, options, impairment, args.start_when, **pace))
     return 0
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from benchmarks import scale
-from benchmarks.scale import Config, hosts_for, options, overrides, parse, report, set_arguments
+from benchmarks.scale import Config, hosts_for, join_pace, options, overrides, parse, report, set_arguments
 
 
 def test_the_acceptance_sizes_with_gossip_on_and_five_steady_minutes_by_default(tmp_path: Path) -> None:
@@ -28,6 +28,20 @@ def test_sizes_gossip_steady_per_process_and_max_load_from_the_command_line(tmp_
     assert parse(["--mass-kill", "0", "--output-dir", str(tmp_path)])[1].mass_kill == 0
     assert parse(["--output-dir", str(tmp_path)])[1].mass_kill == 10
     assert overrides(config)["use_liveness_gossip"] == "false"
+
+
+def test_a_join_rate_interleaves_the_hosts_so_the_cluster_starts_that_many_joins_a_second(tmp_path: Path) -> None:
+    assert parse(["--output-dir", str(tmp_path)])[1].join_rate is None  # the storm by default
+    config = parse(["--join-rate", "40", "--sizes", "120", "--output-dir", str(tmp_path)])[1]
+    assert config.join_rate == 40.0
+    assert join_pace(0, 3, Config()) == []
+    hosts = hosts_for(120, config, cores=2)
+    starts = []
+    for index, count in enumerate(hosts):
+        flags = dict(zip(join_pace(index, len(hosts), config)[::2], join_pace(index, len(hosts), config)[1::2]))
+        offset, spacing = float(flags["--join-offset"]), float(flags["--join-spacing"])
+        starts += [offset + silo * spacing for silo in range(count)]
+    assert sorted(starts) == pytest.approx([silo / 40 for silo in range(120)])
 
 
 def test_set_changes_silo_options_over_the_preset_and_the_json_records_them(tmp_path: Path) -> None:
@@ -51,6 +65,7 @@ def test_set_changes_silo_options_over_the_preset_and_the_json_records_them(tmp_
         (["--per-process", "-3"], "--per-process must be"),
         (["--max-load", "none"], "--max-load must be a number"),
         (["--mass-kill", "-1"], "--mass-kill must be a number of at least 0"),
+        (["--join-rate", "0.5"], "--join-rate must be a number of at least 1"),
         (["--set", "probe_timout=5s"], r"--set: unknown option 'probe_timout'; did you mean probe_timeout"),
         (["--set", "probe_timeout=soon"], r"--set: .*probe_timeout"),
         (["--set", "use_liveness_gossip=false"], r"--set: use --gossip on\|off"),
