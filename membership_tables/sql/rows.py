@@ -126,6 +126,11 @@ _ETAG = ROW_COLUMNS.index("etag")
 _ALIVE = len(ROW_COLUMNS) - 1
 assert ROW_COLUMNS[_ALIVE] == "i_am_alive_time", "RowParser keys rows by every column but the last, the heartbeat"
 _TIMES = tuple(index for index, name in enumerate(ROW_COLUMNS) if name in ("start_time", "i_am_alive_time"))
+Known = tuple[Parsed, Any]
+"""A parsed row and the heartbeat it was parsed with, as stored."""
+RECENT_ROWS = 20_000
+"""Rows parsed by reads of changes since the last full read that a parser keeps at most (a join
+storm writes two per silo)."""
 
 
 class _Read:
@@ -138,13 +143,13 @@ class _Read:
         self.parsed = parsed
         self.order = order if order is not None else sorted(range(len(parsed)), key=lambda i: parsed[i][0].silo_address)
         self.data = MembershipTableData.of_sorted(tuple(map(parsed.__getitem__, self.order)), version)
-        self._by_key: dict[Row, Parsed] | None = None
+        self._by_key: dict[Row, Known] | None = None
 
-    def known(self, row: Row) -> Parsed | None:
-        """The parsed row with the same stored values but perhaps the heartbeat, if any."""
+    def known(self, key: Row) -> Known | None:
+        """The parsed row whose stored values but the heartbeat are ``key``, if any."""
         if self._by_key is None:  # built on first use; threads that race build the same dict
-            self._by_key = {old[:_ALIVE]: pair for old, pair in zip(self.rows, self.parsed, strict=True)}
-        return self._by_key.get(row[:_ALIVE])
+            self._by_key = {old[:_ALIVE]: (pair, old[_ALIVE]) for old, pair in zip(self.rows, self.parsed, strict=True)}
+        return self._by_key.get(key)
 
 
 class RowParser:
@@ -157,7 +162,10 @@ class RowParser:
     position keeps its entry, one whose stored values but the heartbeat match a row read last
     time gets a copy with the new time (``MembershipEntry.with_i_am_alive_time``), any other
     row is parsed and validated in full, and if every position still holds the same silo the
-    previous address order is reused instead of sorting. Rows are compared by all their
+    previous address order is reused instead of sorting. Rows parsed by reads of changes are
+    kept until the next full read (``RECENT_ROWS`` at most), for the next read of changes and
+    that full read: in a join storm every silo reads the same new rows, and the silos of one
+    process (``benchmarks.silo_host``) share a handle, so each row is parsed once there. Rows are compared by all their
     stored values, so a row edited by hand is parsed afresh. A malformed row is left out of
     the snapshot's rows and reported in its ``malformed``; it is never kept, so it is parsed
     (and reported) again on every read until it is repaired or deleted. A handle's threads
@@ -167,6 +175,8 @@ class RowParser:
     def __init__(self, cluster_id: str) -> None:
         self._cluster_id = cluster_id
         self._last = _Read(TableVersion(0, ""), [], [], None)
+        self._recent: dict[Row, Known] = {}
+        """Rows parsed since the last full read, by stored values but the heartbeat."""
 
     def table_data(self, version: TableVersion, rows: Sequence[Row], *, full: bool) -> MembershipTableData:
         """The snapshot of ``rows`` at ``version``; ``full`` (every row of the cluster) is kept."""
@@ -195,23 +205,30 @@ class RowParser:
         if any(isinstance(pair, MalformedRow) for pair in parsed):
             good = [index for index, pair in enumerate(parsed) if not isinstance(pair, MalformedRow)]
             self._last = _Read(version, [rows[i] for i in good], [cast(Parsed, parsed[i]) for i in good], None)
+            self._recent = {}
             return MembershipTableData.from_parsed(parsed, version)
         read = self._last = _Read(version, rows, cast(list[Parsed], parsed), last.order if same_silos else None)
+        self._recent = {}  # the full read holds them now (a row parsed meanwhile is parsed again)
         return read.data
 
     def _parse(self, row: Row, last: _Read) -> Parsed | MalformedRow:
-        known = last.known(row)
+        key = row[:_ALIVE]
+        known = last.known(key) or self._recent.get(key)
         if known is not None:
-            return self._with_heartbeat(known, row)
+            pair, heartbeat = known
+            return pair if row[_ALIVE] == heartbeat else self._with_heartbeat(pair, row)
         values = self._named(row)
         for index in _TIMES:
             values[ROW_COLUMNS[index]] = time_from_db(row[index])
         try:
             if not isinstance(row[_ETAG], str):
                 raise InvalidEntryError(f"etag must be a str, got {row[_ETAG]!r}")
-            return row_to_entry(values), row[_ETAG]
+            parsed = row_to_entry(values), row[_ETAG]
         except InvalidEntryError as exc:
             return MalformedRow(row_name(values), str(exc))
+        if len(self._recent) < RECENT_ROWS:
+            self._recent[key] = (parsed, row[_ALIVE])
+        return parsed
 
     def _with_heartbeat(self, known: Parsed, row: Row) -> Parsed | MalformedRow:
         """``known`` (parsed from a row equal to ``row`` but for the heartbeat) with ``row``'s heartbeat."""

@@ -38,7 +38,8 @@ def test_a_join_rate_interleaves_the_hosts_so_the_cluster_starts_that_many_joins
     hosts = hosts_for(120, config, cores=2)
     starts = []
     for index, count in enumerate(hosts):
-        flags = dict(zip(join_pace(index, len(hosts), config)[::2], join_pace(index, len(hosts), config)[1::2]))
+        pace = join_pace(index, len(hosts), config)
+        flags = dict(zip(pace[::2], pace[1::2], strict=True))
         offset, spacing = float(flags["--join-offset"]), float(flags["--join-spacing"])
         starts += [offset + silo * spacing for silo in range(count)]
     assert sorted(starts) == pytest.approx([silo / 40 for silo in range(120)])

@@ -198,14 +198,17 @@ def test_reads_that_reuse_parsed_rows_match_a_fresh_handle(url: str, table: Memb
                 assert table.read_row(silo) == fresh.read_row(silo), f"step {step}"
 
 
+def stored_row(port: int, alive: str = "2026-01-01 00:00:00.000000", votes: str = "[]") -> tuple[object, ...]:
+    """A row of silo 10.0.0.1:``port`` as the SQLite driver returns it (``ROW_COLUMNS``)."""
+    start = "2026-01-01 00:00:00.000000"
+    return ("10.0.0.1", port, 1, "s", "h", "ACTIVE", 0, "", 0, 0, start, votes, "{}", f"etag-{port}", alive)
+
+
 def test_the_row_parser_sorts_rows_fetched_in_any_order() -> None:
     """Stores may return rows in any order (PostgreSQL: heap order); the address order of the
     last read is reused only while every position holds the same silo."""
     parser = RowParser("cluster-a")
-
-    def row(port: int, alive: str = "2026-01-01 00:00:00.000000", votes: str = "[]") -> tuple[object, ...]:
-        start = "2026-01-01 00:00:00.000000"
-        return ("10.0.0.1", port, 1, "s", "h", "ACTIVE", 0, "", 0, 0, start, votes, "{}", f"etag-{port}", alive)
+    row = stored_row
 
     def bad(port: int, alive: str = "2026-01-01 00:00:00.000000") -> tuple[object, ...]:
         return row(port, alive, votes="not json")
@@ -226,6 +229,23 @@ def test_the_row_parser_sorts_rows_fetched_in_any_order() -> None:
     assert ports([bad(6), row(3), row(1), bad(5)], 7) == [1, 3, -5, -6]
     assert ports([row(3), row(5), row(1)], 8) == [1, 3, 5]  # repaired
     assert ports([row(3), row(5), row(1)], 8) == [1, 3, 5]
+
+
+def test_rows_parsed_by_a_read_of_changes_are_reused_until_the_next_full_read() -> None:
+    """Every silo of a join storm reads the same new rows, and co-hosted silos share the parser."""
+    parser = RowParser("cluster-a")
+    parser.table_data(TableVersion(1, "v1"), [stored_row(1)], full=True)
+    (new,) = parser.table_data(TableVersion(2, "v2"), [stored_row(2)], full=False).entries
+    (again,) = parser.table_data(TableVersion(2, "v2"), [stored_row(2)], full=False).entries
+    assert again is new  # not parsed twice
+    later = "2026-01-01 00:00:07.000000"
+    (beat,) = parser.table_data(TableVersion(2, "v2"), [stored_row(2, alive=later)], full=False).entries
+    assert beat == new.with_i_am_alive_time(datetime(2026, 1, 1, 0, 0, 7, tzinfo=UTC))
+    full = parser.table_data(TableVersion(3, "v3"), [stored_row(1), stored_row(2)], full=True)
+    assert full.entries[1] is new
+    edited = parser.table_data(TableVersion(4, "v4"), [stored_row(2, votes="not json")], full=False)
+    assert edited.entries == ()  # other stored values: parsed afresh
+    assert len(edited.malformed) == 1
 
 
 @pytest.mark.parametrize("parsed_before", [False, True], ids=["new row", "heartbeat of a known row"])
