@@ -350,12 +350,16 @@ def grouped_bars(
 
 @contextlib.contextmanager
 def workdir(prefix: str) -> Iterator[Path]:
-    """A temp directory removed afterwards, whatever happens (benchmarks leave nothing behind)."""
+    """A temp directory removed afterwards, whatever happens (benchmarks leave nothing behind),
+    unless ``SILO_BENCH_KEEP=1``: then it is kept, with the silos' logs, and its path printed."""
     path = Path(tempfile.mkdtemp(prefix=f"silo-bench-{prefix}-"))
     try:
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        if os.environ.get("SILO_BENCH_KEEP") == "1":
+            print(f"[{prefix}] kept {path} (SILO_BENCH_KEEP=1): delete it when done", flush=True)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def wall() -> float:

@@ -1,9 +1,10 @@
 """Keeping the membership lease (``silo.membership.lease``) renewed, through the table or through peers.
 
 Every ``lease_renew_interval`` an Active silo reads its own row (one key, not the table); when
-its table calls fail it asks its probe targets, then if none of them can read the table every
-other non-Dead member of its view (when their answers leave an outage vouch possible) or a few
-more members (when they do not), to read the row for it (``ConfirmMembership``), and renews as
+its table calls fail it asks its nearest successors on ring 0 (the first is its ring-0 probe
+target), then if none of them can read the table every other non-Dead member of its view (when
+their answers leave an outage vouch possible) or a few more successors (when they do not), to
+read the row for it (``ConfirmMembership``), and renews as
 their answers allow (``judge_confirmations``). Reads for the lease never wait on a hung store
 longer than their share of the interval, and a read still running is awaited again rather than
 started twice.
@@ -28,7 +29,7 @@ from silo.membership.lease import (
     judge_confirmations,
     outage_vouch_possible,
 )
-from silo.membership.ring import probe_targets
+from silo.membership.ring import successors
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_view import TableView, catch_up
 
@@ -46,7 +47,7 @@ overloaded machine) rather than failing for everyone."""
 
 WIDER_ASKED = 8
 """Members asked next, after the first, when none of those read the table and their answers
-rule out an outage vouch (``outage_vouch_possible``): the following successors on the rings, so
+rule out an outage vouch (``outage_vouch_possible``): the following successors on ring 0, so
 that a silo cut off from the table with its neighbours still finds one that reads it. Asking
 every member then was a million calls per renewal in a 1,000-silo join storm (every read slow,
 every view different): each silo cycled a channel to every other through its pool, and the
@@ -152,7 +153,7 @@ class LeaseKeeper:
         return started, data
 
     async def _confirm_through_peers(self) -> None:
-        """Our table calls fail: ask our probe targets, then if none could read the table every other
+        """Our table calls fail: ask our nearest successors, then if none could read the table every other
         non-Dead member of our view, to read our row (``silo.membership.lease``, "Through peers"),
         and renew the lease as their answers allow."""
         ask_peer = self._ask_confirmation
@@ -174,17 +175,17 @@ class LeaseKeeper:
             replies = await asyncio.gather(*(ask(member) for member in asked))
             return {member: answer for member, answer in zip(asked, replies, strict=True) if answer is not None}
 
-        # a few neighbours first (their channels are open): one that reads the table settles it;
-        # everyone only when none of them could and an outage vouch is still possible (it needs
-        # every member's answer), else a few more, one of which may read the table
-        everyone = snapshot.member_silos  # shared: probe_targets skips us, and ranks them once per process
-        first = probe_targets(view.address, everyone, FIRST_ASKED) if len(members) > 2 * FIRST_ASKED else members
+        # a few neighbours first: one that reads the table settles it; everyone only when none of
+        # them could and an outage vouch is still possible (it needs every member's answer), else
+        # a few more, one of which may read the table
+        everyone = snapshot.member_silos
+        first = successors(view.address, everyone, FIRST_ASKED) if len(members) > 2 * FIRST_ASKED else members
         answers = await ask_all(first)
         if not any(answer.table_read for answer in answers.values()) and len(first) < len(members):
             if outage_vouch_possible(snapshot.version, view.newest_version_heard, first, answers):
                 rest = [member for member in members if member not in first]
             else:
-                wider = probe_targets(view.address, everyone, FIRST_ASKED + WIDER_ASKED)
+                wider = successors(view.address, everyone, FIRST_ASKED + WIDER_ASKED)
                 rest = [member for member in wider if member not in first]
             answers.update(await ask_all(rest))
         newer = [answer for answer in answers.values() if answer.table_read and answer.version > snapshot.version]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import heapq
 from collections.abc import Iterable, Iterator
 
 from membership_tables import SiloAddress
@@ -50,6 +51,22 @@ def probe_targets(local: SiloAddress, silos: Iterable[SiloAddress], num_rings: i
         chosen.append(successor)
     return chosen
 
+
+def successors(local: SiloAddress, silos: Iterable[SiloAddress], count: int, ring: int = 0) -> list[SiloAddress]:
+    """The first ``count`` silos after ``local`` on ring ``ring`` (``RingIndex.following``), found in
+    one pass without sorting the ring: for a caller that needs a few of them once per view (a
+    lease renewal through peers), where an index per view cost a sort of the whole cluster each
+    time (in a join storm, every silo's view differs)."""
+    origin = _position(local, ring)
+
+    def distance(silo: SiloAddress) -> tuple[int, SiloAddress]:
+        return (_position(silo, ring) - origin) % _RING_SIZE, silo
+
+    return heapq.nsmallest(count, (silo for silo in silos if silo != local), key=distance)
+
+
+_RING_SIZE = 1 << 64
+"""Ring positions are 64-bit (``silo.hashing.ring_position``)."""
 
 RingSlot = tuple[int, SiloAddress]
 """(position, address): a silo's place on a ring; a ring orders silos by it, wrapping around."""

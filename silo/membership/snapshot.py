@@ -158,11 +158,8 @@ class MembershipSnapshot:
 
     @functools.cached_property
     def member_silos(self) -> tuple[SiloAddress, ...]:
-        """Every silo not Dead, once per snapshot: the members a lease vouch asks about. One tuple
-        for every silo of a process that holds this view, so their ring indexes are shared
-        (``silo.membership.ring.ring_index``); a list without the asking silo was one per silo,
-        and ranking 1,000 silos on eleven rings at each lease renewal of each took a third of a
-        host's loop in a join storm."""
+        """Every silo not Dead, once per snapshot: the members a lease vouch asks about (their
+        nearest successors first: ``silo.membership.ring.successors``)."""
         return tuple(entry.silo_address for entry in self.entries if entry.status is not SiloStatus.DEAD)
 
     def fresh_votes_against(self, silo: SiloAddress, now: datetime, options: SiloOptions) -> int:

@@ -11,7 +11,7 @@ import pytest
 
 from membership_tables import SiloAddress
 from silo.hashing import ring_position
-from silo.membership.ring import RingIndex, probe_targets, ring_order
+from silo.membership.ring import RingIndex, probe_targets, ring_order, successors
 
 
 def cluster(size: int) -> list[SiloAddress]:
@@ -143,3 +143,12 @@ def test_an_index_and_ring_order_walk_the_sorted_ring_from_any_silo() -> None:
         ring = rng.randint(0, 3)
         assert list(RingIndex(silos).following(local, ring)) == sorted_following(silos, local, ring)
         assert ring_order(local, silos, ring) == sorted_following(silos, local, ring)
+
+
+def test_successors_are_the_first_silos_of_the_sorted_ring_without_sorting_it() -> None:
+    rng = random.Random(14)
+    for _ in range(200):
+        silos = list({SiloAddress("10.0.0.1", rng.randint(1, 60), 1) for _ in range(rng.randint(0, 30))})
+        local = rng.choice([*silos, SiloAddress("10.0.0.2", 1, 1)])
+        ring, count = rng.randint(0, 3), rng.randint(1, 12)
+        assert successors(local, silos, count, ring) == sorted_following(silos, local, ring)[:count]

@@ -26,7 +26,7 @@ from silo.membership.lease import (
 )
 from silo.membership.lease_keeper import FIRST_ASKED, WIDER_ASKED
 from silo.membership.options import OptionsError, SiloOptions
-from silo.membership.ring import probe_targets
+from silo.membership.ring import successors
 from silo.membership.votes import VoteOutcome
 from silo.runtime.silo import Silo
 from tests.silo.harness import (
@@ -459,13 +459,13 @@ async def test_a_silo_whose_neighbours_cannot_vouch_for_an_outage_asks_a_few_mor
     """A silo loses the table and its three neighbours do not answer its asks in time (their own
     reads are slow: a join storm). Without their answers no outage vouch is possible, so asking
     all fifteen others would be wasted (at 1,000 silos, a million calls per renewal): it asks the
-    next successors on its rings instead, one of which reads the table. It never fences, and the
+    next successors on ring 0 instead, one of which reads the table. It never fences, and the
     members beyond those successors are never asked."""
     cluster = await started(16)
     silo = cluster.silos[0]
     others = [other.silo_address for other in cluster.silos[1:]]
-    neighbours = probe_targets(silo.silo_address, others, FIRST_ASKED)
-    wider = probe_targets(silo.silo_address, others, FIRST_ASKED + WIDER_ASKED)
+    neighbours = successors(silo.silo_address, others, FIRST_ASKED)
+    wider = successors(silo.silo_address, others, FIRST_ASKED + WIDER_ASKED)
     proxies: dict[SiloAddress, CountedAskers] = {}
     for other in cluster.silos:
         kind = SlowToConfirm if other.silo_address in neighbours else CountedAskers
