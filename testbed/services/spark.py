@@ -324,6 +324,13 @@ def start_spark_cluster(
             process.stop()
 
 
+GATEWAY_ATTEMPTS = 2
+"""Tries at starting a driver's JVM. pyspark forks it from this process (``preexec_fn``); in a
+full suite, where this process already holds gRPC channels, it once exited before it started,
+printing nothing, while gRPC's poller logged ``epoll_wait error: Bad file descriptor``: the fork,
+not Spark or the job, which the next try runs as usual."""
+
+
 @contextlib.contextmanager
 def spark_session(
     cluster: SparkCluster, app_name: str, conf: Mapping[str, str] | None = None
@@ -333,12 +340,21 @@ def spark_session(
     The driver and its executors run this interpreter (``PYSPARK_PYTHON``), and the driver
     JVM binds to 127.0.0.1 (``SPARK_LOCAL_IP``); pyspark reads both from the environment.
     """
+    from pyspark.errors import PySparkRuntimeError
     from pyspark.sql import SparkSession
 
     if SparkSession.getActiveSession() is not None:
         raise RuntimeError("a SparkContext is already running in this process; stop it before starting another")
+    settings = {**cluster.session_conf(app_name), **(conf or {})}
     with driver_environment():
-        session = SparkSession.builder.config(map={**cluster.session_conf(app_name), **(conf or {})}).getOrCreate()
+        for attempt in range(1, GATEWAY_ATTEMPTS + 1):
+            try:
+                session = SparkSession.builder.config(map=settings).getOrCreate()
+                break
+            except PySparkRuntimeError as exc:
+                if "JAVA_GATEWAY_EXITED" not in str(exc) or attempt == GATEWAY_ATTEMPTS:
+                    raise
+                print(f"spark_session: the driver's JVM exited before it started ({exc}); again", file=sys.stderr)
         try:
             yield session
         finally:
