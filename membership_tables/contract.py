@@ -43,7 +43,14 @@ from types import TracebackType
 from typing import ClassVar, Literal, Self
 
 from membership_tables.errors import InvalidUpdateError, TableUnavailableError
-from membership_tables.model import CommittedWrite, MembershipEntry, MembershipTableData, SiloAddress, TableVersion
+from membership_tables.model import (
+    CommittedWrite,
+    MalformedRow,
+    MembershipEntry,
+    MembershipTableData,
+    SiloAddress,
+    TableVersion,
+)
 
 UNINITIALIZED_VERSION = TableVersion(0, "")
 """What reads return for a cluster whose version row does not exist (yet)."""
@@ -153,6 +160,24 @@ class MembershipTable(abc.ABC):
         result has no rows and reports that row in ``malformed``, as ``read_all`` would:
         the silo reads as absent, and the caller learns why.
         """
+
+    def read_rows(self, silos: Sequence[SiloAddress]) -> MembershipTableData:
+        """The rows of ``silos`` that exist (malformed ones in ``malformed``, as ``read_row``
+        reports them) and a version every row read is at least as new as.
+
+        For a caller that wants a handful of rows, not the table (a joiner re-reading the silos
+        it has not reached yet). Where the store reads them in one call it is one atomic
+        snapshot like ``read_row``'s (SQL: one statement); the default reads them one by one,
+        each atomic, and reports the oldest version it read.
+        """
+        reads = [self.read_row(silo) for silo in dict.fromkeys(silos)]
+        if not reads:
+            return MembershipTableData((), self.read_version())
+        version = min((read.version for read in reads), key=lambda read_version: read_version.version)
+        parts: list[tuple[MembershipEntry, str] | MalformedRow] = []
+        for read in reads:
+            parts += [*read.rows, *read.malformed]
+        return MembershipTableData.from_parsed(parts, version)
 
     def read_changes(self, since: int) -> MembershipTableData:
         """The current version and at least every row that a versioned write changed at a version

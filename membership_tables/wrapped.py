@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from membership_tables.contract import MembershipTable
 from membership_tables.model import MembershipTableData, SiloAddress, TableVersion
 
@@ -21,6 +23,9 @@ class WrappedTable(MembershipTable):
 
     def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
         return self.inner.read_row(silo_address)
+
+    def read_rows(self, silos: Sequence[SiloAddress]) -> MembershipTableData:
+        return self.inner.read_rows(silos)
 
     def read_version(self) -> TableVersion:
         return self.inner.read_version()

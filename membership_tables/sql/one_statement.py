@@ -5,7 +5,7 @@ A store call on a lossy or distant link costs its round trips (issue: a vote on 
 each). Run as a transaction of several statements, a PostgreSQL read cost BEGIN, two SELECTs
 and COMMIT, and a vote's write BEGIN, an UPDATE per row, the version's UPDATE and COMMIT. Here:
 
-* Reads (``READ_ALL``, ``READ_ROW``, ``READ_CHANGES``) select the version row and the rows in one
+* Reads (``READ_ALL``, ``READ_ROW``, ``read_rows``, ``READ_CHANGES``) select the version row and the rows in one
   statement (the version row left-joined with its rows): one statement reads one snapshot on
   every database, so it needs no transaction around it. On PostgreSQL it runs in autocommit: one
   round trip.
@@ -98,6 +98,33 @@ READ_ROW = (
     .where(_versions.cluster_id == _CLUSTER)
 )
 """The version and one row (``statements.key_params``)."""
+
+READ_ROWS_MAX = 100
+"""Rows one ``read_rows`` statement selects at most (its condition has three parameters per row)."""
+
+
+@functools.lru_cache(maxsize=READ_ROWS_MAX)
+def read_rows(count: int) -> sa.Select[Any]:
+    """The version and the rows of ``count`` silos (``rows_key_params``): ``READ_ROW`` for several keys."""
+    keys = sa.or_(
+        *(
+            sa.and_(
+                *(
+                    _members[column] == sa.bindparam(f"{name}_{index}")
+                    for column, name in zip(KEY_COLUMNS[1:], _KEY_PARAMS, strict=True)
+                )
+            )
+            for index in range(count)
+        )
+    )
+    return (
+        sa.select(_versions.version, _versions.etag, *(_members[name] for name in ROW_COLUMNS))
+        .select_from(
+            version_table.outerjoin(membership_table, sa.and_(_members.cluster_id == _versions.cluster_id, keys))
+        )
+        .where(_versions.cluster_id == _CLUSTER)
+    )
+
 
 _since: sa.BindParameter[int] = sa.bindparam("since", type_=sa.BigInteger())
 CHANGED_SINCE = sa.or_(

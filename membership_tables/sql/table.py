@@ -62,11 +62,13 @@ from membership_tables.sql.one_statement import (
     READ_ALL,
     READ_CHANGES,
     READ_ROW,
+    READ_ROWS_MAX,
     mysql_bump_version_and_rows,
     mysql_update_rows,
     postgres_at_next_version,
     postgres_insert_row,
     postgres_update_rows,
+    read_rows,
     row_params,
     split_read,
 )
@@ -170,6 +172,17 @@ class SqlMembershipTable(SqlMaintenance, MembershipTable):
 
     def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
         return self._read(READ_ROW, self._key_params(silo_address), full=False)
+
+    def read_rows(self, silos: Sequence[SiloAddress]) -> MembershipTableData:
+        """One statement (``one_statement.read_rows``) for up to ``READ_ROWS_MAX`` silos; none or
+        more: the contract's row by row."""
+        keys = list(dict.fromkeys(silos))
+        if not 0 < len(keys) <= READ_ROWS_MAX:
+            return super().read_rows(keys)
+        params = cluster_params(self.cluster_id)
+        for index, silo in enumerate(keys):
+            params.update(row_params(index, key_params(self.cluster_id, silo)))
+        return self._read(read_rows(len(keys)), params, full=False)
 
     # -- canonical writes --------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
@@ -457,6 +457,34 @@ def check_read_row_agrees_with_read_all(open_cluster: OpenCluster) -> None:
     expect(
         none.rows == () and none.version == everything.version,
         f"read_row of an absent silo: no rows, current version; got {none}",
+    )
+
+
+def by_silo(
+    rows: Iterable[tuple[MembershipEntry, str] | None],
+) -> dict[SiloAddress, tuple[MembershipEntry, str] | None]:
+    """Rows by their silo, to compare reads whatever their order."""
+    return {row[0].silo_address: row for row in rows if row is not None}
+
+
+def check_read_rows_agrees_with_read_all(open_cluster: OpenCluster) -> None:
+    table = fresh_table(open_cluster)
+    first, second, third, absent = make_entry(1001), make_entry(1002), make_entry(1003), make_entry(1004)
+    for entry in (first, second, third):
+        insert(table, entry)
+    everything = table.read_all()
+    asked = [third.silo_address, absent.silo_address, first.silo_address, third.silo_address]
+    some = table.read_rows(asked)
+    expect(some.version == everything.version, f"read_rows must carry the current version, got {some.version}")
+    expect(
+        len(some.rows) == 2
+        and by_silo(some.rows) == by_silo(everything.get(silo.silo_address) for silo in (first, third)),
+        f"read_rows must return each row asked for that exists, once, with its etag; got {some.rows}",
+    )
+    none = table.read_rows([])
+    expect(
+        none.rows == () and none.version == everything.version,
+        f"read_rows of no silos: no rows, current version; got {none}",
     )
 
 
@@ -1216,6 +1244,7 @@ CHECKS: tuple[Check, ...] = (
     check_updates_of_different_rows_are_ordered,
     check_reads_are_never_torn,
     check_read_row_agrees_with_read_all,
+    check_read_rows_agrees_with_read_all,
     check_reads_are_detached,
     check_initialize_is_idempotent,
     check_cleanup_removes_only_old_dead_rows,

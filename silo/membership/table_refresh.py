@@ -53,8 +53,9 @@ class TableRefresh:
     ) -> dict[SiloAddress, MembershipEntry | None]:
         """The current rows of ``silos`` (None: no row, or a malformed one), read the cheaper way.
 
-        One ``read_row`` each, and one of our own row, in one blocking call, while they cost
-        fewer rows than a full read (``ROW_READ_COST_IN_ROWS``); else a full ``refresh``. For a
+        One ``read_rows`` of them (one statement on SQL), and a ``read_row`` of our own, in one
+        blocking call, while they cost fewer rows than a full read (``ROW_READ_COST_IN_ROWS``);
+        else a full ``refresh``. For a
         joiner that re-reads the few silos it has not reached yet every ``probe_timeout``: a full
         read each round by each of hundreds of joiners was most of a 1,000-silo join storm's CPU,
         and slowed the answers they waited for. Their heartbeats are watched as a full read's
@@ -67,11 +68,11 @@ class TableRefresh:
             snapshot = await view.refresh(deadline)
             return {silo: snapshot.entry(silo) for silo in wanted}
 
-        def read() -> list[MembershipTableData]:
-            return [view.table.read_row(silo) for silo in (*wanted, view.address)]
+        def read() -> tuple[MembershipTableData, MembershipTableData]:
+            return view.table.read_rows(wanted), view.table.read_row(view.address)
 
-        *reads, own = await view.access.call(read, deadline)
-        rows = {silo: (data.entries[0] if data.entries else None) for silo, data in zip(wanted, reads, strict=True)}
+        read_rows, own = await view.access.call(read, deadline)
+        rows = {silo: (row[0] if (row := read_rows.get(silo)) else None) for silo in wanted}
         view.liveness.learn(row for row in rows.values() if row is not None)
         if view.own_verdict_in(own) is not None:
             await view.refresh(deadline)

@@ -225,6 +225,9 @@ class InstrumentedTable(MembershipTable):
     def read_row(self, silo_address: SiloAddress) -> MembershipTableData:
         return self._timed("read_row", lambda: self.inner.read_row(silo_address))
 
+    def read_rows(self, silos: Sequence[SiloAddress]) -> MembershipTableData:
+        return self._timed("read_rows", lambda: self.inner.read_rows(silos))
+
     def insert_row(self, entry: MembershipEntry, version: TableVersion) -> bool:
         return self._timed("insert_row", lambda: self.inner.insert_row(entry, version))
 

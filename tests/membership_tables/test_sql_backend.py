@@ -31,6 +31,7 @@ from membership_tables import (
     TableVersion,
     open_table,
 )
+from membership_tables.sql.one_statement import READ_ROWS_MAX
 from membership_tables.sql.rows import RowParser
 from membership_tables.sql.schema import time_to_db
 from membership_tables.testing import make_entry
@@ -246,6 +247,26 @@ def test_rows_parsed_by_a_read_of_changes_are_reused_until_the_next_full_read() 
     edited = parser.table_data(TableVersion(4, "v4"), [stored_row(2, votes="not json")], full=False)
     assert edited.entries == ()  # other stored values: parsed afresh
     assert len(edited.malformed) == 1
+
+
+def test_read_rows_reports_a_malformed_row_and_reads_more_silos_than_one_statement_takes(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'membership.db'}"
+    with open_table(url, "cluster-a") as table:
+        table.initialize()
+        good, bad = make_entry(1001), make_entry(1002)
+        insert(table, good, bad)
+        engine = sa.create_engine(url)
+        with engine.begin() as connection:
+            connection.execute(sa.text("UPDATE silo_membership SET suspect_times = 'not json' WHERE port = 1002"))
+        engine.dispose()
+        some = table.read_rows([good.silo_address, bad.silo_address])
+        assert some.entries == table.read_row(good.silo_address).entries
+        (malformed,) = some.malformed
+        assert "port=1002" in malformed.key
+        absent = [make_entry(2000 + index).silo_address for index in range(READ_ROWS_MAX)]
+        many = table.read_rows([*absent, good.silo_address])  # one statement takes READ_ROWS_MAX
+        assert many.entries == some.entries
+        assert many.version == some.version == table.read_version()
 
 
 @pytest.mark.parametrize("parsed_before", [False, True], ids=["new row", "heartbeat of a known row"])

@@ -120,6 +120,10 @@ class FlakyTable(MembershipTable):
         self._check()
         return self.inner.read_row(silo_address)
 
+    def read_rows(self, silos: Sequence[SiloAddress]) -> MembershipTableData:
+        self._check()
+        return self.inner.read_rows(silos)
+
     def read_version(self) -> TableVersion:
         self._check()
         return self.inner.read_version()
