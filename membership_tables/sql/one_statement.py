@@ -105,7 +105,8 @@ READ_ROWS_MAX = 100
 
 @functools.lru_cache(maxsize=READ_ROWS_MAX)
 def read_rows(count: int) -> sa.Select[Any]:
-    """The version and the rows of ``count`` silos (``rows_key_params``): ``READ_ROW`` for several keys."""
+    """The version and the rows of ``count`` silos: ``READ_ROW`` for several keys (the parameters:
+    ``row_params(i, statements.key_params(...))`` of the ``i``-th silo)."""
     keys = sa.or_(
         *(
             sa.and_(

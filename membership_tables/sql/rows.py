@@ -165,8 +165,8 @@ class RowParser:
     previous address order is reused instead of sorting. Rows parsed by reads of changes are
     kept until the next full read (``RECENT_ROWS`` at most), for the next read of changes and
     that full read: in a join storm every silo reads the same new rows, and the silos of one
-    process (``benchmarks.silo_host``) share a handle, so each row is parsed once there. Rows are compared by all their
-    stored values, so a row edited by hand is parsed afresh. A malformed row is left out of
+    process (``benchmarks.silo_host``) share a handle, so each row is parsed once there. Rows
+    are compared by all their stored values, so a row edited by hand is parsed afresh. A malformed row is left out of
     the snapshot's rows and reported in its ``malformed``; it is never kept, so it is parsed
     (and reported) again on every read until it is repaired or deleted. A handle's threads
     may share a parser: each full read replaces the kept one whole.

@@ -4,8 +4,8 @@ Every ``lease_renew_interval`` an Active silo reads its own row (one key, not th
 its table calls fail it asks its nearest successors on ring 0 (the first is its ring-0 probe
 target), then if none of them can read the table every other non-Dead member of its view (when
 their answers leave an outage vouch possible) or a few more successors (when they do not), to
-read the row for it (``ConfirmMembership``), and renews as
-their answers allow (``judge_confirmations``). Reads for the lease never wait on a hung store
+read the row for it (``ConfirmMembership``), and renews as their answers allow
+(``judge_confirmations``). Reads for the lease never wait on a hung store
 longer than their share of the interval, and a read still running is awaited again rather than
 started twice.
 """

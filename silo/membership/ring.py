@@ -52,6 +52,10 @@ def probe_targets(local: SiloAddress, silos: Iterable[SiloAddress], num_rings: i
     return chosen
 
 
+_RING_SIZE = 1 << 64
+"""Ring positions are 64-bit (``silo.hashing.ring_position``)."""
+
+
 def successors(local: SiloAddress, silos: Iterable[SiloAddress], count: int, ring: int = 0) -> list[SiloAddress]:
     """The first ``count`` silos after ``local`` on ring ``ring`` (``RingIndex.following``), found in
     one pass without sorting the ring: for a caller that needs a few of them once per view (a
@@ -64,9 +68,6 @@ def successors(local: SiloAddress, silos: Iterable[SiloAddress], count: int, rin
 
     return heapq.nsmallest(count, (silo for silo in silos if silo != local), key=distance)
 
-
-_RING_SIZE = 1 << 64
-"""Ring positions are 64-bit (``silo.hashing.ring_position``)."""
 
 RingSlot = tuple[int, SiloAddress]
 """(position, address): a silo's place on a ring; a ring orders silos by it, wrapping around."""
