@@ -77,6 +77,8 @@ with it)."""
 TABLE_CUT_HOLD = 10.0
 """Seconds one silo is cut off from the table only: ten lease timeouts, forty renewals, over six
 detection floors, three vote expiries (death_vote_expiration 3 s)."""
+VIEWS_SETTLE = 1.0
+"""Seconds between the last join and a table outage for everyone: the views agree by then."""
 AFTER_HEAL = 5.0
 """Seconds every silo must stay Active and running after a heal: over two table refreshes (2 s),
 five lease timeouts."""
@@ -269,6 +271,9 @@ def test_a_table_outage_for_everyone_fences_nobody_and_kills_nobody(cluster: Net
     ``TABLE_OUTAGE``: every member answers that it cannot reach the table at the same view, so
     nobody fences, and nobody can be declared Dead; after the heal all are Active."""
     cluster.start(5)
+    # an outage vouch needs every member at one view version: let the last join reach every view
+    # (gossip takes milliseconds; cut at once, a silo that joined last once fenced for 0.1 s)
+    time.sleep(VIEWS_SETTLE)
     cut = time.time()
     cluster.lab.partition(cluster.hosts, [cluster.host(TABLE_HOST)])
     assert not cluster.reachable("s1", TABLE_HOST), "the partition must cut the silos off from the table"
