@@ -55,12 +55,12 @@ class TableRefresh:
 
         One ``read_rows`` of them (one statement on SQL), and a ``read_row`` of our own, in one
         blocking call, while they cost fewer rows than a full read (``ROW_READ_COST_IN_ROWS``);
-        else a full ``refresh``. For a
-        joiner that re-reads the few silos it has not reached yet every ``probe_timeout``: a full
-        read each round by each of hundreds of joiners was most of a 1,000-silo join storm's CPU,
-        and slowed the answers they waited for. Their heartbeats are watched as a full read's
-        are; the snapshot is not replaced (the rows alone are no view of the table). If our own
-        row says we must stop, the whole table is re-read, which terminates this silo.
+        else a full ``refresh``. For a joiner that re-reads the few silos it has not reached yet
+        every ``probe_timeout``: a full read each round by each of hundreds of joiners was most
+        of a 1,000-silo join storm's CPU, and slowed the answers they waited for. Their
+        heartbeats are watched as a full read's are; the snapshot is not replaced (the rows
+        alone are no view of the table). If our own row says we must stop, the whole table is
+        re-read, which terminates this silo.
         """
         view = self._view
         wanted = [silo for silo in dict.fromkeys(silos) if silo != view.address]
