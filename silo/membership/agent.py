@@ -3,7 +3,8 @@
 Join: initialize the table, read it, declare Dead any older generation of this endpoint
 that is still alive (a crashed predecessor), insert our row as Joining, ping every Active
 silo until each has answered once (so we never join a cluster we cannot talk to; once half of
-them answered, one of the last few that another silo reaches for us counts too), then become Active.
+them answered, one that the silo we ask cannot reach either no longer counts, and one of the
+last few that it reaches for us counts as reached), then become Active.
 Every step retries until ``max_join_attempt_time``. While Active it writes IAmAlive every
 ``i_am_alive_table_publish_timeout``. Leaving writes ShuttingDown, then Dead.
 All writes go through the table manager.
@@ -113,12 +114,11 @@ class MembershipAgent:
         ``JOIN_PINGS_IN_FLIGHT`` are in flight. Between rounds we re-read the rows of the silos
         that did not answer (``reread_rows``: not the whole table unless that is cheaper), which
         drops the ones that died or left meanwhile and shows whether they still heartbeat.
-        A silo that does not answer blocks the join only while it may be alive: a row whose
-        heartbeat we watched for a whole ``join_heartbeat_watch`` without seeing it move is
-        a crashed silo nobody has declared Dead yet (e.g. after a whole-cluster crash), and
-        unreachable for a reason that says nothing about our own connectivity; nor does one of
-        the last few that a silo which answered us reaches for us, once half of them answered
-        (``_reached_through_others``).
+        A silo that does not answer blocks the join only while its silence may be ours: not a
+        row whose heartbeat we watched for a whole ``join_heartbeat_watch`` without seeing it
+        move (a crashed silo nobody has declared Dead yet, e.g. after a whole-cluster crash),
+        and, once half of them answered us, not one that a silo which answered us cannot reach
+        either, nor one of the last few that it does reach for us (``_judged_by_others``).
         """
         liveness = self._manager.liveness
         watch = join_heartbeat_watch(self._options)
@@ -131,10 +131,12 @@ class MembershipAgent:
             return [s for s in liveness.fresh(self._manager.snapshot) if s != self._address and s not in gone]
 
         chosen = self._silos_to_reach(fresh_others())
+        others_reach: set[SiloAddress] = set()
+        nobody_reaches: set[SiloAddress] = set()
         while True:
             self._check_not_terminated()
             targets = [s for s in fresh_others() if s in chosen]
-            peers = [s for s in targets if s not in answered]
+            peers = [s for s in targets if s not in answered and s not in nobody_reaches]
             outcomes = await asyncio.gather(*(self._ping(peer, in_flight) for peer in peers))
             answers = [outcome is ProbeOutcome.ANSWERED for outcome in outcomes]
             answered.update(peer for peer, answer in zip(peers, answers, strict=True) if answer)
@@ -144,12 +146,10 @@ class MembershipAgent:
                 for peer, answer in zip(peers, answers, strict=True)
                 if not answer and liveness.seen_heartbeating(peer, watch) is not False
             ]
-            if 0 < len(unreachable) <= self._options.num_indirect_probes and 2 * len(
-                answered.intersection(targets)
-            ) >= len(targets):
-                reached = await self._reached_through_others(unreachable, answered, in_flight)
-                answered.update(reached)
-                unreachable = [peer for peer in unreachable if peer not in reached]
+            if unreachable and 2 * len(answered.intersection(targets)) >= len(targets):
+                unreachable = await self._judged_by_others(
+                    unreachable, answered, in_flight, others_reach, nobody_reaches
+                )
             if not unreachable:
                 self.unreached = await self._unreached_members(answered | gone | refused, in_flight)
                 return
@@ -172,8 +172,9 @@ class MembershipAgent:
     async def _unreached_members(
         self, settled: set[SiloAddress], in_flight: asyncio.Semaphore
     ) -> frozenset[SiloAddress]:
-        """The members (Active or draining) that may not have heard of our join: ones we watched
-        go silent without a refusal (their heartbeat stood still, so we stopped waiting), and
+        """The members (Active or draining) that may not have heard of our join: ones that stayed
+        silent without a refusal (their heartbeat stood still, or nobody we asked reached them,
+        so we stopped waiting), and
         stale ones we had not pinged, pinged once now. A silo that answered has heard of our
         insert (``PingRequest.known_version``); one that refused runs no process there.
 
@@ -196,7 +197,7 @@ class MembershipAgent:
         unreached = frozenset(silent_chosen | {silo for silo in members if silo not in fresh and silo not in heard})
         if unreached:
             logger.warning(
-                "silo %s joins without having reached %s (silent, their heartbeats standing still): they may be "
+                "silo %s joins without having reached %s (silent to it and, where it asked, to others): they may be "
                 "cut off from the table and vouch for one another, so it serves the keys it takes only after "
                 "outage_takeover_wait (%.0fs)",
                 self._address, ", ".join(map(str, sorted(unreached))), self._options.outage_takeover_wait,
@@ -217,41 +218,68 @@ class MembershipAgent:
         rest = [silo for silo in fresh if silo not in sample]
         return sample | set(self._random.sample(rest, max(0, min(len(rest), limit - len(sample)))))
 
-    async def _reached_through_others(
-        self, peers: list[SiloAddress], answered: set[SiloAddress], in_flight: asyncio.Semaphore
-    ) -> set[SiloAddress]:
-        """The ``peers`` that a silo which answered us reaches on our behalf (an indirect probe
-        through one of them, another each round).
+    async def _judged_by_others(
+        self,
+        peers: list[SiloAddress],
+        answered: set[SiloAddress],
+        in_flight: asyncio.Semaphore,
+        others_reach: set[SiloAddress],
+        nobody_reaches: set[SiloAddress],
+    ) -> list[SiloAddress]:
+        """The ``peers`` (silent to us this round) that still block the join, once at least half
+        of the silos to reach answered us directly: each not judged yet is pinged through a silo
+        that answered us (an indirect probe, another witness each time), once it reports.
 
-        Only once at least half of the silos to reach answered us directly, so a joiner cut off
-        from the cluster still fails, and only for the last few (at most ``num_indirect_probes``).
-        Such a peer is alive and the cluster talks to it; only our link to it is bad or slow (at
-        1,000 silos on two cores, a few silo pairs stayed unreachable directly for minutes while
-        their host loops stalled, and joiners waited for them until the join limit). Once Active,
-        our failure detector treats that link the same way: a target an intermediary reaches is
-        not voted on. Many silos that do not answer mean an overloaded machine, not a bad link:
-        asking others to ping them adds load where there is too much (two 1,000-silo storms whose
-        joiners asked three intermediaries for every silo that did not answer never finished).
+        - The witness cannot reach it either (``nobody_reaches``): its silence says nothing of
+          our connectivity. It is slow or cut off for everyone (in a 2,000-silo storm on two
+          cores, the first Active silos, pinged by every joiner, stayed silent on hosts whose
+          loops lagged past the probe timeout, and 506 joiners waited on them for minutes); the
+          cluster's failure detector judges it, not our join. It no longer blocks, is not pinged
+          again and is among the members we may not have reached (``_unreached_members``).
+        - The witness reaches it (``others_reach``): only our link to it is bad or slow. It
+          counts as reached once it is one of the last few (at most ``num_indirect_probes``);
+          many silos that others reach and we do not mean we are cut off from a share of the
+          cluster, and the join waits (and fails at its deadline if that lasts).
+        - No report (the witness could not be asked, or did not answer in time): asked again
+          next round.
+
+        Each silo is asked of others at most until one reports, not every round: in a storm many
+        silos do not answer and asking others for each every round adds load where there is too
+        much (two 1,000-silo storms whose joiners asked three intermediaries for every silo that
+        did not answer never finished). Only once at least half answered us directly, so a
+        joiner cut off from the cluster still fails; not at all with indirect probes disabled.
         """
         if not self._options.enable_indirect_probes or not answered:
-            return set()
+            return peers
         witnesses = sorted(answered)
+        unjudged = [peer for peer in peers if peer not in others_reach and peer not in nobody_reaches]
+        vias = [self._random.choice(witnesses) for _ in unjudged]
+        reports = await asyncio.gather(
+            *(self._probe_through(via, peer, in_flight) for via, peer in zip(vias, unjudged, strict=True))
+        )
+        for via, peer, report in zip(vias, unjudged, reports, strict=True):
+            if report is True:
+                others_reach.add(peer)
+                logger.info(
+                    "silo %s is joining; %s reaches %s, which does not answer us (our link to it may be bad)",
+                    self._address, via, peer,
+                )  # fmt: skip
+            elif report is False:
+                nobody_reaches.add(peer)
+                logger.info(
+                    "silo %s is joining; %s cannot reach %s either: it no longer blocks the join",
+                    self._address, via, peer,
+                )  # fmt: skip
+        blocking = [peer for peer in peers if peer not in nobody_reaches]
+        if len(blocking) <= self._options.num_indirect_probes:
+            answered.update(peer for peer in blocking if peer in others_reach)
+            blocking = [peer for peer in blocking if peer not in others_reach]
+        return blocking
 
-        async def reached(peer: SiloAddress) -> SiloAddress | None:
-            via = self._random.choice(witnesses)
-            if not await self._probe_through(via, peer, in_flight):
-                return None
-            logger.info(
-                "silo %s is joining; reached %s only through %s (our link to it may be bad)", self._address, peer, via
-            )
-            return peer
-
-        return {peer for peer in await asyncio.gather(*(reached(peer) for peer in peers)) if peer is not None}
-
-    async def _probe_through(self, via: SiloAddress, peer: SiloAddress, in_flight: asyncio.Semaphore) -> bool:
+    async def _probe_through(self, via: SiloAddress, peer: SiloAddress, in_flight: asyncio.Semaphore) -> bool | None:
         async with in_flight:
-            return bool(
-                await reached_through(self._prober, self._clock, self._address, via, peer, self._options.probe_timeout)
+            return await reached_through(
+                self._prober, self._clock, self._address, via, peer, self._options.probe_timeout
             )
 
     async def _ping(self, peer: SiloAddress, in_flight: asyncio.Semaphore) -> ProbeOutcome:
