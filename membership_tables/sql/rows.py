@@ -141,7 +141,9 @@ class _Read:
         self.version = version
         self.rows = rows
         self.parsed = parsed
-        self.order = order if order is not None else sorted(range(len(parsed)), key=lambda i: parsed[i][0].silo_address)
+        if order is None:
+            order = sorted(range(len(parsed)), key=lambda i: parsed[i][0].silo_address.sort_key)
+        self.order = order
         self.data = MembershipTableData.of_sorted(tuple(map(parsed.__getitem__, self.order)), version)
         self._by_key: dict[Row, Known] | None = None
 

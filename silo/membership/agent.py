@@ -127,15 +127,20 @@ class MembershipAgent:
         refused: set[SiloAddress] = set()
         in_flight = asyncio.Semaphore(JOIN_PINGS_IN_FLIGHT)
 
-        def fresh_others() -> list[SiloAddress]:
-            return [s for s in liveness.fresh(self._manager.snapshot) if s != self._address and s not in gone]
-
-        chosen = self._silos_to_reach(fresh_others())
+        first = [s for s in liveness.fresh(self._manager.snapshot) if s != self._address]
+        chosen = sorted(self._silos_to_reach(first))
         others_reach: set[SiloAddress] = set()
         nobody_reaches: set[SiloAddress] = set()
         while True:
             self._check_not_terminated()
-            targets = [s for s in fresh_others() if s in chosen]
+            # the chosen ones still fresh and Active: each round looks at those only, not the view
+            # (a whole view's freshness per round per joiner was 7% of a 2,000-silo storm's samples)
+            snapshot = self._manager.snapshot
+            targets = [
+                s
+                for s in chosen
+                if s not in gone and snapshot.status_of(s) is SiloStatus.ACTIVE and liveness.is_fresh(s)
+            ]
             peers = [s for s in targets if s not in answered and s not in nobody_reaches]
             outcomes = await asyncio.gather(*(self._ping(peer, in_flight) for peer in peers))
             answers = [outcome is ProbeOutcome.ANSWERED for outcome in outcomes]

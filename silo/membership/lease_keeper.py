@@ -74,6 +74,9 @@ class LeaseKeeper:
         """Row reads for the lease still running, by silo, with their start (``_read_within``)."""
         self._catch_up: asyncio.Future[MembershipSnapshot] | None = None
         """The full read of the last catch-up, while it runs (``_catch_up_read``)."""
+        self._members: tuple[MembershipSnapshot, list[SiloAddress]] | None = None
+        self._successors: tuple[MembershipSnapshot, list[SiloAddress]] | None = None
+        """The last view's other members and nearest successors (``_other_members``, ``_nearest``)."""
 
     def start(self) -> None:
         """Renew the membership lease every ``lease_renew_interval`` (once this silo is Active)."""
@@ -178,15 +181,14 @@ class LeaseKeeper:
         # a few neighbours first: one that reads the table settles it; everyone only when none of
         # them could and an outage vouch is still possible (it needs every member's answer), else
         # a few more, one of which may read the table
-        everyone = snapshot.member_silos
-        first = successors(view.address, everyone, FIRST_ASKED) if len(members) > 2 * FIRST_ASKED else members
+        nearest = self._nearest(snapshot)
+        first = nearest[:FIRST_ASKED] if len(members) > 2 * FIRST_ASKED else members
         answers = await ask_all(first)
         if not any(answer.table_read for answer in answers.values()) and len(first) < len(members):
             if outage_vouch_possible(snapshot.version, view.newest_version_heard, first, answers):
                 rest = [member for member in members if member not in first]
             else:
-                wider = successors(view.address, everyone, FIRST_ASKED + WIDER_ASKED)
-                rest = [member for member in wider if member not in first]
+                rest = [member for member in nearest if member not in first]
             answers.update(await ask_all(rest))
         newer = [answer for answer in answers.values() if answer.table_read and answer.version > snapshot.version]
         if newer and await view.pull_view(newer[0].responder, newer[0].version):
@@ -230,8 +232,20 @@ class LeaseKeeper:
 
     def _other_members(self, snapshot: MembershipSnapshot) -> list[SiloAddress]:
         """Every other non-Dead silo of ``snapshot``: the members whose answers a vouch needs."""
-        own = self._view.address
-        return [silo for silo in snapshot.member_silos if silo != own]
+        if self._members is None or self._members[0] is not snapshot:
+            own = self._view.address
+            self._members = (snapshot, [silo for silo in snapshot.member_silos if silo != own])
+        return self._members[1]
+
+    def _nearest(self, snapshot: MembershipSnapshot) -> list[SiloAddress]:
+        """Our ``FIRST_ASKED + WIDER_ASKED`` nearest successors on ring 0 among the members of
+        ``snapshot``, nearest first: once per view, not per renewal (on an overloaded machine
+        every renewal goes through peers, and a pass over 2,000 members each time, with the list
+        of members, was a tenth of a silo host's samples)."""
+        if self._successors is None or self._successors[0] is not snapshot:
+            chosen = successors(self._view.address, snapshot.member_silos, FIRST_ASKED + WIDER_ASKED)
+            self._successors = (snapshot, chosen)
+        return self._successors[1]
 
     async def _catch_up_in_outage(
         self,
