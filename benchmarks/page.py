@@ -116,6 +116,7 @@ BENCHMARKS = (
         "per silo, and a kill to Dead at that size.",
         (
             Result("scale", "200, 500 and 1,000 silos, the default command"),
+            Result("scale_500", "500 silos joining at once, and their cost at rest"),
             Result("scale_1000", "1,000 silos joining at once"),
             Result("scale_2000", "2,000 silos joining at once"),
         ),
