@@ -34,6 +34,10 @@ JOIN_PINGS_IN_FLIGHT = 32
 cluster of a thousand must not open a thousand calls (and channels) in one burst."""
 
 
+_OTHERS_REACH = "silo %s is joining; %s reaches %s, which does not answer us (our link to it may be bad)"
+_NOBODY_REACHES = "silo %s is joining; %s cannot reach %s either: it no longer blocks the join"
+
+
 def join_heartbeat_watch(options: SiloOptions) -> float:
     """Seconds a joining silo watches an unreachable peer's heartbeat before ignoring it:
     one heartbeat period plus two of our re-reads (we re-read its row every ``probe_timeout``)."""
@@ -263,18 +267,11 @@ class MembershipAgent:
             *(self._probe_through(via, peer, in_flight) for via, peer in zip(vias, unjudged, strict=True))
         )
         for via, peer, report in zip(vias, unjudged, reports, strict=True):
-            if report is True:
-                others_reach.add(peer)
-                logger.info(
-                    "silo %s is joining; %s reaches %s, which does not answer us (our link to it may be bad)",
-                    self._address, via, peer,
-                )  # fmt: skip
-            elif report is False:
-                nobody_reaches.add(peer)
-                logger.info(
-                    "silo %s is joining; %s cannot reach %s either: it no longer blocks the join",
-                    self._address, via, peer,
-                )  # fmt: skip
+            if report is None:
+                continue  # asked again next round
+            judged, said = (others_reach, _OTHERS_REACH) if report else (nobody_reaches, _NOBODY_REACHES)
+            judged.add(peer)
+            logger.info(said, self._address, via, peer)
         blocking = [peer for peer in peers if peer not in nobody_reaches]
         if len(blocking) <= self._options.num_indirect_probes:
             answered.update(peer for peer in blocking if peer in others_reach)
