@@ -183,9 +183,9 @@ class MembershipAgent:
     ) -> frozenset[SiloAddress]:
         """The members (Active or draining) that may not have heard of our join: ones that stayed
         silent without a refusal (their heartbeat stood still, or nobody we asked reached them,
-        so we stopped waiting), and
-        stale ones we had not pinged, pinged once now. A silo that answered has heard of our
-        insert (``PingRequest.known_version``); one that refused runs no process there.
+        so we stopped waiting), and stale ones we had not pinged, pinged once now. A silo that
+        answered has heard of our insert (``PingRequest.known_version``); one that refused runs
+        no process there.
 
         Such a member may be cut off from the table and from us and vouch with its group for an
         outage it thinks is everyone's (``silo.membership.lease``), so we hold the keys we take
