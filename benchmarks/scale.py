@@ -108,9 +108,8 @@ every 0.25 s, is 8,000 reads a second at 2,000 silos; on this loaded machine it 
 minute makes a read of the rows written since a view valid only within 30 s of the view's last
 dated read, ``table_view.changes_suffice``: a joiner of a 2,000-silo storm that took longer read
 the whole table after its Active write, 1,132 of the storm's 3,982 full reads); gossip on or off
-by ``Config.gossip``. A joining silo validates its
-connectivity to 19 Active silos: its 3 probe targets and the 16 it sends gossip to (their channels
-stay open for later), not to all of them
+by ``Config.gossip``. A joining silo validates its connectivity to 19 Active silos: its 3 probe
+targets and the 16 it sends gossip to (their channels stay open for later), not to all of them
 (N^2 / 2 pings in a join storm) and no random ones (each a gRPC channel opened for one ping,
 ~1.3 ms of CPU on the two sides against ~0.4 ms on an open channel). 19 silos placed by hash
 include one of a tenth of the cluster that the joiner cannot reach with probability

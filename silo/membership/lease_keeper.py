@@ -74,9 +74,8 @@ class LeaseKeeper:
         """Row reads for the lease still running, by silo, with their start (``_read_within``)."""
         self._catch_up: asyncio.Future[MembershipSnapshot] | None = None
         """The full read of the last catch-up, while it runs (``_catch_up_read``)."""
-        self._members: tuple[MembershipSnapshot, list[SiloAddress]] | None = None
-        self._successors: tuple[MembershipSnapshot, list[SiloAddress]] | None = None
-        """The last view's other members and nearest successors (``_other_members``, ``_nearest``)."""
+        self._peers: tuple[MembershipSnapshot, list[SiloAddress], list[SiloAddress]] | None = None
+        """The last view with its other members and our nearest successors among them (``_peers_of``)."""
 
     def start(self) -> None:
         """Renew the membership lease every ``lease_renew_interval`` (once this silo is Active)."""
@@ -232,20 +231,24 @@ class LeaseKeeper:
 
     def _other_members(self, snapshot: MembershipSnapshot) -> list[SiloAddress]:
         """Every other non-Dead silo of ``snapshot``: the members whose answers a vouch needs."""
-        if self._members is None or self._members[0] is not snapshot:
-            own = self._view.address
-            self._members = (snapshot, [silo for silo in snapshot.member_silos if silo != own])
-        return self._members[1]
+        return self._peers_of(snapshot)[0]
 
     def _nearest(self, snapshot: MembershipSnapshot) -> list[SiloAddress]:
         """Our ``FIRST_ASKED + WIDER_ASKED`` nearest successors on ring 0 among the members of
-        ``snapshot``, nearest first: once per view, not per renewal (on an overloaded machine
-        every renewal goes through peers, and a pass over 2,000 members each time, with the list
-        of members, was a tenth of a silo host's samples)."""
-        if self._successors is None or self._successors[0] is not snapshot:
-            chosen = successors(self._view.address, snapshot.member_silos, FIRST_ASKED + WIDER_ASKED)
-            self._successors = (snapshot, chosen)
-        return self._successors[1]
+        ``snapshot``, nearest first."""
+        return self._peers_of(snapshot)[1]
+
+    def _peers_of(self, snapshot: MembershipSnapshot) -> tuple[list[SiloAddress], list[SiloAddress]]:
+        """``snapshot``'s other members and our nearest successors among them, computed once per
+        view, not per renewal: on an overloaded machine every renewal goes through peers, and a
+        pass over 2,000 members each time, with the list of members, was a tenth of a silo
+        host's samples."""
+        if self._peers is None or self._peers[0] is not snapshot:
+            own = self._view.address
+            members = [silo for silo in snapshot.member_silos if silo != own]
+            nearest = successors(own, snapshot.member_silos, FIRST_ASKED + WIDER_ASKED)
+            self._peers = (snapshot, members, nearest)
+        return self._peers[1], self._peers[2]
 
     async def _catch_up_in_outage(
         self,
