@@ -1,6 +1,6 @@
 """Indirect probe rounds: the veto a suspicion must survive before a vote (docs/protocol.md, rule 4).
 
-From a third of the suspicion time on (``ROUND_START``), a monitor asks up to
+From a third of the suspicion time on (``ROUND_START``; ``round_start``), a monitor asks up to
 ``num_indirect_probes`` distinct fresh intermediaries at once to ping its target, each for as long
 as it takes our own silence to become a suspicion (``watch_until``, less ``REPORT_LEAD``): a
 target that answers any of them within that window vetoes, and our link to it is the problem, not
@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from membership_tables import SiloAddress
 from silo.membership.observer import MembershipObserver
+from silo.membership.options import SiloOptions
 from silo.membership.probing import MonitoredLink, reached_through
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,13 @@ when every silo of the machine that probes in our phase sends and answers at onc
 from a watch that ended at the suspicion came 20-40 ms after it (20 silos on two cores), and
 every hang's vote waited for them. Ended an eighth of an interval before (31 ms locally), the
 watch still covers all but that sliver of the two thirds of the silence the vote needs."""
+
+
+def round_start(suspect_after: float, options: SiloOptions) -> float:
+    """The silence at which a silent target's round starts: ``ROUND_START`` of ``suspect_after``,
+    but never before a probe went unanswered (``SiloOptions.missed_probe_silence``)."""
+    return max(suspect_after * ROUND_START, options.missed_probe_silence)
+
 
 RoundSettled = Callable[[float, bool], Awaitable[None]]
 """Told when a round ends: ``(moment, vetoed)``: for a veto the monotonic time its report came

@@ -196,6 +196,17 @@ class SiloOptions:
         return min(self.probe_interval, self.probe_timeout)
 
     @property
+    def missed_probe_silence(self) -> float:
+        """The least silence that shows a probe went unanswered: a probe interval (from an answered
+        probe's send, where the silence starts, to the next send) and half a probe timeout for that
+        probe's answer. The early steps on a silence (pings on new connections from a probe timeout
+        of it, an indirect round from a third of the suspicion time) wait for it at least: with
+        probes as far apart as their timeout (Orleans' 5 s and 5 s), a target answering every probe
+        is a probe timeout silent before each one, and each of them opened a new connection and
+        asked three intermediaries: three quarters of an idle silo's CPU."""
+        return self.effective_probe_interval + self.probe_timeout / 2
+
+    @property
     def full_refresh_interval(self) -> float:
         """Seconds between periodic full reads: ``full_refresh_every * table_refresh_timeout``."""
         return self.full_refresh_every * self.table_refresh_timeout

@@ -50,7 +50,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from membership_tables import SiloAddress
 from silo.membership.background import BackgroundTasks
 from silo.membership.clock import Clock, PauseWatch, until_next_probe, with_timeout
-from silo.membership.indirect_rounds import ROUND_START, IndirectRounds
+from silo.membership.indirect_rounds import IndirectRounds, round_start
 from silo.membership.local_health import LocalHealth, effective_timeout
 from silo.membership.new_connections import NewConnectionProbes
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
@@ -203,10 +203,10 @@ class SiloHealthMonitor:
 
     async def _until_next_probe(self) -> None:
         """Sleep until the next probe; evaluate on the way when the silence reaches a round's start
-        (``ROUND_START``), which a veto's moment takes off the grid our probes time out on."""
+        (``round_start``), which a veto's moment takes off the grid our probes time out on."""
         now = self._clock.monotonic()
         wake = now + until_next_probe(now, self._options, self.phase)
-        round_at = max(now, self.last_heard + self.suspect_after() * ROUND_START)
+        round_at = max(now, self.last_heard + round_start(self.suspect_after(), self._options))
         if round_at < wake:
             await self._clock.sleep(round_at - now)
             await self.evaluate()
@@ -247,10 +247,11 @@ class SiloHealthMonitor:
         self._was_suspected = self.suspected()
 
     def _wants_new_connection(self) -> bool:
-        """Silent for a probe timeout (a ping of ours timed out) and not refusing: each probe then
-        also goes on a new connection, and the path is checked. Also before the first answer: a
-        silo cut off just after it joined is counted silent from its new monitors' start."""
-        return self.refusals == 0 and self.silence() >= self._options.probe_timeout
+        """Silent for a probe timeout, a probe missed (``missed_probe_silence``), not refusing: each
+        probe then also goes on a new connection, and the path is checked. Also before the first
+        answer: a silo cut off just after it joined is counted silent from its new monitors' start."""
+        options = self._options
+        return self.refusals == 0 and self.silence() >= max(options.probe_timeout, options.missed_probe_silence)
 
     async def _round_settled(self, moment: float, vetoed: bool) -> None:
         """An indirect round ended: a veto counts as an answer at ``moment``, when its report came."""
@@ -310,7 +311,7 @@ class SiloHealthMonitor:
     async def evaluate(self) -> None:
         """Start an indirect round or a vote if the evidence calls for one."""
         self._discount_pause()
-        early = self.silence() >= self.suspect_after() * ROUND_START or self.refusals > 0
+        early = self.silence() >= round_start(self.suspect_after(), self._options) or self.refusals > 0
         if not (early or self.suspected()):
             return
         if self._options.enable_indirect_probes and self._rounds.needed(self._evidence_start(), self.suspect_after()):

@@ -391,6 +391,45 @@ async def test_answers_keep_the_target_unsuspected_whatever_else_times_out() -> 
     await monitor.stop()
 
 
+SPACED = dataclasses.replace(OPTIONS, probe_interval=OPTIONS.probe_timeout)
+"""Probes as far apart as their timeout (Orleans' 5 s / 5 s): a target answering every probe is a
+probe timeout, a third of the floor, silent just before each one."""
+
+
+@async_test
+async def test_probes_as_far_apart_as_their_timeout_start_nothing_while_every_probe_is_answered() -> None:
+    scene = Scene(FunctionProber(), intermediaries=[HELPER, OTHER], options=SPACED)
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 10 * FLOOR)
+    assert len(scene.prober.pings) >= 10 * FLOOR / SPACED.probe_interval - 1
+    assert scene.prober.new_connection_pings == []
+    assert scene.prober.connects_made == []
+    assert scene.prober.indirect_calls == []
+    assert scene.votes == []
+    await monitor.stop()
+
+
+@async_test
+async def test_probes_as_far_apart_as_their_timeout_still_ask_intermediaries_and_vote_on_a_hang() -> None:
+    scene = Scene(FunctionProber(indirect=lambda via, target: result(False)), intermediaries=[HELPER], options=SPACED)
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 1.0)
+    heard = monitor.last_heard
+    scene.prober.reachable = hanging(scene.clock)
+    await run_for(scene, monitor, SPACED.missed_probe_silence - 0.1)
+    assert scene.prober.indirect_calls == []  # only the gap before the next probe so far
+    await run_for(scene, monitor, 0.2)
+    assert scene.prober.indirect_calls == [(HELPER, TARGET)]  # that probe went unanswered
+    await run_for(scene, monitor, FLOOR)
+    assert scene.prober.new_connection_pings  # from the next probe on
+    assert scene.prober.connects_made
+    assert len(scene.votes) == 1
+    assert scene.votes[0] - heard == pytest.approx(FLOOR, abs=SPACED.probe_interval)
+    await monitor.stop()
+
+
 CUT = 1.0
 """A cut shorter than the floor: after it heals, the usual connection stays mute as long again
 (TCP's retransmission backoff), pushing the silence past the floor."""
