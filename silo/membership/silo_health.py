@@ -15,14 +15,15 @@ One instance per probed silo. The rules (docs/protocol.md, "Failure detector"):
   ends with an answer or a veto is reported to local health, which keeps ``suspect_after`` at
   least twice the longest such silence of the recent past (a lossy network's TCP stalls); of
   the vetoes of one unbroken silence only the first counts (``LocalHealth.record_veto``).
-- **Indirect probes are a veto, never a vote.** From a third of the suspicion time on, up to
-  ``num_indirect_probes`` distinct fresh intermediaries ping the target in parallel, until our
-  silence would be a suspicion; any that reaches it cancels the suspicion (our link is the
-  problem, not the target), from the moment its report came. An intermediary that fails says
-  nothing: it did not observe a sustained silence itself.
-- **A short cut is not silence.** While the target is silent for a probe timeout, each probe
-  also goes on a new connection (our usual one may still be backing off its TCP retries after
-  a cut healed), and a bare TCP connect checks the path. Before a vote on silence, if the path
+- **Indirect probes are a veto, never a vote.** From a third of the suspicion time on (and a
+  probe missed: ``SiloOptions.missed_probe_silence``), up to ``num_indirect_probes`` distinct
+  fresh intermediaries ping the target in parallel, until our silence would be a suspicion;
+  any that reaches it cancels the suspicion (our link is the problem, not the target), from
+  the moment its report came. An intermediary that fails says nothing: it did not observe a
+  sustained silence itself.
+- **A short cut is not silence.** While the target is silent for a probe timeout (and a probe
+  missed), each probe also goes on a new connection (our usual one may still be backing off
+  its TCP retries after a cut healed), and a bare TCP connect checks the path. Before a vote on silence, if the path
   was seen down, a last connect decides: connected means the cut healed, and the target gets
   one ping on a new connection, whose answer ends the silence (docs/protocol.md, "Short cuts").
 - **Our own pauses are not the target's silence.** When our process was not running (a
