@@ -5,9 +5,10 @@ any moment. The lease bounds how long it can go on serving after that without kn
 is *confirmed* by every table call that shows this silo's own row Active (or ShuttingDown: a
 draining silo's keys stay held until it writes itself Dead), and it runs out
 ``lease_timeout`` seconds (on this silo's monotonic clock) after the **start** of the last such
-call. A confirmation is anchored at the call's start, not its end, because the call may have
-been linearized anywhere in between: anchored at the start, the anchor precedes a moment at
-which the table held the row Active, so it precedes any Dead write of it.
+call (for a read, when it began to run in its worker thread: ``TableAccess.call_timed``). A
+confirmation is anchored at the call's start, not its end, because the call may have been
+linearized anywhere in between: anchored at the start, the anchor precedes a moment at which
+the table held the row Active, so it precedes any Dead write of it.
 
 That gives the one inequality the takeover wait (``takeover_wait``) rests on: a silo declared
 Dead at real time ``T`` is fenced by ``T + lease_timeout / (1 - rho)``, where ``rho`` bounds

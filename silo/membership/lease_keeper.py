@@ -70,8 +70,8 @@ class LeaseKeeper:
         self._renewer: Periodic | None = None
         self._outage_logged = False
         self._vouch_ended_logged = False
-        self._pending_reads: dict[SiloAddress, tuple[float, asyncio.Future[MembershipTableData]]] = {}
-        """Row reads for the lease still running, by silo, with their start (``_read_within``)."""
+        self._pending_reads: dict[SiloAddress, tuple[float, asyncio.Future[tuple[float, MembershipTableData]]]] = {}
+        """Row reads for the lease still running, by silo, with when they were made (``_read_within``)."""
         self._catch_up: asyncio.Future[MembershipSnapshot] | None = None
         """The full read of the last catch-up, while it runs (``_catch_up_read``)."""
         self._peers: tuple[MembershipSnapshot, list[SiloAddress], list[SiloAddress]] | None = None
@@ -134,21 +134,18 @@ class LeaseKeeper:
 
     async def _read_within(self, silo: SiloAddress, timeout: float) -> tuple[float, MembershipTableData] | None:
         """``silo``'s row read in one attempt, awaited at most ``timeout``, with the time the read
-        started; None if it failed or is still running. A read still running from an earlier
-        call is awaited again, never started twice: on a store whose packets are dropped, reads
-        hang until the driver's deadline, and starting one per lease renewal would fill the
-        worker threads every other table call needs."""
+        started (``TableAccess.call_timed``); None if it failed or is still running. A read still
+        running from an earlier call is awaited again, never started twice: on a store whose
+        packets are dropped, reads hang until the driver's deadline, and starting one per lease
+        renewal would fill the worker threads every other table call needs."""
         view = self._view
         pending = self._pending_reads.get(silo)
         if pending is None or pending[1].done():
-            read: asyncio.Future[MembershipTableData] = asyncio.ensure_future(
-                view.access.call(functools.partial(view.table.read_row, silo), None)
-            )
+            read = asyncio.ensure_future(view.access.call_timed(functools.partial(view.table.read_row, silo), None))
             read.add_done_callback(retrieve_failure)
             pending = self._pending_reads[silo] = (view.clock.monotonic(), read)
-        started, future = pending
         try:
-            data = await with_timeout(view.clock, asyncio.shield(future), timeout)
+            started, data = await with_timeout(view.clock, asyncio.shield(pending[1]), timeout)
         except (TimeoutError, TableUnavailableError):
             return None
         self._pending_reads.pop(silo, None)

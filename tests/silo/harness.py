@@ -175,6 +175,13 @@ class FlakyTable(MembershipTable):
         self.inner.delete_cluster_entries()
 
 
+def table_call_name(call: Callable[..., Any]) -> str:
+    """The table method a blocking call handed to a runner runs (through ``functools.partial`` and
+    ``TableAccess.call_timed``'s wrapper), e.g. ``"read_row"``; "" for another callable."""
+    call = inspect.unwrap(call)
+    return str(getattr(getattr(call, "func", call), "__name__", ""))
+
+
 async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 

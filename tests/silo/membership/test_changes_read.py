@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
+
+import pytest
 
 from membership_tables import MembershipTable, SiloAddress, SiloStatus
 from silo.membership.clock import FakeClock
@@ -18,23 +22,39 @@ from tests.silo.harness import T0, FlakyTable, address, async_test, memory_table
 
 ME, PEER, OTHER, FOURTH = address(1), address(2), address(3), address(4)
 OPTIONS = SiloOptions.local()
+T = TypeVar("T")
+
+
+class WorkerQueue:
+    """Runs each call after ``wait`` seconds of the fake clock: a call waiting for a worker thread."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.wait = 0.0
+
+    async def __call__(self, call: Callable[[], T]) -> T:
+        if self.wait:
+            await self.clock.sleep(self.wait)
+        return call()
 
 
 def beside(
-    *peers: SiloAddress, inner: MembershipTable | None = None
+    *peers: SiloAddress, inner: MembershipTable | None = None, clock: FakeClock | None = None, runner: Any = run_inline
 ) -> tuple[FlakyTable, FakeClock, MembershipTableManager]:
     """Our silo's table manager beside ``peers`` in a fresh table; no view yet."""
-    flaky, clock = FlakyTable(inner or memory_table()), FakeClock(T0)
+    flaky, clock = FlakyTable(inner or memory_table()), clock or FakeClock(T0)
     seed(flaky.inner, *(row(peer) for peer in peers))
     tables = MembershipTableManager(
-        table=flaky, address=ME, options=OPTIONS, clock=clock, random=random.Random(7), run_blocking=run_inline
+        table=flaky, address=ME, options=OPTIONS, clock=clock, random=random.Random(7), run_blocking=runner
     )
     return flaky, clock, tables
 
 
-async def joined(inner: MembershipTable | None = None) -> tuple[FlakyTable, FakeClock, MembershipTableManager]:
+async def joined(
+    inner: MembershipTable | None = None, clock: FakeClock | None = None, runner: Any = run_inline
+) -> tuple[FlakyTable, FakeClock, MembershipTableManager]:
     """Our silo, Active beside PEER and OTHER, its lease confirmed by its join's reads."""
-    flaky, clock, tables = beside(PEER, OTHER, inner=inner)
+    flaky, clock, tables = beside(PEER, OTHER, inner=inner, clock=clock, runner=runner)
     await tables.insert_self(row(ME, SiloStatus.JOINING), tables.deadline_in(10))
     assert await tables.update_own_status(SiloStatus.ACTIVE, tables.deadline_in(10))
     await tables.refresh()
@@ -92,6 +112,38 @@ async def test_a_catch_up_renews_the_lease_from_its_start_once_the_view_holds_th
     await catch_up(tables.view)
     assert tables.view.lease.anchor == started
     assert tables.snapshot.status_of(FOURTH) is SiloStatus.JOINING
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["read of changes", "full read"])
+@async_test
+async def test_a_read_that_waited_for_a_worker_thread_renews_the_lease_from_when_it_ran(full: bool) -> None:
+    """Not from when it was made: the store read the table after the call ran, and the wait
+    (a host's worker threads busy with other reads) would otherwise count against the lease."""
+    clock = FakeClock(T0)
+    queue = WorkerQueue(clock)
+    flaky, clock, tables = await joined(clock=clock, runner=queue)
+    others_write(flaky.inner)
+    queue.wait = OPTIONS.lease_timeout / 2
+    made = clock.monotonic()
+    read = asyncio.ensure_future(tables.view.refresh() if full else catch_up(tables.view))
+    await clock.advance(queue.wait)
+    await read
+    assert tables.view.lease.anchor == made + queue.wait
+    assert tables.snapshot.status_of(FOURTH) is SiloStatus.JOINING
+
+
+@async_test
+async def test_a_lease_read_that_waited_for_a_worker_thread_renews_the_lease_from_when_it_ran() -> None:
+    clock = FakeClock(T0)
+    queue = WorkerQueue(clock)
+    _flaky, clock, tables = await joined(clock=clock, runner=queue)
+    await clock.advance(OPTIONS.lease_renew_interval)
+    queue.wait = OPTIONS.lease_renew_interval / 4  # within the half interval a renewal waits
+    made = clock.monotonic()
+    renewal = asyncio.ensure_future(tables.renew_lease())
+    await clock.advance(queue.wait)
+    await renewal
+    assert tables.view.lease.anchor == made + queue.wait
 
 
 @async_test

@@ -41,6 +41,7 @@ from tests.silo.harness import (
     make_silo,
     memory_table,
     network_silo,
+    table_call_name,
 )
 
 STEP = LOCAL.lease_renew_interval / 5
@@ -352,7 +353,7 @@ class SlowCatchUpReads:
         self.running = self.most_at_once = 0
 
     async def __call__(self, call: Callable[[], T]) -> T:
-        if getattr(getattr(call, "func", call), "__name__", "") not in ("read_all", "read_changes"):
+        if table_call_name(call) not in ("read_all", "read_changes"):
             return call()
 
         async def read() -> T:
