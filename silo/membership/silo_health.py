@@ -23,9 +23,10 @@ One instance per probed silo. The rules (docs/protocol.md, "Failure detector"):
   sustained silence itself.
 - **A short cut is not silence.** While the target is silent for a probe timeout (and a probe
   missed), each probe also goes on a new connection (our usual one may still be backing off
-  its TCP retries after a cut healed), and a bare TCP connect checks the path. Before a vote on silence, if the path
-  was seen down, a last connect decides: connected means the cut healed, and the target gets
-  one ping on a new connection, whose answer ends the silence (docs/protocol.md, "Short cuts").
+  its TCP retries after a cut healed), and a bare TCP connect checks the path. Before a vote
+  on silence, if the path was seen down, a last connect decides: connected means the cut
+  healed, and the target gets one ping on a new connection, whose answer ends the silence
+  (docs/protocol.md, "Short cuts").
 - **Our own pauses are not the target's silence.** When our process was not running (a
   GC pause, SIGSTOP, a starved CPU) for longer than two probe intervals, the time beyond one
   interval is added to ``last_heard``: we sent no probes then, so it is no evidence.

@@ -12,6 +12,7 @@ can end it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
@@ -135,10 +136,10 @@ class TableAccess:
         much older: in a 2,000-silo join, reads for the lease waited behind whole-table reads."""
         clock = self._clock
 
+        @functools.wraps(call)  # runners that look at what they run see ``call`` (``__wrapped__``)
         def timed() -> tuple[float, _T]:
             return clock.monotonic(), call()
 
-        timed.__wrapped__ = call  # type: ignore[attr-defined]  # what it runs, for runners that look
         return await self.call(timed, deadline)
 
     def deadline_in(self, seconds: float) -> float:

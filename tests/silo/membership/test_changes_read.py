@@ -14,7 +14,7 @@ from membership_tables import MembershipTable, SiloAddress, SiloStatus
 from silo.membership.clock import FakeClock
 from silo.membership.options import SiloOptions
 from silo.membership.snapshot import MembershipSnapshot
-from silo.membership.table_access import run_inline
+from silo.membership.table_access import BlockingRunner, run_inline
 from silo.membership.table_manager import MembershipTableManager
 from silo.membership.table_view import RECENT_VIEW_SHARE, catch_up
 from tests.membership_tables.malformed_rows import store_in_memory
@@ -39,7 +39,10 @@ class WorkerQueue:
 
 
 def beside(
-    *peers: SiloAddress, inner: MembershipTable | None = None, clock: FakeClock | None = None, runner: Any = run_inline
+    *peers: SiloAddress,
+    inner: MembershipTable | None = None,
+    clock: FakeClock | None = None,
+    runner: BlockingRunner = run_inline,
 ) -> tuple[FlakyTable, FakeClock, MembershipTableManager]:
     """Our silo's table manager beside ``peers`` in a fresh table; no view yet."""
     flaky, clock = FlakyTable(inner or memory_table()), clock or FakeClock(T0)
@@ -51,7 +54,7 @@ def beside(
 
 
 async def joined(
-    inner: MembershipTable | None = None, clock: FakeClock | None = None, runner: Any = run_inline
+    inner: MembershipTable | None = None, clock: FakeClock | None = None, runner: BlockingRunner = run_inline
 ) -> tuple[FlakyTable, FakeClock, MembershipTableManager]:
     """Our silo, Active beside PEER and OTHER, its lease confirmed by its join's reads."""
     flaky, clock, tables = beside(PEER, OTHER, inner=inner, clock=clock, runner=runner)
