@@ -64,9 +64,16 @@ never finished; this is one per lease, still two renewals before it runs out."""
 class LeaseKeeper:
     """Renews this silo's lease, and answers peers that ask us to read their rows."""
 
-    def __init__(self, view: TableView, ask_confirmation: AskConfirmation | None = None) -> None:
+    def __init__(
+        self,
+        view: TableView,
+        ask_confirmation: AskConfirmation | None = None,
+        overloaded: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """``overloaded()``: our own event loop lags (``LocalHealth.lagging``): see ``_read_is_slow``."""
         self._view = view
         self._ask_confirmation = ask_confirmation
+        self._overloaded = overloaded
         self._renewer: Periodic | None = None
         self._outage_logged = False
         self._vouch_ended_logged = False
@@ -97,14 +104,15 @@ class LeaseKeeper:
         if view.snapshot.status_of(view.address) not in LEASE_STATUSES:
             return  # not a member yet (joining) or not any more (Dead)
         pending = self._pending_reads.get(view.address)
-        if pending is not None and not pending[1].done():
+        if pending is not None and not pending[1].done() and not self._overloaded():
             # our last read still hangs (a store whose packets are dropped): go to the peers at
             # once, every renewal, rather than spend half of each round waiting on it again
             await self._confirm_through_peers()
             return
         read = await self._read_within(view.address, interval / 2)
         if read is None:
-            await self._confirm_through_peers()
+            if not self._read_is_slow():
+                await self._confirm_through_peers()
             return
         started, data = read
         self._outage_logged = self._vouch_ended_logged = False
@@ -117,6 +125,18 @@ class LeaseKeeper:
                 await self._catch_up_read(interval)
             return
         view.confirm_lease(data, started)
+
+    def _read_is_slow(self) -> bool:
+        """Our own-row read is still running while our own event loop lags: the machine is
+        overloaded, not our path to the store cut. Peers asked to read our row would then queue
+        their reads behind the same cores (and store), and their answers behind loops as late as
+        ours: in a 1,000-silo join storm on two cores those asks were a quarter of a silo host's
+        samples, and they kept the storm from ending. We wait for our read instead (the lease may
+        run out meanwhile: the silo fences until the read confirms it; a later renewal awaits the
+        same read again). A read that failed, or one that hangs while our loop keeps time (a
+        store whose packets are dropped), still goes to the peers at once."""
+        pending = self._pending_reads.get(self._view.address)
+        return pending is not None and not pending[1].done() and self._overloaded()
 
     async def _catch_up_read(self, timeout: float) -> None:
         """Read the whole table, awaited at most ``timeout``; a full read still running from an

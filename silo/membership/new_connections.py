@@ -37,6 +37,20 @@ class NewConnectionProbes:
         self.path_down_at: float | None = None
         """Monotonic send time of the latest bare connect to the target that got no answer."""
 
+    def wanted(self, silence: float, refusals: int) -> bool:
+        """Whether the next probe also goes on a new connection, with a path check: silent for a
+        probe timeout and a probe missed (``missed_probe_silence``), not refusing. Also before the
+        first answer: a silo cut off just after it joined is counted silent from its new monitors'
+        start.
+
+        Never while our own event loop lags (``LocalHealth.lagging``): the silence is then more
+        likely ours than a cut's, and each such probe is a channel opened and a connect made on
+        both hosts. In a 1,000-silo join storm on two cores they were a seventh of a silo host's
+        samples, all of it adding to the overload that made the probes late."""
+        options = self._link.options
+        threshold = max(options.probe_timeout, options.missed_probe_silence)
+        return refusals == 0 and silence >= threshold and not self._link.health.lagging()
+
     async def ping(self) -> None:
         """Ping the target on a connection opened for it; an answer goes to ``answered``.
 

@@ -198,7 +198,7 @@ class SiloHealthMonitor:
         while True:
             self._discount_pause()
             self._probes.spawn(self.probe_once())
-            if self._wants_new_connection():
+            if self._new_connections.wanted(self.silence(), self.refusals):
                 self._probes.spawn(self._new_connections.ping())
                 self._probes.spawn(self._new_connections.check_path())
             await self._until_next_probe()
@@ -247,13 +247,6 @@ class SiloHealthMonitor:
         if self.suspected() and not self._was_suspected:
             self._observer.suspicion_started(self.target)
         self._was_suspected = self.suspected()
-
-    def _wants_new_connection(self) -> bool:
-        """Silent for a probe timeout, a probe missed (``missed_probe_silence``), not refusing: each
-        probe then also goes on a new connection, and the path is checked. Also before the first
-        answer: a silo cut off just after it joined is counted silent from its new monitors' start."""
-        options = self._options
-        return self.refusals == 0 and self.silence() >= max(options.probe_timeout, options.missed_probe_silence)
 
     async def _round_settled(self, moment: float, vetoed: bool) -> None:
         """An indirect round ended: a veto counts as an answer at ``moment``, when its report came."""

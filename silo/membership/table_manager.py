@@ -56,11 +56,13 @@ class MembershipTableManager:
         on_write: OnWrite | None = None,
         fetch_view: FetchView | None = None,
         ask_confirmation: AskConfirmation | None = None,
+        overloaded: Callable[[], bool] = lambda: False,
         observer: MembershipObserver = NULL_OBSERVER,
         trusted_gossip: bool = False,
     ) -> None:
         """``trusted_gossip``: only members of the cluster can send us gossip (mutual TLS with
-        silo certificates), so votes may be decided on the view (``VoteCaster``)."""
+        silo certificates), so votes may be decided on the view (``VoteCaster``). ``overloaded``:
+        our event loop lags (``LeaseKeeper``)."""
         self._options = options
         self.view = TableView(
             table=table,
@@ -76,7 +78,7 @@ class MembershipTableManager:
         self.votes = VoteCaster(self.view, can_vote=self.can_vote, trusted_gossip=trusted_gossip)
         self.catch_up = GossipCatchUp(self.view)
         self.refresher = TableRefresh(self.view, random)
-        self.lease_keeper = LeaseKeeper(self.view, ask_confirmation)
+        self.lease_keeper = LeaseKeeper(self.view, ask_confirmation, overloaded)
 
     # --- state -----------------------------------------------------------------------------
 

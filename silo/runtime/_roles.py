@@ -73,6 +73,7 @@ class SiloRoles:
             ask_confirmation=lambda target, timeout: gossip.confirm_membership(
                 target, timeout, self.manager.newest_version_heard
             ),
+            overloaded=lambda: self.health.lagging(),
             observer=observer,
             trusted_gossip=trusted_gossip,
         )

@@ -430,6 +430,25 @@ async def test_probes_as_far_apart_as_their_timeout_still_ask_intermediaries_and
     await monitor.stop()
 
 
+@async_test
+async def test_a_monitor_whose_own_loop_lags_opens_no_new_connection_and_still_votes_on_a_hang() -> None:
+    """Our event loop lags (an overloaded host): a silence is then likelier ours than a cut's, so
+    no probe also goes on a new connection and no path is checked (each one more load on both
+    hosts); the hang is still voted on, after the silence the lag lengthens."""
+    scene = Scene(FunctionProber(indirect=lambda via, target: result(False)), intermediaries=[HELPER], options=SPACED)
+    scene.health = LocalHealth(address=ME, options=SPACED, clock=scene.clock, snapshot=scene.view)
+    scene.health.record_loop_lag(SPACED.probe_timeout / 4)  # one point: the silence needed doubles
+    monitor = scene.monitor()
+    monitor.start()
+    scene.prober.reachable = hanging(scene.clock)
+    await run_for(scene, monitor, 3 * FLOOR)
+    assert scene.prober.new_connection_pings == []
+    assert scene.prober.connects_made == []
+    assert len(scene.votes) == 1
+    assert scene.votes[0] == pytest.approx(2 * FLOOR, abs=SPACED.probe_interval)
+    await monitor.stop()
+
+
 CUT = 1.0
 """A cut shorter than the floor: after it heals, the usual connection stays mute as long again
 (TCP's retransmission backoff), pushing the silence past the floor."""

@@ -529,6 +529,47 @@ async def test_a_peer_vouches_only_with_a_read_that_started_after_the_ask() -> N
         await silo.stop()
 
 
+@pytest.mark.parametrize("lagging", [True, False], ids=["its loop lags", "its loop keeps time"])
+@async_test
+async def test_a_silo_whose_reads_are_slow_while_its_loop_lags_asks_no_peer_and_waits_for_its_read(
+    lagging: bool,
+) -> None:
+    """One silo's table calls stall. While its own event loop lags (an overloaded machine, where
+    the peers' reads would queue behind the same cores) it asks no peer to read its row: its lease
+    runs out, it fences, and the read it kept waiting for confirms it once it comes. While its loop
+    keeps time the stall may be its own path to the store: its peers read its row for it and it
+    never fences."""
+    clock, network, store = FakeClock(T0), FakeNetwork(), memory_table()
+    reads = HeldReads()
+    silos = [network_silo(store, port, clock, network) for port in (1, 2, 3)]
+    slow = network_silo(store, 4, clock, network, run_blocking=reads)
+    silos.append(slow)
+    starting = [asyncio.create_task(silo.start()) for silo in silos]
+    while not all(start.done() for start in starting):
+        await clock.advance(STEP)
+    counted = [CountedAsks(silo) for silo in silos]
+    for silo, proxy in zip(silos, counted, strict=True):
+        network.nodes[silo.silo_address] = proxy  # type: ignore[assignment]
+    slow._roles.health.lagging = lambda: lagging  # type: ignore[method-assign]
+    reads.held = True
+    for _ in range(int(2 * LOCAL.lease_timeout / STEP)):
+        await clock.advance(STEP)
+    asks = sum(proxy.asks for proxy in counted)
+    if lagging:
+        assert slow.fenced
+        assert asks == 0, f"{asks} peers asked to read its row"
+        reads.release()
+        for _ in range(int(LOCAL.lease_renew_interval / STEP) + 1):
+            await clock.advance(STEP)
+        assert not slow.fenced
+    else:
+        assert not slow.fenced
+        assert asks >= 1
+        reads.release()
+    for silo in silos:
+        await silo.stop()
+
+
 @async_test
 async def test_in_a_table_outage_a_silent_member_makes_everyone_fence() -> None:
     """One member does not answer: it may be the side that still has the table."""
