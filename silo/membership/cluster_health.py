@@ -134,7 +134,7 @@ class ClusterHealthMonitor:
             self._local,
             self._clock.now(),
             self._options,
-            self._liveness.is_fresh,
+            self._liveness.fresh_now(),
             self._ring.targets,
             self._watchers.for_view(snapshot),
         )

@@ -174,7 +174,16 @@ class MembershipSnapshot:
         return len(fresh_votes(entry.suspect_times, now, options.death_vote_expiration)) if entry else 0
 
     def newer_generations_of(self, silo: SiloAddress) -> tuple[SiloAddress, ...]:
-        return tuple(entry.silo_address for entry in self.entries if silo.is_predecessor_of(entry.silo_address))
+        """Later generations of ``silo``'s endpoint, oldest first. Rows are sorted by address (host,
+        port, generation), so they follow the place ``silo`` sorts at: found by bisection, not by a
+        pass over the view (asked twice for every view a silo takes in, 2,000 rows each time)."""
+        rows = self.data.rows
+        at = bisect.bisect_right(rows, silo.sort_key, key=_address_key)
+        newer = []
+        while at < len(rows) and silo.is_predecessor_of(later := rows[at][0].silo_address):
+            newer.append(later)
+            at += 1
+        return tuple(newer)
 
     def older_generations_of(self, silo: SiloAddress) -> tuple[MembershipEntry, ...]:
         return tuple(entry for entry in self.entries if entry.silo_address.is_predecessor_of(silo))
@@ -201,6 +210,10 @@ class MembershipSnapshot:
                 rows.insert(at, (entry, etag))
                 addresses.insert(at, entry.silo_address)
         return MembershipSnapshot(MembershipTableData.of_sorted(tuple(rows), delta.version, self.data.malformed))
+
+
+def _address_key(row: tuple[MembershipEntry, str]) -> tuple[str, int, int]:
+    return row[0].silo_address.sort_key
 
 
 def latest_heartbeats(current: MembershipSnapshot, reread: MembershipSnapshot) -> MembershipSnapshot:

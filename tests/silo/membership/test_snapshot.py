@@ -29,6 +29,18 @@ def test_derived_views() -> None:
     assert snapshot.fresh_votes_against(A, now, options) == 0
 
 
+def test_newer_generations_are_every_later_generation_of_the_endpoint_and_nothing_else() -> None:
+    generations = [address(5, generation=g) for g in (3, 7, 9)]
+    neighbours = [address(4, generation=8), address(6, generation=1), address(5, generation=5, host="127.0.0.2")]
+    snapshot = view(*(row(silo) for silo in [*neighbours, *generations]))
+    assert snapshot.newer_generations_of(generations[0]) == tuple(generations[1:])
+    assert snapshot.newer_generations_of(generations[1]) == (generations[2],)
+    assert snapshot.newer_generations_of(generations[2]) == ()
+    assert snapshot.newer_generations_of(address(5, generation=1)) == tuple(generations), "not in the view itself"
+    assert snapshot.newer_generations_of(address(5, generation=8)) == (generations[2],)
+    assert snapshot.newer_generations_of(address(9)) == ()
+
+
 @async_test
 async def test_publisher_never_goes_back_in_version() -> None:
     publisher = SnapshotPublisher()

@@ -1,0 +1,53 @@
+"""Freshness on our own monotonic clock (``silo.membership.liveness``)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from silo.membership.liveness import LivenessTracker
+from silo.membership.options import SiloOptions
+from tests.silo.harness import T0, address, row, view
+
+OPTIONS = SiloOptions.local()
+A, B, C = address(1), address(2), address(3)
+
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_fresh_now_answers_as_is_fresh_did_when_it_was_made() -> None:
+    clock = Clock()
+    tracker = LivenessTracker(OPTIONS, clock)
+    tracker.observe(view(row(A), row(B)))
+    clock.now += tracker.limit
+    at_the_limit = tracker.fresh_now()
+    assert [at_the_limit(A), at_the_limit(B), at_the_limit(C)] == [True, True, False]
+    assert [tracker.is_fresh(A), tracker.is_fresh(B), tracker.is_fresh(C)] == [True, True, False]
+    clock.now += 0.001
+    past_it = tracker.fresh_now()
+    assert [past_it(A), tracker.is_fresh(A)] == [False, False]
+    assert at_the_limit(A), "a test made earlier answers as of its making"
+
+
+def test_a_full_read_keeps_the_watch_of_rows_still_there_and_drops_rows_gone() -> None:
+    clock = Clock()
+    tracker = LivenessTracker(OPTIONS, clock)
+    tracker.observe(view(row(A), row(B)))
+    clock.now += 1.0
+    later = T0 + timedelta(seconds=1)
+    # equal addresses, new objects, as a later read parses them: A heartbeated, B did not, C is new
+    tracker.observe(view(row(address(1), when=later), row(address(2)), row(C)))
+    assert tracker.silent_for(A) == 0.0
+    assert tracker.silent_for(B) == 1.0
+    assert tracker.seen_heartbeating(A, within=10.0) is True
+    assert tracker.seen_heartbeating(B, within=10.0) is None
+    tracker.observe(view(row(A, when=later), row(C)))
+    assert tracker.silent_for(B) is None, "a row gone from a full read is no longer watched"
+    assert tracker.silent_for(A) == 0.0
