@@ -53,6 +53,9 @@ every member then was a million calls per renewal in a 1,000-silo join storm (ev
 every view different): each silo cycled a channel to every other through its pool, and the
 silo hosts grew past their memory."""
 
+_NOT_MEMBERS = (SiloStatus.DEAD, SiloStatus.NONE)
+"""Statuses of silos that are not members of a view (``MembershipSnapshot.member_silos``)."""
+
 CATCH_UP_MARGIN = 2
 """Renewal intervals of lease left below which a renewal whose view is behind the table reads the
 whole table to catch up (and confirm); with more left it waits for gossip or the next renewal.
@@ -81,8 +84,10 @@ class LeaseKeeper:
         """Row reads for the lease still running, by silo, with when they were made (``_read_within``)."""
         self._catch_up: asyncio.Future[MembershipSnapshot] | None = None
         """The full read of the last catch-up, while it runs (``_catch_up_read``)."""
-        self._peers: tuple[MembershipSnapshot, list[SiloAddress], list[SiloAddress]] | None = None
-        """The last view with its other members and our nearest successors among them (``_peers_of``)."""
+        self._members: tuple[MembershipSnapshot, list[SiloAddress]] | None = None
+        """The last view whose other members we listed, with them (``_other_members``)."""
+        self._nearest_found: tuple[float, list[SiloAddress]] | None = None
+        """When we last found our nearest successors among the members, and them (``_nearest``)."""
 
     def start(self) -> None:
         """Renew the membership lease every ``lease_renew_interval`` (once this silo is Active)."""
@@ -180,7 +185,6 @@ class LeaseKeeper:
             return
         view = self._view
         snapshot, timeout = view.snapshot, view.options.lease_renew_interval
-        members = self._other_members(snapshot)
         started = view.clock.monotonic()
 
         async def ask(member: SiloAddress) -> MembershipConfirmation | None:
@@ -198,9 +202,14 @@ class LeaseKeeper:
         # them could and an outage vouch is still possible (it needs every member's answer), else
         # a few more, one of which may read the table
         nearest = self._nearest(snapshot)
-        first = nearest[:FIRST_ASKED] if len(members) > 2 * FIRST_ASKED else members
+        # fewer than FIRST_ASKED + WIDER_ASKED nearest: a view of few members, listed at little cost
+        few = len(nearest) < FIRST_ASKED + WIDER_ASKED and len(self._other_members(snapshot)) <= 2 * FIRST_ASKED
+        first = self._other_members(snapshot) if few else nearest[:FIRST_ASKED]
         answers = await ask_all(first)
-        if not any(answer.table_read for answer in answers.values()) and len(first) < len(members):
+        # the whole list of members only when no peer read the table (a read settles it)
+        read = any(answer.table_read for answer in answers.values())
+        members = [] if read else self._other_members(snapshot)
+        if not read and len(first) < len(members):
             if outage_vouch_possible(snapshot.version, view.newest_version_heard, first, answers):
                 rest = [member for member in members if member not in first]
             else:
@@ -247,25 +256,32 @@ class LeaseKeeper:
         return False
 
     def _other_members(self, snapshot: MembershipSnapshot) -> list[SiloAddress]:
-        """Every other non-Dead silo of ``snapshot``: the members whose answers a vouch needs."""
-        return self._peers_of(snapshot)[0]
+        """Every other non-Dead silo of ``snapshot``: the members whose answers a vouch needs
+        (listed once per view, and only when needed: in a join storm every renewal goes through
+        peers on a new view, and listing 2,000 members each time was a tenth of a host's samples)."""
+        if self._members is None or self._members[0] is not snapshot:
+            own = self._view.address
+            self._members = (snapshot, [silo for silo in snapshot.member_silos if silo != own])
+        return self._members[1]
 
     def _nearest(self, snapshot: MembershipSnapshot) -> list[SiloAddress]:
-        """Our ``FIRST_ASKED + WIDER_ASKED`` nearest successors on ring 0 among the members of
-        ``snapshot``, nearest first."""
-        return self._peers_of(snapshot)[1]
-
-    def _peers_of(self, snapshot: MembershipSnapshot) -> tuple[list[SiloAddress], list[SiloAddress]]:
-        """``snapshot``'s other members and our nearest successors among them, computed once per
-        view, not per renewal: on an overloaded machine every renewal goes through peers, and a
-        pass over 2,000 members each time, with the list of members, was a tenth of a silo
-        host's samples."""
-        if self._peers is None or self._peers[0] is not snapshot:
-            own = self._view.address
-            members = [silo for silo in snapshot.member_silos if silo != own]
-            nearest = successors(own, snapshot.member_silos, FIRST_ASKED + WIDER_ASKED)
-            self._peers = (snapshot, members, nearest)
-        return self._peers[1], self._peers[2]
+        """Our ``FIRST_ASKED + WIDER_ASKED`` nearest successors on ring 0 among the members of a
+        recent view, nearest first: found again once a ``lease_timeout`` old or once one of them is
+        no longer a member of ``snapshot``. Whom we ask first is a choice of cost, not of
+        correctness (a vouch is judged on ``snapshot``'s members), so a silo that joined since may
+        be left out that long; a pass over 2,000 members for every new view was a tenth of a
+        host's samples in a 2,000-silo storm."""
+        view = self._view
+        now = view.clock.monotonic()
+        found = self._nearest_found
+        if (
+            found is None
+            or now - found[0] >= view.options.lease_timeout
+            or any(snapshot.status_of(silo) in _NOT_MEMBERS for silo in found[1])
+        ):
+            members = snapshot.member_silos
+            found = self._nearest_found = (now, successors(view.address, members, FIRST_ASKED + WIDER_ASKED))
+        return found[1]
 
     async def _catch_up_in_outage(
         self,

@@ -98,12 +98,16 @@ average 200 on two cores): the machine spent most of its time there. Receivers a
 version still apply every change at once, and the silo a change is about always catches up."""
 
 
-def rows_written_between(older: MembershipSnapshot, newer: MembershipSnapshot) -> frozenset[SiloAddress] | None:
-    """The silos whose rows differ between two snapshots (added or rewritten: a new etag); None if
-    a row was removed, which no delta can express."""
-    before = {entry.silo_address: etag for entry, etag in older.data.rows}
+Rows = tuple[tuple[MembershipEntry, str], ...]
+"""A table read's rows with their etags (``MembershipTableData.rows``)."""
+
+
+def rows_written_between(older: Rows, newer: Rows) -> frozenset[SiloAddress] | None:
+    """The silos whose rows differ between two reads' rows (added or rewritten: a new etag); None
+    if a row was removed, which no delta can express."""
+    before = {entry.silo_address: etag for entry, etag in older}
     changed = set()
-    for entry, etag in newer.data.rows:
+    for entry, etag in newer:
         if before.pop(entry.silo_address, None) != etag:
             changed.add(entry.silo_address)
     return None if before else frozenset(changed)

@@ -94,11 +94,9 @@ class TableView:
         self.unconfirmed_writes = False
         """A write of ours failed with an unknown outcome and no full read came since."""
         self._reported_malformed: frozenset[MalformedRow] = frozenset()
-        self._recent_writes: collections.deque[tuple[int, int, frozenset[SiloAddress]]] = collections.deque(
-            maxlen=RECENT_WRITES
-        )
-        """(version, later version, silos whose rows were written in between) for our last views, in
-        order and contiguous: what lets our own write's delta apply to older views (``_applies_from``)."""
+        self._recent_writes: collections.deque[ViewStep] = collections.deque(maxlen=RECENT_WRITES)
+        """The steps between our last views, in order and contiguous: what lets our own write's
+        delta apply to older views (``_applies_from``)."""
         self._empty = MembershipSnapshot(MembershipTableData((), UNINITIALIZED_VERSION))
         self.liveness = LivenessTracker(options, clock.monotonic)
         """Which peers are fresh, on our own monotonic clock (fed by every read)."""
@@ -239,21 +237,19 @@ class TableView:
     def _remember_writes(
         self, previous: MembershipSnapshot, current: MembershipSnapshot, written: frozenset[SiloAddress] | None
     ) -> None:
-        if written is None:
-            written = rows_written_between(previous, current)
-        if written is None:  # a row was removed: no delta can span that
-            self._recent_writes.clear()
-        else:
-            self._recent_writes.append((previous.version, current.version, written))
+        self._recent_writes.append(ViewStep(previous, current, written))
 
     def _applies_from(self, base_version: int, silos: frozenset[SiloAddress]) -> int:
         """The oldest version our write at ``base_version + 1`` (of ``silos``' rows) applies to: back
         through our recent views while every row written since is one our write puts in too."""
         since = base_version
-        for start, end, written in reversed(self._recent_writes):
-            if end != since or not written <= silos:
+        for step in reversed(self._recent_writes):
+            if step.end != since:
                 break
-            since = start
+            written = step.written()
+            if written is None or not written <= silos:  # None: a row was removed, no delta spans that
+                break
+            since = step.start
         return since
 
     def _report_malformed(self, malformed: tuple[MalformedRow, ...]) -> None:
@@ -354,6 +350,29 @@ class TableView:
             await catch_up(self)
         except TableUnavailableError:
             logger.debug("silo %s: could not re-read the table after its write", self.address)
+
+
+class ViewStep:
+    """One step between two of our views: their versions, and the silos whose rows differ, found
+    only when asked (``rows_written_between`` is a pass over both views' rows, and a step is asked
+    about only when we write; on every full read of a 2,000-silo join storm it was a seventh of a
+    host's samples)."""
+
+    def __init__(
+        self, previous: MembershipSnapshot, current: MembershipSnapshot, written: frozenset[SiloAddress] | None
+    ) -> None:
+        """``written``: the silos whose rows were written, if known (a delta's); None: compare the views."""
+        self.start, self.end = previous.version, current.version
+        self._rows = (previous.data.rows, current.data.rows) if written is None else None
+        """The two views' rows (not the views: their caches would be kept too), until compared."""
+        self._written = written
+
+    def written(self) -> frozenset[SiloAddress] | None:
+        """The silos whose rows were added or rewritten; None if a row was removed."""
+        if self._rows is not None:
+            self._written = rows_written_between(*self._rows)
+            self._rows = None
+        return self._written
 
 
 RECENT_VIEW_SHARE = 0.5

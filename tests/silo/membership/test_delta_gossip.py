@@ -32,6 +32,7 @@ from silo.membership.probing import GossipMessage
 from silo.membership.snapshot import LARGE_VIEW, MembershipDelta, MembershipSnapshot
 from silo.membership.table_access import BlockingRunner, run_inline
 from silo.membership.table_manager import MembershipTableManager
+from silo.membership.table_view import ViewStep
 from silo.membership.vote_caster import VIEW_VOTE_GOSSIP_WAIT
 from silo.membership.votes import VoteOutcome
 from tests.silo.harness import (
@@ -555,6 +556,21 @@ def test_a_delta_with_an_older_since_version_applies_to_every_view_from_it_to_it
         assert applied.data.get(OTHER) == (dead, "e6")
     assert view(row(ME), version=3).apply(delta) is None
     assert view(row(ME), version=6).apply(delta) is None
+
+
+def test_a_step_between_views_compares_their_rows_only_when_asked_and_a_removed_row_ends_every_span() -> None:
+    voted = row(OTHER).replace(suspect_times=((ME, T0),))
+    older = view(row(ME), row(OTHER), row(PEER), version=4)
+    newer = MembershipSnapshot(
+        dataclasses.replace(older.data, rows=(*older.data.rows[:2], (voted, "e5")),
+                            version=TableVersion(5, "v5"))
+    )  # fmt: skip
+    step = ViewStep(older, newer, None)
+    assert (step.start, step.end) == (4, 5)
+    assert step.written() == frozenset({OTHER})
+    assert ViewStep(older, newer, frozenset({OTHER, PEER})).written() == frozenset({OTHER, PEER}), "a delta's rows"
+    without_peer = view(row(ME), row(OTHER), version=6)
+    assert ViewStep(newer, without_peer, None).written() is None, "a row was removed"
 
 
 @pytest.mark.parametrize("killer_heard_the_vote", [True, False], ids=["by gossip", "by its vote's read"])
