@@ -86,8 +86,8 @@ class LeaseKeeper:
         """The full read of the last catch-up, while it runs (``_catch_up_read``)."""
         self._members: tuple[MembershipSnapshot, list[SiloAddress]] | None = None
         """The last view whose other members we listed, with them (``_other_members``)."""
-        self._nearest_found: tuple[float, list[SiloAddress]] | None = None
-        """When we last found our nearest successors among the members, and them (``_nearest``)."""
+        self._nearest_found: list[SiloAddress] | None = None
+        """Our nearest successors among the members, as last found (``_nearest``)."""
 
     def start(self) -> None:
         """Renew the membership lease every ``lease_renew_interval`` (once this silo is Active)."""
@@ -265,23 +265,21 @@ class LeaseKeeper:
         return self._members[1]
 
     def _nearest(self, snapshot: MembershipSnapshot) -> list[SiloAddress]:
-        """Our ``FIRST_ASKED + WIDER_ASKED`` nearest successors on ring 0 among the members of a
-        recent view, nearest first: found again once a ``lease_timeout`` old or once one of them is
-        no longer a member of ``snapshot``. Whom we ask first is a choice of cost, not of
-        correctness (a vouch is judged on ``snapshot``'s members), so a silo that joined since may
-        be left out that long; a pass over 2,000 members for every new view was a tenth of a
-        host's samples in a 2,000-silo storm."""
-        view = self._view
-        now = view.clock.monotonic()
+        """Our ``FIRST_ASKED + WIDER_ASKED`` nearest successors on ring 0 among the members of an
+        earlier view, nearest first: found again once one of them is no longer a member of
+        ``snapshot``, or while there were fewer and ``snapshot`` may hold more. Whom we ask first
+        is a choice of cost, not of correctness (a vouch is judged on ``snapshot``'s members), so a
+        silo that joined nearer since is not asked first; finding them again for every new view
+        (a pass over 2,000 members) was a tenth of a host's samples in a 2,000-silo storm."""
+        wanted = FIRST_ASKED + WIDER_ASKED
         found = self._nearest_found
         if (
             found is None
-            or now - found[0] >= view.options.lease_timeout
-            or any(snapshot.status_of(silo) in _NOT_MEMBERS for silo in found[1])
+            or (len(found) < wanted and len(snapshot.entries) > len(found) + 1)
+            or any(snapshot.status_of(silo) in _NOT_MEMBERS for silo in found)
         ):
-            members = snapshot.member_silos
-            found = self._nearest_found = (now, successors(view.address, members, FIRST_ASKED + WIDER_ASKED))
-        return found[1]
+            found = self._nearest_found = successors(self._view.address, snapshot.member_silos, wanted)
+        return found
 
     async def _catch_up_in_outage(
         self,
