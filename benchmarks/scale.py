@@ -42,6 +42,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import itertools
 import math
 import os
 import random
@@ -311,11 +312,39 @@ def dead_silos(data: MembershipTableData) -> list[str]:
 
 
 class JoinDidNotFinishError(RuntimeError):
-    """The join stopped (timeout, overload, a host exited); ``curve`` is how far it got."""
+    """The join stopped (timeout, overload, a host exited); ``curve`` is how far it got, ``limit``
+    what held it there (``stall_limit``)."""
 
-    def __init__(self, message: str, curve: list[tuple[float, int, int, int]]) -> None:
+    def __init__(
+        self, message: str, curve: list[tuple[float, int, int, int]], limit: dict[str, float] | None = None
+    ) -> None:
         super().__init__(message)
         self.curve = curve
+        self.limit = limit or {}
+
+
+STALL_WINDOW = 60.0
+"""Seconds before a join stopped over which ``stall_limit`` measures the silo hosts' CPU."""
+
+
+def stall_limit(curve: list[tuple[float, int, int, int]], host_cpu: list[tuple[float, float]]) -> dict[str, float]:
+    """What held a join that did not finish where it stopped: how long the Active count had stood
+    still, and the cores the silo hosts used over the last ``STALL_WINDOW`` seconds (``host_cpu``:
+    seconds since the start and the hosts' CPU seconds so far), against the machine's cores. Hosts
+    that use every core while nothing moves are the limit: the silos already Active cost what
+    the machine has, their loops lag past the probe timeout, and the last joiners' pings go
+    unanswered."""
+    if not curve or len(host_cpu) < 2:
+        return {}
+    end = curve[-1][0]
+    moved = curve[0][0]  # when the Active count last changed (to its final value)
+    for (_, before, *_), (t, count, *_) in itertools.pairwise(curve):
+        if count != before:
+            moved = t
+    start = next((sample for sample in host_cpu if sample[0] >= end - STALL_WINDOW), host_cpu[0])
+    last = host_cpu[-1]
+    busy = (last[1] - start[1]) / (last[0] - start[0]) if last[0] > start[0] else math.nan
+    return {"active_unchanged_s": end - moved, "host_cores_busy": busy, "cores": float(os.cpu_count() or 1)}
 
 
 def wait_listening(hosts: list[ServerProcess], timeout: float) -> None:
@@ -343,9 +372,11 @@ def wait_all_active(
     """
     table = open_table(uri, "scale")
     curve: list[tuple[float, int, int, int]] = []
+    host_cpu: list[tuple[float, float]] = []
     statuses: Counter[str] = Counter()
     while True:
         elapsed = wall() - started
+        host_cpu.append((elapsed, sum(cpu_seconds(host.process.pid) for host in hosts)))
         with contextlib.suppress(TableUnavailableError):
             statuses = Counter(entry.status.name for entry in table.read_all().entries)
         curve.append((elapsed, statuses["ACTIVE"], statuses["JOINING"], statuses["DEAD"]))
@@ -355,10 +386,12 @@ def wait_all_active(
         load = os.getloadavg()[0]
         if elapsed > OVERLOAD_GRACE and load > config.max_load * (os.cpu_count() or 1):
             raise JoinDidNotFinishError(
-                f"stopped: load average {load:.0f} on {os.cpu_count()} cores with {progress}", curve
+                f"stopped: load average {load:.0f} on {os.cpu_count()} cores with {progress}",
+                curve,
+                stall_limit(curve, host_cpu),
             )
         if elapsed > config.join_timeout:
-            raise JoinDidNotFinishError(f"not all Active: {progress}", curve)
+            raise JoinDidNotFinishError(f"not all Active: {progress}", curve, stall_limit(curve, host_cpu))
         exited = [host for host in hosts if not host.running]
         if exited:
             tail = "\n".join(exited[0].log.read_text(errors="replace").splitlines()[-40:])
@@ -620,7 +653,16 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
             measured["join_curve"] = exc.curve
             if exc.curve:  # where it stopped, as figures (the curve is a series)
                 seconds, active, joining, dead = exc.curve[-1]
-                measured["join_stopped"] = {"after_s": seconds, "active": active, "joining": joining, "dead": dead}
+                measured["join_stopped"] = {
+                    "after_s": seconds, "active": active, "joining": joining, "dead": dead, **exc.limit,
+                }  # fmt: skip
+                if exc.limit:
+                    print(
+                        f"[scale] what limits it: {active} Active unchanged for {exc.limit['active_unchanged_s']:.0f}s "
+                        f"while the silo hosts used {exc.limit['host_cores_busy']:.2f} of the "
+                        f"{exc.limit['cores']:.0f} cores (last {STALL_WINDOW:.0f}s)",
+                        flush=True,
+                    )
             raise
         finally:
             for host in hosts:  # SIGKILL: a graceful leave of hundreds of silos is not measured, only slow

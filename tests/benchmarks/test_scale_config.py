@@ -153,3 +153,14 @@ def test_postgres_gets_a_connection_for_each_executor_thread_of_every_silo_proce
     assert scale.connections_needed(50, cores=2) == 50 * 6 + scale.BENCHMARK_CONNECTIONS
     assert scale.connections_needed(50, cores=64) == 50 * 15 + scale.BENCHMARK_CONNECTIONS  # the pool's limit
     assert scale.connections_needed(3, cores=2) == 200  # never below the server's default
+
+
+def test_a_join_that_stopped_says_how_long_nothing_moved_and_what_the_hosts_used() -> None:
+    curve = [(0.0, 0, 10, 0), (30.0, 5, 5, 0), (60.0, 8, 2, 0), (120.0, 8, 2, 0), (180.0, 8, 2, 0)]
+    host_cpu = [(float(t), 1.9 * t) for t in range(0, 181, 10)]
+    limit = scale.stall_limit(curve, host_cpu)
+    assert limit["active_unchanged_s"] == 120.0
+    assert limit["host_cores_busy"] == pytest.approx(1.9)
+    assert limit["cores"] >= 1
+    assert scale.stall_limit([], host_cpu) == {}
+    assert scale.stall_limit(curve, host_cpu[:1]) == {}
