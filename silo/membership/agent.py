@@ -34,10 +34,6 @@ JOIN_PINGS_IN_FLIGHT = 32
 cluster of a thousand must not open a thousand calls (and channels) in one burst."""
 
 
-MAX_ROUND_PAUSE = 8
-"""Probe timeouts a joiner of a large view waits at most between two validation rounds in which
-nobody new answered (``MembershipAgent._pause_between_rounds``): 40 s at Orleans' 5 s."""
-
 _OTHERS_REACH = "silo %s is joining; %s reaches %s, which does not answer us (our link to it may be bad)"
 _NOBODY_REACHES = "silo %s is joining; %s cannot reach %s either: it no longer blocks the join"
 
@@ -46,25 +42,6 @@ def join_heartbeat_watch(options: SiloOptions) -> float:
     """Seconds a joining silo watches an unreachable peer's heartbeat before ignoring it:
     one heartbeat period plus two of our re-reads (we re-read its row every ``probe_timeout``)."""
     return options.i_am_alive_table_publish_timeout + 2 * options.probe_timeout
-
-
-def round_pause(options: SiloOptions, stalled: int, large: bool, left: float, random: random_module.Random) -> float:
-    """The wait between a joiner's validation rounds: a ``probe_timeout``; in a ``large`` view
-    (``LARGE_VIEW``) doubled for each of the ``stalled`` rounds in a row in which nobody new
-    answered, up to ``MAX_ROUND_PAUSE`` timeouts, with jitter (half to all of it), and never
-    past the join's deadline (``left`` seconds away).
-
-    Joiners that began when few silos were Active all sampled those few, and pinged the ones
-    that had not answered every probe timeout: at the plateau of a 2,000-silo storm one silo was
-    among the unreached in 1,118 of 1,994 joiners' rounds in 90 s, the ten most named in 8,661,
-    and their hosts, saturated by the pings, went minutes without renewing their leases.
-    Backing off lets such a silo catch up and answer; a silo that answers is found at the next
-    round, at most one pause later."""
-    timeout = options.probe_timeout
-    if not large or stalled == 0:
-        return timeout
-    pause = timeout * min(1 << min(stalled, 16), MAX_ROUND_PAUSE) * random.uniform(0.5, 1.0)
-    return max(timeout, min(pause, left - timeout))
 
 
 class MembershipAgent:
@@ -158,7 +135,6 @@ class MembershipAgent:
         chosen = sorted(self._silos_to_reach(first))
         others_reach: set[SiloAddress] = set()
         nobody_reaches: set[SiloAddress] = set()
-        stalled = answered_before = 0  # rounds in a row in which nobody new answered
         while True:
             self._check_not_terminated()
             # the chosen ones still fresh and Active: each round looks at those only, not the view
@@ -186,8 +162,6 @@ class MembershipAgent:
             if not unreachable:
                 self.unreached = await self._unreached_members(answered | gone | refused, in_flight)
                 return
-            stalled = 0 if len(answered) > answered_before else stalled + 1
-            answered_before = len(answered)
             names = ", ".join(map(str, unreachable))
             if self._clock.monotonic() + self._options.probe_timeout > deadline:
                 raise JoinError(
@@ -197,8 +171,7 @@ class MembershipAgent:
                     unreachable,
                 )
             logger.info("silo %s is joining; still cannot reach %s", self._address, names)
-            left = deadline - self._clock.monotonic()
-            await self._clock.sleep(round_pause(self._options, stalled, snapshot.large, left, self._random))
+            await self._clock.sleep(self._options.probe_timeout)
             try:
                 rows = await self._manager.reread_rows(unreachable)
                 gone.update(peer for peer, row in rows.items() if row is None or row.status is not SiloStatus.ACTIVE)

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import random
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -12,12 +11,11 @@ from membership_tables import CommittedWrite, MembershipEntry, MembershipTable, 
 from membership_tables.contract import RowUpdate
 from silo.errors import DeclaredDeadError, JoinError, TableUnavailableAtStartError
 from silo.exit_codes import ExitCode
-from silo.membership.agent import MAX_ROUND_PAUSE, join_heartbeat_watch, round_pause
+from silo.membership.agent import join_heartbeat_watch
 from silo.membership.clock import FakeClock
 from silo.membership.gossiper import gossip_peers
 from silo.membership.probing import IndirectProbeResult
 from silo.membership.ring import probe_targets
-from silo.membership.snapshot import LARGE_VIEW
 from silo.membership.table_refresh import ROW_READ_COST_IN_ROWS
 from silo.runtime.silo import Silo
 from tests.silo.harness import (
@@ -354,44 +352,6 @@ async def test_in_a_large_cluster_a_silo_that_still_heartbeats_blocks_the_join_u
     write_status(table, PEER, SiloStatus.DEAD)  # the cluster's verdict, read from PEER's row alone
     await clock.advance(LOCAL.probe_timeout)
     await clock.advance(LOCAL.probe_timeout)
-    await joining
-    assert silo.status is SiloStatus.ACTIVE
-    await silo.stop()
-
-
-def test_a_joiner_pauses_a_probe_timeout_between_rounds_and_backs_off_only_in_a_large_view() -> None:
-    rng, timeout = random.Random(7), LOCAL.probe_timeout
-    assert [round_pause(LOCAL, stalled, False, 60.0, rng) for stalled in range(5)] == [timeout] * 5
-    assert round_pause(LOCAL, 0, True, 60.0, rng) == timeout
-    for stalled in range(1, 8):
-        most = timeout * min(2**stalled, MAX_ROUND_PAUSE)
-        assert most / 2 <= round_pause(LOCAL, stalled, True, 60.0, rng) <= most
-    assert round_pause(LOCAL, 6, True, 3 * timeout, rng) == 2 * timeout, "never past the join's deadline"
-    assert round_pause(LOCAL, 6, True, timeout, rng) == timeout
-
-
-@async_test
-async def test_a_joiner_of_a_large_view_backs_off_while_nobody_new_answers_and_joins_once_the_last_one_does() -> None:
-    """A large view (a join storm's first Active silos, which every joiner sampled): the joiner's
-    rounds spread out while the silo it waits for stays silent (though it heartbeats), and it
-    joins within one pause once that silo answers."""
-    table, clock = memory_table(), FakeClock(T0)
-    peers = [PEER, *(address(port) for port in range(10, 10 + LARGE_VIEW))]
-    seed(table, *(row(peer, when=T0) for peer in peers))
-    silent = {PEER}
-    prober = FunctionProber(reachable=lambda target: target not in silent, indirect=no_report)
-    options = dataclasses.replace(LOCAL, max_join_attempt_time=60.0)
-    silo = make_silo(table, ME, clock, prober=prober, options=options)
-    joining = asyncio.create_task(silo.start())
-    for _ in range(16):
-        await clock.advance(LOCAL.probe_timeout)
-        keep_heartbeating(table, clock, *peers)
-    assert not joining.done()
-    assert 3 <= prober.pings.count(PEER) <= 7, f"{prober.pings.count(PEER)} pings in 16 probe timeouts"
-    silent.clear()
-    for _ in range(MAX_ROUND_PAUSE + 2):
-        await clock.advance(LOCAL.probe_timeout)
-        keep_heartbeating(table, clock, *peers)
     await joining
     assert silo.status is SiloStatus.ACTIVE
     await silo.stop()
