@@ -53,9 +53,6 @@ every member then was a million calls per renewal in a 1,000-silo join storm (ev
 every view different): each silo cycled a channel to every other through its pool, and the
 silo hosts grew past their memory."""
 
-_NOT_MEMBERS = (SiloStatus.DEAD, SiloStatus.NONE)
-"""Statuses of silos that are not members of a view (``MembershipSnapshot.member_silos``)."""
-
 CATCH_UP_MARGIN = 2
 """Renewal intervals of lease left below which a renewal whose view is behind the table reads the
 whole table to catch up (and confirm); with more left it waits for gossip or the next renewal.
@@ -276,7 +273,7 @@ class LeaseKeeper:
         if (
             found is None
             or (len(found) < wanted and len(snapshot.entries) > len(found) + 1)
-            or any(snapshot.status_of(silo) in _NOT_MEMBERS for silo in found)
+            or not all(snapshot.is_member(silo) for silo in found)
         ):
             found = self._nearest_found = successors(self._view.address, snapshot.member_silos, wanted)
         return found

@@ -173,6 +173,11 @@ class MembershipSnapshot:
         nearest successors first: ``silo.membership.ring.successors``)."""
         return tuple(entry.silo_address for entry in self.entries if entry.status is not SiloStatus.DEAD)
 
+    def is_member(self, silo: SiloAddress) -> bool:
+        """Whether ``silo`` is one of ``member_silos`` (a row, not Dead), without a pass over the view."""
+        entry = self.entry(silo)
+        return entry is not None and entry.status is not SiloStatus.DEAD
+
     def fresh_votes_against(self, silo: SiloAddress, now: datetime, options: SiloOptions) -> int:
         entry = self.entry(silo)
         return len(fresh_votes(entry.suspect_times, now, options.death_vote_expiration)) if entry else 0

@@ -25,6 +25,7 @@ def test_derived_views() -> None:
     assert snapshot.status_of(address(9)) is SiloStatus.NONE
     assert snapshot.active_silos == (A, B)
     assert snapshot.newer_generations_of(A) == (address(1, generation=2),)
+    assert [snapshot.is_member(silo) for silo in (A, B, C, address(9))] == [True, True, False, False]
     assert snapshot.older_generations_of(address(1, generation=2)) == (fresh,)
     assert snapshot.fresh_votes_against(A, now, options) == 0
 
