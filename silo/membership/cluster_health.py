@@ -138,7 +138,8 @@ class ClusterHealthMonitor:
             self._ring.targets,
             self._watchers.for_view(snapshot),
         )
-        for gone in [silo for silo in self.monitors if silo not in targets]:
+        unwanted = [silo for silo in self.monitors if silo not in targets]
+        for gone in [silo for silo in unwanted if not self._keeps_watching(silo, snapshot)]:
             await self.monitors.pop(gone).stop()
             self._health.forget(gone)
         for target in targets:
@@ -150,6 +151,19 @@ class ClusterHealthMonitor:
         if targets:
             self._ring_probed = True
             logger.debug("silo %s probes %s", self._local, ", ".join(map(str, targets)))
+
+    def _keeps_watching(self, suspect: SiloAddress, snapshot: MembershipSnapshot) -> bool:
+        """A suspect off our ring that never answered our monitor stays watched after its votes
+        expire, while it is a member (not Dead, not gone).
+
+        Our vote needs our own silence, and a silo whose local health stretches its suspicion
+        time past the vote expiry (``death_vote_expiration``) lost that silence with the votes
+        that made it watch, then started again at the next one: with each monitor's vote fresh
+        for less than the others' cadence, two never met, and a cut-off silo stayed Active (a
+        4|3 cut of 7 with ring sampling, 30 s). An answer ends the watch; the silence it
+        measured so far is evidence only of the silo not answering us, as on our ring."""
+        monitor = self.monitors[suspect]
+        return suspect not in self._ring.ranks and not monitor.answered and snapshot.is_member(suspect)
 
     def may_vote(self) -> bool:
         """The majority rule over the monitored silos that are fresh (``votes.may_vote``).

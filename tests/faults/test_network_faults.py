@@ -50,8 +50,9 @@ DEATH_BOUND = 30.0
 """Seconds from the fault until the cut-off silos are Dead in the table and have exited: about 4.5 x
 NOMINAL_DEATH, a correctness bound for a loaded two-core machine, not a speed goal."""
 OBSERVE = 10.0
-"""Seconds the survivors must then stay Active and running: one vote expiry (death_vote_expiration
-10 s), so a suspicion cast during the fault that was going to kill a survivor has had its chance."""
+"""Seconds the survivors must then stay Active and running: more than three vote expiries
+(death_vote_expiration 3 s), so a suspicion cast during the fault that was going to kill a survivor
+has had its chance."""
 EVEN_SPLIT_HOLD = 20.0
 """Seconds of a 2|2 split with nobody declared Dead: 13 detection floors, 10 table refreshes,
 twice the vote expiry (10 s), so both sides have voted repeatedly and votes have expired and renewed."""

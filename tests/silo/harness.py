@@ -287,12 +287,17 @@ class RecordingGossip:
 
 @dataclass
 class FakeNetwork:
-    """In-process silos reach each other unless one side is in ``partitioned``."""
+    """In-process silos reach each other unless one side is in ``partitioned``, or ``sides`` puts
+    them on different sides of a cut (a silo not in ``sides`` is on every side)."""
 
     nodes: dict[SiloAddress, MembershipRpcHandler] = field(default_factory=dict)
     partitioned: set[SiloAddress] = field(default_factory=set)
+    sides: dict[SiloAddress, int] = field(default_factory=dict)
 
     def connected(self, source: SiloAddress, target: SiloAddress) -> bool:
+        side, other = self.sides.get(source), self.sides.get(target)
+        if side is not None and other is not None and side != other:
+            return False
         return target in self.nodes and source not in self.partitioned and target not in self.partitioned
 
     def prober(self, source: SiloAddress) -> FunctionProber:

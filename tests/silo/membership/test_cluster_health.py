@@ -586,6 +586,38 @@ async def test_a_suspect_off_our_ring_is_first_probed_at_our_votes_turn_our_ring
     await rig.cluster.stop()
 
 
+@async_test
+async def test_a_watched_suspect_that_never_answered_us_stays_watched_after_its_votes_expire() -> None:
+    """Our vote needs our own silence: a watch stopped with the votes that started it lost that
+    silence, and a watcher whose suspicion time outlasts the vote expiry never voted beside the
+    next vote (a 4|3 cut of 7 with ring sampling: a cut-off silo Active for 30 s). The watch ends
+    when the suspect answers us, or leaves."""
+    rig, _, suspect = await five_ring_targets_and_a_suspect_off_the_ring()
+    rig.reachable = lambda silo: silo != suspect
+    watch = rig.cluster.monitors[suspect]
+    await rig.clock.advance(rig.options.death_vote_expiration + 1)
+    everyone = [row(ME), *(row(peer) for peer in ELEVEN_PEERS)]  # the vote against the suspect expired
+    await rig.cluster.update(view(*everyone, version=2))
+    assert rig.cluster.monitors.get(suspect) is watch  # never answered us: still watched, its silence kept
+    rig.reachable = lambda silo: True
+    await rig.clock.advance(rig.options.effective_probe_interval + rig.options.probe_timeout)
+    assert watch.answered
+    await rig.cluster.update(view(*everyone, version=3))
+    assert suspect not in rig.cluster.monitors  # it answered: an ordinary silo off our ring again
+    await rig.cluster.stop()
+
+
+@async_test
+async def test_a_watched_suspect_that_leaves_is_no_longer_watched() -> None:
+    rig, _, suspect = await five_ring_targets_and_a_suspect_off_the_ring()
+    rig.reachable = lambda silo: silo != suspect
+    await rig.clock.advance(rig.cluster.vote_delay(suspect) + 0.01)
+    others = [row(ME), *(row(peer) for peer in ELEVEN_PEERS if peer != suspect)]
+    await rig.cluster.update(view(*others, row(suspect, SiloStatus.DEAD), version=2))
+    assert suspect not in rig.cluster.monitors
+    await rig.cluster.stop()
+
+
 class Midpoint(random.Random):
     """``uniform`` gives the middle of its range: a random point a test can name."""
 

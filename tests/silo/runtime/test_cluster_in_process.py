@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TypeVar
 
-from membership_tables import MembershipTable, SiloStatus
+from membership_tables import MembershipTable, SiloAddress, SiloStatus
 from silo.exit_codes import ExitCode
 from silo.membership.clock import FakeClock
 from silo.membership.table_access import run_inline
 from silo.runtime.silo import Silo
-from tests.silo.harness import LOCAL, T0, FakeNetwork, FlakyTable, async_test, cluster_silos, memory_table
+from tests.silo.harness import LOCAL, T0, FakeNetwork, FlakyTable, async_test, cluster_silos, memory_table, network_silo
 
 STEP = LOCAL.probe_timeout / 5
 T = TypeVar("T")
@@ -111,6 +112,38 @@ async def test_a_death_is_written_by_its_first_monitors_while_the_others_hold_th
     stopping = asyncio.gather(*(silo.stop() for silo in silos))
     while not stopping.done():
         await clock.advance(STEP)  # the table calls of a stop wait on the clock
+
+
+@async_test
+async def test_with_ring_sampling_a_cut_off_minority_is_declared_dead_while_its_monitors_health_is_poor() -> None:
+    """A 4|3 cut of 7 silos that each probe 2. Each minority silo has one majority monitor on its
+    ring, whose health (its other target is cut off too) stretches its suspicion past the 3 s vote
+    expiry; the other majority silos watch the suspect after that vote. A watch stopped when the
+    vote expired lost its silence and started again at the next vote: the last of them was Dead
+    after 20 s. Kept until the suspect answers (``ClusterHealthMonitor``), within 10 s."""
+    options = replace(LOCAL, num_probed_silos=2)
+    clock, network, table = FakeClock(T0), FakeNetwork(), memory_table()
+    silos = [network_silo(table, port, clock, network, options=options) for port in range(1063, 1070)]
+    starting = [asyncio.create_task(silo.start()) for silo in silos]
+    while not all(start.done() for start in starting):
+        await clock.advance(STEP)
+    for _ in range(20):
+        await clock.advance(LOCAL.probe_timeout)
+    majority, minority = silos[:4], silos[4:]
+    network.sides.update({silo.silo_address: 0 for silo in majority} | {silo.silo_address: 1 for silo in minority})
+    cut = clock.monotonic()
+
+    def statuses() -> dict[SiloAddress, SiloStatus]:
+        return {entry.silo_address: entry.status for entry in table.read_all().entries}
+
+    while clock.monotonic() - cut < 10 and SiloStatus.ACTIVE in {statuses()[silo.silo_address] for silo in minority}:
+        await clock.advance(STEP)
+    after = statuses()
+    assert [after[silo.silo_address] for silo in minority] == [SiloStatus.DEAD] * 3
+    assert [after[silo.silo_address] for silo in majority] == [SiloStatus.ACTIVE] * 4
+    stopping = asyncio.gather(*(silo.stop() for silo in silos))
+    while not stopping.done():
+        await clock.advance(STEP)
 
 
 @async_test
