@@ -4,16 +4,22 @@
 port per silo). All start together: every host binds its servers and waits, and the clock starts
 when the last is listening (``hosts_ready_s`` is the process start-up before it); the benchmark
 polls the table until every silo is Active (time to all Active, and the curve), counts the live
-silos declared Dead while joining and over a steady window (every hosted silo is live until the
-end, so any Dead row of one is a false death), counts the silos' statements in that window with
+silos declared Dead while joining and over a steady window (every silo is live until the end,
+so any Dead row is a false death), counts the silos' statements in that window with
 ``pg_stat_statements`` (reads, full reads, canonical writes, heartbeats per second), measures
-resident memory and CPU per silo, and finally starts one more silo as its own ``silo run``
-process and SIGKILLs it, a few times, timing crash to Dead at that size; then starts
-``--mass-kill`` (10) such silos and SIGKILLs them all at once, timing crash to the last Dead
-row. For each kill it counts the versions the removal took (``benchmarks.write_log``: the
-writes of the victim's row from the kill to its Dead row, i.e. its votes and the Dead write,
-and all versions written meanwhile) and, for the simultaneous kill, how many versions carried
-the Dead rows (one each, or several deaths in one write).
+resident memory and CPU per hosted silo, and finally SIGKILLs victims: one at a time, a few
+times, timing crash to Dead at that size, then ``--mass-kill`` (10) of them at once, timing crash
+to the last Dead row. The victims are silos of the size, each its own ``silo run`` process,
+started (and Active) before the hosted silos join. For each kill it counts the versions the
+removal took (``benchmarks.write_log``: the writes of the victim's row from the kill to its
+Dead row, i.e. its votes and the Dead write, and all versions written meanwhile) and, for the
+simultaneous kill, how many versions carried the Dead rows (one each, or several deaths in one
+write).
+
+A join that is not over after ``join_timeout`` does not end the size: ``join_stopped`` records
+where it stopped and what limits it (how long the Active count stood still, the cores the silo
+hosts used meanwhile), and the steady window and the kills run on the cluster as it stands, the
+last joiners still trying. An overloaded machine (``--max-load``) or a host that exited ends it.
 
 PostgreSQL gets ``connections_needed`` connections (200 refused the logins of 2,000 silos in
 40 processes); ``hosts_for`` puts at most 50 silos in a process. ``--max-load`` stops a join
@@ -25,7 +31,7 @@ is ``num_missed_probes_limit x probe_timeout`` of those options: 15 s.
 
     python -m benchmarks.scale [--quick] [--sizes 200,500,1000] [--gossip on|off] [--steady SECONDS]
                                [--per-process N] [--max-load PER_CORE] [--mass-kill N] [--join-rate SILOS_PER_S]
-                               [--set OPTION=VALUE ...]
+                               [--join-timeout SECONDS] [--set OPTION=VALUE ...]
 
 ``--join-rate`` paces the joins (that many silos start joining a second, the hosts interleaved)
 instead of the storm, as a deployment that rolls silos out would: the time to all Active is then
@@ -154,6 +160,7 @@ class Config:
     per_process: int | None = None
     """Silos per host process; ``None`` = ``hosts_for`` chooses for this machine's cores."""
     join_timeout: float = 300.0
+    """Seconds the join may take; then the size goes on with the cluster as it stands (``--join-timeout``)."""
     steady_window: float = 300.0
     """Seconds of steady state watched for false deaths and counted for store load (``--steady``)."""
     detection_trials: int = 3
@@ -316,12 +323,31 @@ class JoinDidNotFinishError(RuntimeError):
     what held it there (``stall_limit``)."""
 
     def __init__(
-        self, message: str, curve: list[tuple[float, int, int, int]], limit: dict[str, float] | None = None
+        self,
+        message: str,
+        curve: list[tuple[float, int, int, int]],
+        limit: dict[str, float] | None = None,
+        *,
+        timed_out: bool = False,
     ) -> None:
         super().__init__(message)
         self.curve = curve
         self.limit = limit or {}
+        self.timed_out = timed_out
+        """The join ran out of time with every host up and the machine not overloaded: the cluster
+        as it stands can still be watched and its victims killed (``one_size`` goes on)."""
 
+    def stopped(self) -> dict[str, float]:
+        """Where the join stopped, as figures: seconds, Active, Joining and Dead silos, and ``limit``."""
+        if not self.curve:
+            return {}
+        seconds, active, joining, dead = self.curve[-1]
+        return {"after_s": seconds, "active": active, "joining": joining, "dead": dead, **self.limit}
+
+
+START_TIMEOUT = 300.0
+"""Seconds the victims may take to turn Active (in a table of their own, before the join), and
+the hosts to bind their servers: process start-up, not the join ``join_timeout`` times."""
 
 STALL_WINDOW = 60.0
 """Seconds before a join stopped over which ``stall_limit`` measures the silo hosts' CPU."""
@@ -391,7 +417,9 @@ def wait_all_active(
                 stall_limit(curve, host_cpu),
             )
         if elapsed > config.join_timeout:
-            raise JoinDidNotFinishError(f"not all Active: {progress}", curve, stall_limit(curve, host_cpu))
+            raise JoinDidNotFinishError(
+                f"not all Active: {progress}", curve, stall_limit(curve, host_cpu), timed_out=True
+            )
         exited = [host for host in hosts if not host.running]
         if exited:
             tail = "\n".join(exited[0].log.read_text(errors="replace").splitlines()[-40:])
@@ -433,40 +461,54 @@ class KillResults:
     """The simultaneous kill of ``Config.mass_kill`` silos: its trial, removals and statements caused."""
 
 
+def victim_count(config: Config) -> int:
+    """Silos run as their own ``silo run`` process, to be SIGKILLed: one per single kill, and the
+    ones killed at once."""
+    return config.detection_trials + config.mass_kill
+
+
+def victims_bench(uri: str, watch_uri: str, config: Config, root: Path) -> BenchCluster:
+    """The victims' cluster handle: their processes, the kills and the table polls of a trial."""
+    # The victims gossip even with --gossip off, so that their deaths reach every hosted silo at once.
+    arguments = [*set_arguments(config), "--set", "use_liveness_gossip=true"]
+    # the table alone is watched: polling the other victims' views would add their calls to the counts
+    bench = BenchCluster(root, uri, "scale", arguments, watch_uri=watch_uri, watch_views=False)
+    bench.bound = death_bound(options(config))  # the scale timings, not the local preset's the harness assumes
+    bench.table_poll = TABLE_POLL
+    return bench
+
+
+async def start_victims(bench: BenchCluster, config: Config) -> None:
+    """Start the victims and wait until they are Active, before the hosted silos join: they live
+    through the join like any silo (a Dead row of one before its kill is a false death), and a
+    join that does not finish still has live silos to kill (one started after it would wait in
+    the same stall)."""
+    count = victim_count(config)
+    if count:
+        await asyncio.to_thread(bench.cluster.start_active, count, *bench.extra_args, timeout=START_TIMEOUT)
+
+
 async def detection_at_scale(
-    uri: str,
-    watch_uri: str,
+    bench: BenchCluster,
     config: Config,
-    root: Path,
     counts: Callable[[], Counts],
     logged: Callable[[float], list[write_log.LoggedWrite]],
 ) -> KillResults:
-    """Start one separate ``silo run`` and SIGKILL it, ``detection_trials`` times; then start
-    ``mass_kill`` of them and SIGKILL them all at once. For each kill, the table's view of the
-    victims, the statements caused (``caused_by``) and the versions each removal took (from the
-    ``logged`` writes since a time: ``write_log``)."""
-    # The victims gossip even with --gossip off, so that their joins reach every hosted silo at once.
-    arguments = [*set_arguments(config), "--set", "use_liveness_gossip=true"]
-    bench = BenchCluster(root, uri, "scale", arguments, watch_uri=watch_uri)
-    chosen = options(config)
-    bench.bound = death_bound(chosen)  # the scale timings, not the local preset's the harness assumes
-    bench.table_poll = TABLE_POLL
+    """SIGKILL one victim (``start_victims``) at a time, ``detection_trials`` times; then the other
+    ``mass_kill`` all at once. For each kill, the table's view of the victims, the statements
+    caused (``caused_by``) and the versions each removal took (from the ``logged`` writes since a
+    time: ``write_log``)."""
     rng = random.Random(config.seed)
     results = KillResults()
-    try:
-        for _ in range(config.detection_trials):
-            await asyncio.to_thread(bench.cluster.start_active, 1, *arguments, timeout=config.join_timeout)
-            await asyncio.sleep(2 * chosen.probe_timeout)  # its probers have started
-            trial, change, killed_at = await caused_by(functools.partial(bench.kill_one, rng), config.change_window,
-                                                       config, counts)  # fmt: skip
-            results.trials.append(trial)
-            results.caused.append(change)
-            writes = await asyncio.to_thread(logged, killed_at)
-            results.removals.append(write_log.removal(writes, trial.victim, killed_at))
-        if config.mass_kill:
-            results.mass = await mass_kill_at_scale(bench, arguments, config, counts, logged)
-    finally:
-        await bench.close()
+    for _ in range(config.detection_trials):
+        trial, change, killed_at = await caused_by(functools.partial(bench.kill_one, rng), config.change_window,
+                                                   config, counts)  # fmt: skip
+        results.trials.append(trial)
+        results.caused.append(change)
+        writes = await asyncio.to_thread(logged, killed_at)
+        results.removals.append(write_log.removal(writes, trial.victim, killed_at))
+    if config.mass_kill:
+        results.mass = await mass_kill_at_scale(bench, config, counts, logged)
     return results
 
 
@@ -479,18 +521,15 @@ def mass_kill_window(config: Config) -> float:
 
 async def mass_kill_at_scale(
     bench: BenchCluster,
-    arguments: Sequence[str],
     config: Config,
     counts: Callable[[], Counts],
     logged: Callable[[float], list[write_log.LoggedWrite]],
 ) -> dict[str, Any]:
-    """Start ``mass_kill`` separate silos, SIGKILL them all at once: time to each Dead row and to
+    """SIGKILL the ``mass_kill`` victims still running all at once: time to each Dead row and to
     the last, the statements caused, and the versions (each removal's, and whether several Dead
     rows shared one)."""
     chosen = options(config)
-    victims = await asyncio.to_thread(bench.cluster.start_active, config.mass_kill, *arguments,
-                                      timeout=config.join_timeout)  # fmt: skip
-    await asyncio.sleep(2 * chosen.probe_timeout)  # their probers have started
+    victims = bench.running
     bound = death_bound(chosen) + settle_time(chosen)
     window = mass_kill_window(config)
     trial, change, _ = await caused_by(functools.partial(kill_together, bench, victims, bound), window, config, counts)
@@ -576,11 +615,44 @@ async def run(config: Config, root: Path, results: dict[str, Any]) -> None:
             break
 
 
+async def join_phase(
+    watch_uri: str, silos: int, config: Config, started: float, hosts: list[ServerProcess], measured: dict[str, Any]
+) -> None:
+    """Wait until all ``silos`` are Active (``all_active_s``, the curve, the load then). A join that
+    runs out of time is recorded (``join_stopped``: where, and what limits it) and the size goes
+    on; one stopped by an overloaded machine or a host that exited ends the size."""
+    try:
+        curve = await asyncio.to_thread(wait_all_active, watch_uri, silos, config, started, hosts)
+    except JoinDidNotFinishError as exc:
+        measured["join_curve"] = exc.curve
+        if exc.curve:
+            measured["join_stopped"] = exc.stopped()
+        if exc.limit:
+            active = exc.curve[-1][1]
+            print(
+                f"[scale] what limits it: {active} Active unchanged for {exc.limit['active_unchanged_s']:.0f}s "
+                f"while the silo hosts used {exc.limit['host_cores_busy']:.2f} of the "
+                f"{exc.limit['cores']:.0f} cores (last {STALL_WINDOW:.0f}s)",
+                flush=True,
+            )
+        if not exc.timed_out:
+            raise
+        print(f"[scale] {exc}; the steady window and the kills go on with the cluster as it stands", flush=True)
+        return
+    measured.update(load_average_all_active=os.getloadavg(), all_active_s=curve[-1][0], join_curve=curve)
+    print(f"[scale] {silos} silos Active after {curve[-1][0]:.1f}s", flush=True)
+
+
 async def one_size(silos: int, config: Config, root: Path, measured: dict[str, Any]) -> None:
-    """Join, steady window, kill trials at ``silos``, into ``measured`` as each phase ends (a size
-    stopped part-way keeps the phases done)."""
+    """The victims, then the hosted silos' join, a steady window and the kill trials at ``silos``
+    (victims included), into ``measured`` as each phase ends (a size stopped part-way keeps the
+    phases done). A join that runs out of time goes on to the window and the kills with the
+    cluster as it stands: ``join_stopped`` says where it stopped and what limits it."""
     root.mkdir(parents=True)
-    processes = len(hosts_for(silos, config)) + max(1, config.mass_kill)  # hosts, and the victims alive at once
+    victims = victim_count(config)
+    if silos <= victims:
+        raise RuntimeError(f"{silos} silos leave none to host besides the {victims} victims")
+    processes = len(hosts_for(silos - victims, config)) + victims
     with services.postgres(stats=True, max_connections=connections_needed(processes)) as server:
         database = services.unique("scale")
         uri = server.create_database(database)
@@ -595,30 +667,25 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
         def counts() -> Counts:
             return statement_counts(server, database, SILOS_ROLE)
 
-        spawned = wall()
-        go = root / f"go-{silos}"
-        hosts = start_hosts(uri, silos, config, root, go)
-        measured["processes"] = len(hosts)
+        bench = victims_bench(uri, watch_uri, config, root)
+        hosts: list[ServerProcess] = []
         try:
-            await asyncio.to_thread(wait_listening, hosts, config.join_timeout)
+            await start_victims(bench, config)
+            spawned = wall()
+            go = root / f"go-{silos}"
+            hosts = start_hosts(uri, silos - victims, config, root, go)
+            measured["processes"] = len(hosts) + victims
+            await asyncio.to_thread(wait_listening, hosts, START_TIMEOUT)
             started = wall()
             measured["hosts_ready_s"] = started - spawned  # process start-up, before the clock of the join
             join_from = counts()
             go.touch()
             try:
-                curve = await asyncio.to_thread(wait_all_active, watch_uri, silos, config, started, hosts)
+                await join_phase(watch_uri, silos, config, started, hosts, measured)
             finally:
                 measured.update(join_costs(counts, join_from, hosts))
             dead_joining = dead_silos(table.read_all())
-            measured.update(
-                load_average_all_active=os.getloadavg(),
-                all_active_s=curve[-1][0],
-                join_curve=curve,
-                false_deaths_joining=len(dead_joining),
-                declared_dead={"joining": dead_joining},
-            )
-            print(f"[scale] {silos} silos Active after {curve[-1][0]:.1f}s, {len(dead_joining)} declared Dead",
-                  flush=True)  # fmt: skip
+            measured.update(false_deaths_joining=len(dead_joining), declared_dead={"joining": dead_joining})
             before = counts()
             cpu_before = [cpu_seconds(host.process.pid) for host in hosts]
             steady = await asyncio.to_thread(watch_steady, watch_uri, config, hosts)
@@ -626,18 +693,20 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
             cpu = sum(cpu_seconds(host.process.pid) for host in hosts) - sum(cpu_before)
             per_second = {key: (after[key] - before[key]) / config.steady_window for key in after}
             host_rss = [rss_mb(host.process.pid) for host in hosts]
-            dead_steady = sorted(set(dead_silos(table.read_all())) - set(dead_joining))
+            end_of_window = table.read_all()
+            dead_steady = sorted(set(dead_silos(end_of_window)) - set(dead_joining))
             measured["declared_dead"]["steady"] = dead_steady
             measured.update(
                 fenced_steady=fence_warnings(hosts) - measured["fenced_joining"],
                 false_deaths_steady=len(dead_steady),
+                joining_after_steady=sum(1 for entry in end_of_window.entries if entry.status is SiloStatus.JOINING),
                 steady_window_s=config.steady_window,
                 steady_samples=steady,
                 steady_ops_per_s=per_second,
                 steady_ops_per_s_per_silo={key: value / silos for key, value in per_second.items()},
-                cpu_percent_per_silo=100 * cpu / config.steady_window / silos,
+                cpu_percent_per_silo=100 * cpu / config.steady_window / (silos - victims),
                 rss_mb_per_process=host_rss,
-                rss_mb_per_silo=sum(host_rss) / silos,
+                rss_mb_per_silo=sum(host_rss) / (silos - victims),
             )
             print(f"[scale] {silos} silos: {len(dead_steady)} declared Dead in {config.steady_window:.0f}s steady",
                   flush=True)  # fmt: skip
@@ -648,26 +717,12 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
                 with server.connect(database) as connection:
                     return write_log.writes_since(connection, since)
 
-            kills = await detection_at_scale(uri, watch_uri, config, root, counts, logged)
-        except JoinDidNotFinishError as exc:
-            measured["join_curve"] = exc.curve
-            if exc.curve:  # where it stopped, as figures (the curve is a series)
-                seconds, active, joining, dead = exc.curve[-1]
-                measured["join_stopped"] = {
-                    "after_s": seconds, "active": active, "joining": joining, "dead": dead, **exc.limit,
-                }  # fmt: skip
-                if exc.limit:
-                    print(
-                        f"[scale] what limits it: {active} Active unchanged for {exc.limit['active_unchanged_s']:.0f}s "
-                        f"while the silo hosts used {exc.limit['host_cores_busy']:.2f} of the "
-                        f"{exc.limit['cores']:.0f} cores (last {STALL_WINDOW:.0f}s)",
-                        flush=True,
-                    )
-            raise
+            kills = await detection_at_scale(bench, config, counts, logged)
         finally:
             for host in hosts:  # SIGKILL: a graceful leave of hundreds of silos is not measured, only slow
                 host.signal(signal.SIGKILL)
                 host.stop()
+            await bench.close()
     floor = options(config).detection_time
     dead = summarize([t.table_dead for t in kills.trials if t.table_dead is not None])
     measured.update(
@@ -683,6 +738,15 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
     )
 
 
+def join_figure(entry: dict[str, Any]) -> object:
+    """The "all Active s" cell: the seconds, or how many were Active when the join stopped."""
+    if "all_active_s" in entry:
+        return entry["all_active_s"]
+    if stopped := entry.get("join_stopped"):
+        return f"{stopped['active']}@{stopped['after_s']:.0f}s"
+    return "failed" if "error" in entry else None
+
+
 def report(results: dict[str, Any]) -> None:
     """One row per size; a size that stopped part-way shows what it measured before (``-`` for the rest)."""
     rows: list[list[object]] = []
@@ -693,7 +757,7 @@ def report(results: dict[str, Any]) -> None:
         ops = entry.get("steady_ops_per_s", {})
         figures = [
             entry.get("processes"),
-            "failed" if "error" in entry and "all_active_s" not in entry else entry.get("all_active_s"),
+            join_figure(entry),
             entry.get("false_deaths_joining"), entry.get("false_deaths_steady"), entry.get("rss_mb_per_silo"),
             entry.get("cpu_percent_per_silo"), ops.get("full_reads"), ops.get("all_reads"),
             ops.get("version_writes"), ops.get("heartbeats"), ops.get("statements"),
@@ -712,6 +776,15 @@ def report(results: dict[str, Any]) -> None:
     )  # fmt: skip
     report_removals(results)
     for size, entry in results["sizes"].items():
+        if stopped := entry.get("join_stopped"):
+            limit = (
+                f"; the Active count stood still for {stopped['active_unchanged_s']:.0f}s while the silo hosts used "
+                f"{stopped['host_cores_busy']:.2f} of {stopped['cores']:.0f} cores"
+                if "host_cores_busy" in stopped
+                else ""
+            )
+            print(f"{size} silos: {stopped['active']} Active when the join stopped after {stopped['after_s']:.0f}s"
+                  f"{limit}")  # fmt: skip
         if "error" in entry:
             print(f"{size} silos stopped: {entry['error'][:300]}")
 
@@ -782,6 +855,7 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     extra.add_argument("--max-load", default=None)
     extra.add_argument("--mass-kill", default=None)
     extra.add_argument("--join-rate", default=None)
+    extra.add_argument("--join-timeout", default=None)
     add_set_flag(extra, "options_set")
     settings, known, config = parse_over_preset(__doc__ or NAME, argv, extra, Config)
     changes: dict[str, Any] = {}
@@ -801,6 +875,8 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
         changes["mass_kill"] = positive(known.mass_kill, "--mass-kill", least=0)
     if known.join_rate is not None:
         changes["join_rate"] = positive(known.join_rate, "--join-rate", float)
+    if known.join_timeout is not None:
+        changes["join_timeout"] = positive(known.join_timeout, "--join-timeout", float, least=0)
     if known.options_set:
         if any(name == "use_liveness_gossip" for name, _ in known.options_set):
             raise SystemExit("--set: use --gossip on|off to choose gossip, not use_liveness_gossip")

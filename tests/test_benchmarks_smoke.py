@@ -61,6 +61,25 @@ def test_benchmark_quick_run_writes_its_json_and_plot(name: str, tmp_path: Path)
 
 
 @pytest.mark.slow
+def test_a_scale_run_whose_join_ran_out_of_time_still_watches_and_kills(tmp_path: Path) -> None:
+    """With no time to join (``--join-timeout 0``) the size goes on: it says where the join stopped,
+    watches the cluster as it stands, and kills its victims (started before the join)."""
+    argv = ["--quick", "--join-timeout", "0", "--mass-kill", "2", "--output-dir", str(tmp_path)]
+    finished = subprocess.run(
+        [sys.executable, "-m", "benchmarks.scale", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
+    size = json.loads((tmp_path / "scale.json").read_text())["results"]["sizes"]["20"]
+    assert "error" not in size, size["error"]
+    assert size["join_stopped"]["active"] < 20
+    assert "all_active_s" not in size
+    assert size["false_deaths_steady"] == 0
+    assert [removal["dead"] for removal in size["removals"]] == [True]
+    assert size["mass_kill"]["removals"]["all_dead"] is True
+    assert "Active when the join stopped after" in finished.stdout
+
+
+@pytest.mark.slow
 def test_a_tiny_serf_detection_run_times_a_crash_and_a_hang(tmp_path: Path) -> None:
     """Three ``serf agent`` processes (local profile) on loopback: one crash and one hang, each seen by both others."""
     from benchmarks.serf_group import serf_unavailable_reason

@@ -164,3 +164,30 @@ def test_a_join_that_stopped_says_how_long_nothing_moved_and_what_the_hosts_used
     assert limit["cores"] >= 1
     assert scale.stall_limit([], host_cpu) == {}
     assert scale.stall_limit(curve, host_cpu[:1]) == {}
+
+
+def test_a_join_that_ran_out_of_time_is_reported_where_it_stopped_beside_its_window_and_kills(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The size went on after its join ran out of time: its row shows how many were Active then."""
+    curve = [(0.0, 13, 1987, 0), (300.0, 1514, 486, 0)]
+    error = scale.JoinDidNotFinishError("not all Active", curve, {"active_unchanged_s": 194.0,
+                                        "host_cores_busy": 1.83, "cores": 2.0}, timed_out=True)  # fmt: skip
+    stopped = {
+        "silos": 2000,
+        "processes": 53,
+        "join_stopped": error.stopped(),
+        "false_deaths_joining": 0,
+        "false_deaths_steady": 0,
+        "versions_per_removal": [2, 2, 2],
+    }
+    assert stopped["join_stopped"] == {
+        "after_s": 300.0, "active": 1514, "joining": 486, "dead": 0,
+        "active_unchanged_s": 194.0, "host_cores_busy": 1.83, "cores": 2.0,
+    }  # fmt: skip
+    report({"gossip": True, "floor_s": 15.0, "sizes": {"2000": stopped}})
+    out = capsys.readouterr().out
+    row = next(line.split() for line in out.splitlines() if line.startswith("2000 "))
+    assert row[:5] == ["2000", "53", "1514@300s", "0", "0"]
+    assert "2000 silos: 1514 Active when the join stopped after 300s; the Active count stood still for 194s" in out
+    assert "2000 silos stopped" not in out
