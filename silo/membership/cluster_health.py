@@ -129,6 +129,7 @@ class ClusterHealthMonitor:
         which at 500 silos was a sixth of an overloaded host's time)."""
         if self._ring.version != snapshot.version:
             self._ring = RingTargets.of(snapshot, self._local, self._options)
+        watches = self._watchers.for_view(snapshot)
         targets = select_targets(
             snapshot,
             self._local,
@@ -136,10 +137,10 @@ class ClusterHealthMonitor:
             self._options,
             self._liveness.fresh_now(),
             self._ring.targets,
-            self._watchers.for_view(snapshot),
+            watches,
         )
         unwanted = [silo for silo in self.monitors if silo not in targets]
-        for gone in [silo for silo in unwanted if not self._keeps_watching(silo, snapshot)]:
+        for gone in [silo for silo in unwanted if not self._keeps_watching(silo, snapshot, watches)]:
             await self.monitors.pop(gone).stop()
             self._health.forget(gone)
         for target in targets:
@@ -152,9 +153,13 @@ class ClusterHealthMonitor:
             self._ring_probed = True
             logger.debug("silo %s probes %s", self._local, ", ".join(map(str, targets)))
 
-    def _keeps_watching(self, suspect: SiloAddress, snapshot: MembershipSnapshot) -> bool:
+    def _keeps_watching(
+        self, suspect: SiloAddress, snapshot: MembershipSnapshot, watches: Callable[[SiloAddress], bool] | None
+    ) -> bool:
         """A suspect off our ring that never answered our monitor stays watched after its votes
-        expire, while it is a member (not Dead, not gone).
+        expire, while it is a member (not Dead, not gone) and we are still among its watchers
+        (``SuspectWatchers``, a large view: there the watchers move as silos join, and a stuck
+        joiner kept every silo that was ever its watcher, and their probes, in a join storm).
 
         Our vote needs our own silence, and a silo whose local health stretches its suspicion
         time past the vote expiry (``death_vote_expiration``) lost that silence with the votes
@@ -162,8 +167,9 @@ class ClusterHealthMonitor:
         for less than the others' cadence, two never met, and a cut-off silo stayed Active (a
         4|3 cut of 7 with ring sampling, 30 s). An answer ends the watch; the silence it
         measured so far is evidence only of the silo not answering us, as on our ring."""
-        monitor = self.monitors[suspect]
-        return suspect not in self._ring.ranks and not monitor.answered and snapshot.is_member(suspect)
+        if suspect in self._ring.ranks or self.monitors[suspect].answered or not snapshot.is_member(suspect):
+            return False
+        return watches is None or watches(suspect)
 
     def may_vote(self) -> bool:
         """The majority rule over the monitored silos that are fresh (``votes.may_vote``).

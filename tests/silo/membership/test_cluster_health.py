@@ -618,6 +618,41 @@ async def test_a_watched_suspect_that_leaves_is_no_longer_watched() -> None:
     await rig.cluster.stop()
 
 
+@async_test
+async def test_in_a_large_view_a_watch_kept_after_the_votes_ends_when_we_are_no_longer_a_watcher() -> None:
+    """Watchers move as silos join: a stuck joiner of a storm kept every silo that was ever its
+    watcher, and their probes, unless the watch ends with our turn as a watcher."""
+    options = replace(SiloOptions.local(), num_probed_silos=3)
+    peers = [address(port) for port in range(2000, 2000 + LARGE_VIEW + 16)]
+    active = [ME, *peers]
+
+    def watchers(silos: list[SiloAddress], suspect: SiloAddress) -> list[SiloAddress]:
+        return list(itertools.islice(ring_index(tuple(silos)).preceding(suspect), 3))
+
+    suspect = next(peer for peer in peers if ME in watchers(active, peer) and peer not in probe_targets(ME, active, 3))
+    newcomers = [
+        candidate
+        for port in range(5000, 6000)
+        if (candidate := address(port)) in watchers([*active, candidate], suspect)
+    ][:3]
+    assert ME not in watchers([*active, *newcomers], suspect)
+    rig = Rig(reachable=lambda silo: silo != suspect, options=options)
+    voted = view(row(ME), *(row(peer) for peer in peers if peer != suspect),
+                 row(suspect).replace(suspect_times=((peers[0], T0),)), version=1)  # fmt: skip
+    rig.liveness.observe(voted)
+    await rig.cluster.update(voted)
+    watch = rig.cluster.monitors[suspect]
+    await rig.clock.advance(options.death_vote_expiration + 1)
+    unvoted = [row(ME), *(row(peer) for peer in peers)]
+    await rig.cluster.update(view(*unvoted, version=2))
+    assert rig.cluster.monitors.get(suspect) is watch  # still a watcher: kept, though the votes expired
+    joined = view(*unvoted, *(row(silo) for silo in newcomers), version=3)
+    rig.liveness.observe(joined)
+    await rig.cluster.update(joined)
+    assert suspect not in rig.cluster.monitors
+    await rig.cluster.stop()
+
+
 class Midpoint(random.Random):
     """``uniform`` gives the middle of its range: a random point a test can name."""
 
