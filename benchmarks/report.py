@@ -22,6 +22,7 @@ from benchmarks.common import RESULTS, ROOT, fmt, ratio
 from benchmarks.lossy_store import LOSSY_STORE_HEADERS, lossy_store_rows
 from benchmarks.markdown import header, row
 from benchmarks.round_trips_report import round_trips
+from benchmarks.scale_report import REMOVAL_HEADERS, join_figure, join_stopped_line, removal_rows
 
 
 def ms(seconds: float) -> float:
@@ -309,16 +310,28 @@ def scale(document: dict[str, Any]) -> list[str]:
     stopped: list[str] = []
     for size, r in results["sizes"].items():  # a size stopped part-way shows what it measured before
         ops, dead = r.get("steady_ops_per_s", {}), r.get("detection_table_dead", {})
+        if line := join_stopped_line(size, r):
+            stopped.append(line)
         if "error" in r:
             stopped.append(f"{size} silos stopped: {r['error'].splitlines()[0][:200]}")
+        joined = join_figure(r)
         lines.append(
-            row(size, r.get("processes", "-"), r.get("all_active_s", "failed" if "error" in r else "-"),
+            row(size, r.get("processes", "-"), "-" if joined is None else joined,
                 r.get("false_deaths_joining", "-"), r.get("false_deaths_steady", "-"), r.get("rss_mb_per_silo", "-"),
                 r.get("cpu_percent_per_silo", "-"), ops.get("full_reads", "-"), ops.get("version_writes", "-"),
                 ops.get("heartbeats", "-"), ops.get("statements", "-"), dead.get("median", "-"), dead.get("p99", "-"),
                 r.get("detection_ratio_to_floor", {}).get("median", "-"))
         )  # fmt: skip
     lines.extend(["", *stopped] if stopped else [])
+    if removals := removal_rows(results):
+        lines += [
+            "",
+            "Versions per removal (a kill to the victim's Dead row: its votes and the Dead write; in span: "
+            "every version written meanwhile):",
+            "",
+            *header(*REMOVAL_HEADERS),
+            *(row(*r) for r in removals),
+        ]
     overrides = ", ".join(f"{k}={v}" for k, v in document["config"]["overrides"].items())
     steady = document["config"].get("steady_window")
     return [*lines, "", f"Options: {overrides} over the local preset (floor {results['floor_s']} s); steady "

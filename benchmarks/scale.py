@@ -10,7 +10,7 @@ so any Dead row is a false death), counts the silos' statements in that window w
 resident memory and CPU per hosted silo, and finally SIGKILLs victims: one at a time, a few
 times, timing crash to Dead at that size, then ``--mass-kill`` (10) of them at once, timing crash
 to the last Dead row. The victims are silos of the size, each its own ``silo run`` process,
-started (and Active) before the hosted silos join. For each kill it counts the versions the
+joining with the hosted silos (the trials kill those that turned Active). For each kill it counts the versions the
 removal took (``benchmarks.write_log``: the writes of the victim's row from the kill to its
 Dead row, i.e. its votes and the Dead write, and all versions written meanwhile) and, for the
 simultaneous kill, how many versions carried the Dead rows (one each, or several deaths in one
@@ -52,12 +52,13 @@ import itertools
 import math
 import os
 import random
+import re
 import signal
 import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -82,12 +83,13 @@ from benchmarks.common import (
 from benchmarks.mass_kill import kill_together
 from benchmarks.option_flags import OptionPairs, add_set_flag, local_options_with, set_flags
 from benchmarks.propagation import Counts, difference, reads_per_change, statement_counts
+from benchmarks.scale_report import REMOVAL_HEADERS, join_figure, join_stopped_line, removal_rows
 from benchmarks.silo_cluster import BenchCluster, KillTrial
 from membership_tables import MembershipTableData, SiloStatus, TableUnavailableError, open_table
 from membership_tables.sql import SqlOptions
 from silo.membership.options import SiloOptions
 from silo.membership.vote_caster import settle_time
-from testbed.cluster_harness import death_bound
+from testbed.cluster_harness import SiloProcess, death_bound
 from testbed.services.process import ServerProcess
 
 NAME = "scale"
@@ -313,9 +315,24 @@ def join_costs(counts: Callable[[], Counts], join_from: Counts, hosts: Sequence[
     return {"join_statements": statements, "fenced_joining": fenced}
 
 
-def dead_silos(data: MembershipTableData) -> list[str]:
-    """The Dead rows: every hosted silo is live until the benchmark kills the hosts, so each is a false death."""
-    return sorted(str(entry.silo_address) for entry in data.entries if entry.status is SiloStatus.DEAD)
+GAVE_UP = re.compile(rb"silo (\S+) failed to start: ")
+"""What a silo logs (ERROR) when it stops without joining (``max_join_attempt_time`` ran out)."""
+
+
+def gave_up(logs: Sequence[Path]) -> set[str]:
+    """The silos that stopped without joining, from their processes' logs: their rows are left
+    Joining with a heartbeat that stands still, and the cluster rightly declares them Dead."""
+    return {match.decode() for log in logs if log.exists() for match in GAVE_UP.findall(log.read_bytes())}
+
+
+def dead_silos(data: MembershipTableData, stopped: Collection[str] = ()) -> list[str]:
+    """The Dead rows but those of silos in ``stopped`` (``gave_up``): every other silo is live until
+    the benchmark kills it, so each is a false death."""
+    return sorted(
+        address
+        for entry in data.entries
+        if entry.status is SiloStatus.DEAD and (address := str(entry.silo_address)) not in stopped
+    )
 
 
 class JoinDidNotFinishError(RuntimeError):
@@ -346,8 +363,8 @@ class JoinDidNotFinishError(RuntimeError):
 
 
 START_TIMEOUT = 300.0
-"""Seconds the victims may take to turn Active (in a table of their own, before the join), and
-the hosts to bind their servers: process start-up, not the join ``join_timeout`` times."""
+"""Seconds the hosts may take to bind their servers: process start-up, not the join
+``join_timeout`` times."""
 
 STALL_WINDOW = 60.0
 """Seconds before a join stopped over which ``stall_limit`` measures the silo hosts' CPU."""
@@ -459,6 +476,8 @@ class KillResults:
     """Per single kill, the versions its removal took (``write_log.removal``)."""
     mass: dict[str, Any] | None = None
     """The simultaneous kill of ``Config.mass_kill`` silos: its trial, removals and statements caused."""
+    victims_active: int = 0
+    """Victims Active when the trials began (fewer than started if some never finished joining)."""
 
 
 def victim_count(config: Config) -> int:
@@ -478,14 +497,30 @@ def victims_bench(uri: str, watch_uri: str, config: Config, root: Path) -> Bench
     return bench
 
 
-async def start_victims(bench: BenchCluster, config: Config) -> None:
-    """Start the victims and wait until they are Active, before the hosted silos join: they live
-    through the join like any silo (a Dead row of one before its kill is a false death), and a
-    join that does not finish still has live silos to kill (one started after it would wait in
-    the same stall)."""
-    count = victim_count(config)
-    if count:
-        await asyncio.to_thread(bench.cluster.start_active, count, *bench.extra_args, timeout=START_TIMEOUT)
+def start_victims(bench: BenchCluster, config: Config) -> None:
+    """Start the victims as the hosted silos start joining: 13 of the storm's joiners like any
+    other (each pings the Active silos it samples; a Dead row of one before its kill is a false
+    death). Started before the storm and Active first, every joiner pinged them, 13 processes with
+    a share of the cores each: 1,101 of 2,000 joiners gave up on them after 600 s."""
+    if count := victim_count(config):
+        bench.cluster.start(count, *bench.extra_args)
+
+
+VICTIMS_WAIT = 60.0
+"""Seconds the kill trials wait for victims still joining (after the join and the steady window)."""
+
+
+def active_victims(bench: BenchCluster) -> list[SiloProcess]:
+    """The victims running and Active in the table, once every running one is (at most
+    ``VICTIMS_WAIT`` s): the ones a kill trial may kill."""
+    deadline = wall() + VICTIMS_WAIT
+    while True:
+        running = bench.running
+        statuses = bench.cluster.statuses(running)
+        active = [silo for silo, status in zip(running, statuses, strict=True) if status is SiloStatus.ACTIVE]
+        if len(active) == len(running) or wall() > deadline:
+            return active
+        time.sleep(1.0)
 
 
 async def detection_at_scale(
@@ -500,15 +535,18 @@ async def detection_at_scale(
     time: ``write_log``)."""
     rng = random.Random(config.seed)
     results = KillResults()
-    for _ in range(config.detection_trials):
-        trial, change, killed_at = await caused_by(functools.partial(bench.kill_one, rng), config.change_window,
-                                                   config, counts)  # fmt: skip
+    victims = await asyncio.to_thread(active_victims, bench)
+    results.victims_active = len(victims)
+    for _ in range(min(config.detection_trials, len(victims))):
+        kill = functools.partial(bench.kill_one, rng, among=victims)
+        trial, change, killed_at = await caused_by(kill, config.change_window, config, counts)
         results.trials.append(trial)
         results.caused.append(change)
         writes = await asyncio.to_thread(logged, killed_at)
         results.removals.append(write_log.removal(writes, trial.victim, killed_at))
-    if config.mass_kill:
-        results.mass = await mass_kill_at_scale(bench, config, counts, logged)
+    left = [silo for silo in victims if silo.running]
+    if config.mass_kill and len(left) >= 2:
+        results.mass = await mass_kill_at_scale(bench, left, config, counts, logged)
     return results
 
 
@@ -521,15 +559,14 @@ def mass_kill_window(config: Config) -> float:
 
 async def mass_kill_at_scale(
     bench: BenchCluster,
+    victims: Sequence[SiloProcess],
     config: Config,
     counts: Callable[[], Counts],
     logged: Callable[[float], list[write_log.LoggedWrite]],
 ) -> dict[str, Any]:
-    """SIGKILL the ``mass_kill`` victims still running all at once: time to each Dead row and to
-    the last, the statements caused, and the versions (each removal's, and whether several Dead
-    rows shared one)."""
+    """SIGKILL ``victims`` all at once: time to each Dead row and to the last, the statements
+    caused, and the versions (each removal's, and whether several Dead rows shared one)."""
     chosen = options(config)
-    victims = bench.running
     bound = death_bound(chosen) + settle_time(chosen)
     window = mass_kill_window(config)
     trial, change, _ = await caused_by(functools.partial(kill_together, bench, victims, bound), window, config, counts)
@@ -670,7 +707,6 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
         bench = victims_bench(uri, watch_uri, config, root)
         hosts: list[ServerProcess] = []
         try:
-            await start_victims(bench, config)
             spawned = wall()
             go = root / f"go-{silos}"
             hosts = start_hosts(uri, silos - victims, config, root, go)
@@ -680,11 +716,13 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
             measured["hosts_ready_s"] = started - spawned  # process start-up, before the clock of the join
             join_from = counts()
             go.touch()
+            await asyncio.to_thread(start_victims, bench, config)
             try:
                 await join_phase(watch_uri, silos, config, started, hosts, measured)
             finally:
                 measured.update(join_costs(counts, join_from, hosts))
-            dead_joining = dead_silos(table.read_all())
+            logs = [host.log for host in hosts] + [silo.log for silo in bench.cluster.silos]
+            dead_joining = dead_silos(table.read_all(), gave_up(logs))
             measured.update(false_deaths_joining=len(dead_joining), declared_dead={"joining": dead_joining})
             before = counts()
             cpu_before = [cpu_seconds(host.process.pid) for host in hosts]
@@ -694,9 +732,11 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
             per_second = {key: (after[key] - before[key]) / config.steady_window for key in after}
             host_rss = [rss_mb(host.process.pid) for host in hosts]
             end_of_window = table.read_all()
-            dead_steady = sorted(set(dead_silos(end_of_window)) - set(dead_joining))
+            stopped = gave_up(logs)
+            dead_steady = sorted(set(dead_silos(end_of_window, stopped)) - set(dead_joining))
             measured["declared_dead"]["steady"] = dead_steady
             measured.update(
+                gave_up_joining=len(stopped),
                 fenced_steady=fence_warnings(hosts) - measured["fenced_joining"],
                 false_deaths_steady=len(dead_steady),
                 joining_after_steady=sum(1 for entry in end_of_window.entries if entry.status is SiloStatus.JOINING),
@@ -728,6 +768,7 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
     measured.update(
         detection_table_dead=dead,
         detection_ratio_to_floor={"median": ratio(dead["median"], floor), "p99": ratio(dead["p99"], floor)},
+        victims_active=kills.victims_active,
         detection_trials=[t.to_json() for t in kills.trials],
         removals=kills.removals,
         versions_per_removal=[removal["versions"] for removal in kills.removals],
@@ -736,15 +777,6 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
         change_window_s=config.change_window,
         mass_kill=kills.mass,
     )
-
-
-def join_figure(entry: dict[str, Any]) -> object:
-    """The "all Active s" cell: the seconds, or how many were Active when the join stopped."""
-    if "all_active_s" in entry:
-        return entry["all_active_s"]
-    if stopped := entry.get("join_stopped"):
-        return f"{stopped['active']}@{stopped['after_s']:.0f}s"
-    return "failed" if "error" in entry else None
 
 
 def report(results: dict[str, Any]) -> None:
@@ -776,44 +808,17 @@ def report(results: dict[str, Any]) -> None:
     )  # fmt: skip
     report_removals(results)
     for size, entry in results["sizes"].items():
-        if stopped := entry.get("join_stopped"):
-            limit = (
-                f"; the Active count stood still for {stopped['active_unchanged_s']:.0f}s while the silo hosts used "
-                f"{stopped['host_cores_busy']:.2f} of {stopped['cores']:.0f} cores"
-                if "host_cores_busy" in stopped
-                else ""
-            )
-            print(f"{size} silos: {stopped['active']} Active when the join stopped after {stopped['after_s']:.0f}s"
-                  f"{limit}")  # fmt: skip
+        if line := join_stopped_line(size, entry):
+            print(line)
         if "error" in entry:
             print(f"{size} silos stopped: {entry['error'][:300]}")
 
 
 def report_removals(results: dict[str, Any]) -> None:
     """The versions each removal took: per single kill, and for the silos killed at once (if measured)."""
-    rows: list[list[object]] = []
-    for size, entry in results["sizes"].items():
-        if "removals" not in entry:
-            continue
-        mass = entry.get("mass_kill") or {}
-        together = mass.get("removals", {})
-        rows.append([
-            size,
-            " ".join(str(removal["versions"]) for removal in entry["removals"]),
-            " ".join(str(removal["span_versions"]) for removal in entry["removals"]),
-            mass.get("victims", "-"), "-" if mass.get("all_dead_s") is None else mass["all_dead_s"],
-            " ".join(str(versions) for versions in together.get("versions_per_removal", [])) or "-",
-            together.get("victim_versions", "-"), together.get("dead_write_versions", "-"),
-            together.get("span_versions", "-"), mass.get("caused", {}).get("all_reads", "-"),
-        ])  # fmt: skip
-    if rows:
-        print_table(
-            "Versions per removal (a kill to the victim's Dead row: votes and the Dead write)",
-            ["silos", "single kills: versions", "versions in span", "killed at once", "all Dead s",
-             "versions each", "versions touching them", "versions with Dead rows", "versions in span",
-             "reads caused"],
-            rows,
-        )  # fmt: skip
+    if rows := removal_rows(results):
+        print_table("Versions per removal (a kill to the victim's Dead row: votes and the Dead write)",
+                    REMOVAL_HEADERS, rows)  # fmt: skip
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
@@ -825,7 +830,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     for size, entry in curves.items():
         times = [point[0] for point in entry["join_curve"]]
         active = [point[1] for point in entry["join_curve"]]
-        stopped = "error" in entry
+        stopped = "error" in entry or "join_stopped" in entry
         label = f"{size} silos" + (" (stopped)" if stopped else "")
         axes[0].plot(times, active, marker=".", linestyle=":" if stopped else "-", label=label)
         axes[0].axhline(entry["silos"], color="grey", linestyle="--", linewidth=0.8)

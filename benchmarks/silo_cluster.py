@@ -356,11 +356,14 @@ class BenchCluster:
         await self.wait_converged()
         return max(missing, 0)
 
-    async def kill_one(self, rng: random.Random, freeze: bool = False) -> KillTrial:
-        """SIGKILL a random silo (a crash: its port refuses at once) and watch; ``freeze``: see ``freeze_one``."""
+    async def kill_one(
+        self, rng: random.Random, freeze: bool = False, among: Sequence[SiloProcess] | None = None
+    ) -> KillTrial:
+        """SIGKILL a random silo (a crash: its port refuses at once), of ``among`` if given, and watch;
+        ``freeze``: see ``freeze_one``."""
         if freeze:
             return await self.freeze_one(rng)
-        victim, survivors = self._pick(rng)
+        victim, survivors = self._pick(rng, among)
         assert victim.address is not None
         trial = KillTrial(str(victim.address), len(survivors))
         takeover = await self._takeover_plan(victim.address)
@@ -399,8 +402,10 @@ class BenchCluster:
         instead of a random one (a failure is independent of another machine's grid)."""
         await asyncio.sleep(rng.uniform(0.0, self.cluster.options.effective_probe_interval))
 
-    def _pick(self, rng: random.Random) -> tuple[SiloProcess, list[SiloProcess]]:
-        victim = rng.choice(self.running)
+    def _pick(
+        self, rng: random.Random, among: Sequence[SiloProcess] | None = None
+    ) -> tuple[SiloProcess, list[SiloProcess]]:
+        victim = rng.choice(self.running if among is None else [silo for silo in among if silo.running])
         return victim, [silo for silo in self.running if silo is not victim]
 
     async def _watch(

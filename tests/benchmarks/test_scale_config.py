@@ -9,6 +9,8 @@ import pytest
 
 from benchmarks import scale
 from benchmarks.scale import Config, hosts_for, join_pace, options, overrides, parse, report, set_arguments
+from membership_tables import SiloStatus
+from tests.silo.harness import address, row, view
 
 
 def test_the_acceptance_sizes_with_gossip_on_and_five_steady_minutes_by_default(tmp_path: Path) -> None:
@@ -191,3 +193,18 @@ def test_a_join_that_ran_out_of_time_is_reported_where_it_stopped_beside_its_win
     assert row[:5] == ["2000", "53", "1514@300s", "0", "0"]
     assert "2000 silos: 1514 Active when the join stopped after 300s; the Active count stood still for 194s" in out
     assert "2000 silos stopped" not in out
+
+
+def test_a_joiner_that_gave_up_is_not_counted_as_a_false_death(tmp_path: Path) -> None:
+    """Its row stays Joining with a heartbeat that stands still, and the cluster rightly declares it
+    Dead; every other Dead row is a silo the benchmark kept running, a false death."""
+    gone, live = address(7001), address(7002)
+    log = tmp_path / "host-0.log"
+    log.write_text(
+        f"2026-11-30 11:13:25,958 ERROR silo.runtime.silo: silo {gone} failed to start: silo {gone} could not "
+        f"reach these Active silos within 600.0s: {live}\n"
+    )
+    assert scale.gave_up([log, tmp_path / "never-written.log"]) == {str(gone)}
+    data = view(row(gone, SiloStatus.DEAD), row(live, SiloStatus.DEAD), row(address(7003))).data
+    assert scale.dead_silos(data) == sorted([str(gone), str(live)])
+    assert scale.dead_silos(data, scale.gave_up([log])) == [str(live)]

@@ -1,0 +1,65 @@
+"""The cells and lines ``benchmarks.scale`` prints and docs/benchmarks.md shows for one size: where
+a join stopped, and the versions each removal took (kept apart from ``benchmarks.scale``, which
+starts servers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+REMOVAL_HEADERS = [
+    "silos",
+    "single kills: versions",
+    "versions in span",
+    "killed at once",
+    "all Dead s",
+    "versions each",
+    "versions touching them",
+    "versions with Dead rows",
+    "versions in span",
+    "reads caused",
+]
+"""The columns of ``removal_rows``: a kill to each victim's Dead row (its votes and the Dead write)."""
+
+
+def join_figure(entry: dict[str, Any]) -> object:
+    """The "all Active s" cell: the seconds, how many were Active when the join stopped
+    (``1514@300s``), "failed", or None when the size did not get that far."""
+    if "all_active_s" in entry:
+        return entry["all_active_s"]
+    if stopped := entry.get("join_stopped"):
+        return f"{stopped['active']}@{stopped['after_s']:.0f}s"
+    return "failed" if "error" in entry else None
+
+
+def join_stopped_line(size: str, entry: dict[str, Any]) -> str | None:
+    """Where the join of ``size`` stopped and what limits it (``scale.stall_limit``); None if it finished."""
+    stopped = entry.get("join_stopped")
+    if not stopped:
+        return None
+    limit = (
+        f"; the Active count stood still for {stopped['active_unchanged_s']:.0f}s while the silo hosts used "
+        f"{stopped['host_cores_busy']:.2f} of {stopped['cores']:.0f} cores"
+        if "host_cores_busy" in stopped
+        else ""
+    )
+    return f"{size} silos: {stopped['active']} Active when the join stopped after {stopped['after_s']:.0f}s{limit}"
+
+
+def removal_rows(results: dict[str, Any]) -> list[list[object]]:
+    """One row per size with kill trials (``REMOVAL_HEADERS``)."""
+    rows: list[list[object]] = []
+    for size, entry in results["sizes"].items():
+        if "removals" not in entry:
+            continue
+        mass = entry.get("mass_kill") or {}
+        together = mass.get("removals", {})
+        rows.append([
+            size,
+            " ".join(str(removal["versions"]) for removal in entry["removals"]),
+            " ".join(str(removal["span_versions"]) for removal in entry["removals"]),
+            mass.get("victims", "-"), "-" if mass.get("all_dead_s") is None else mass["all_dead_s"],
+            " ".join(str(versions) for versions in together.get("versions_per_removal", [])) or "-",
+            together.get("victim_versions", "-"), together.get("dead_write_versions", "-"),
+            together.get("span_versions", "-"), mass.get("caused", {}).get("all_reads", "-"),
+        ])  # fmt: skip
+    return rows
