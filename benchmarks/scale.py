@@ -87,6 +87,7 @@ from benchmarks.scale_report import REMOVAL_HEADERS, join_figure, join_stopped_l
 from benchmarks.silo_cluster import BenchCluster, KillTrial
 from membership_tables import MembershipTableData, SiloStatus, TableUnavailableError, open_table
 from membership_tables.sql import SqlOptions
+from silo.membership.local_health import MAX_SCORE
 from silo.membership.options import SiloOptions
 from silo.membership.vote_caster import settle_time
 from testbed.cluster_harness import SiloProcess, death_bound
@@ -325,6 +326,16 @@ def gave_up(logs: Sequence[Path]) -> set[str]:
     return {match.decode() for log in logs if log.exists() for match in GAVE_UP.findall(log.read_bytes())}
 
 
+def leave_out_gave_up(measured: dict[str, Any], stopped: set[str]) -> None:
+    """Take the silos that gave up joining out of the false deaths, once more at the end: a joiner
+    writes its Dead row before its lagging loop gets to the log line that says it gave up, so
+    the check at the end of a phase missed the ones that gave up just before (81 of 81 once)."""
+    for phase, dead in measured["declared_dead"].items():
+        measured["declared_dead"][phase] = [silo for silo in dead if silo not in stopped]
+        measured[f"false_deaths_{phase}"] = len(measured["declared_dead"][phase])
+    measured["gave_up_joining"] = len(stopped)
+
+
 def dead_silos(data: MembershipTableData, stopped: Collection[str] = ()) -> list[str]:
     """The Dead rows but those of silos in ``stopped`` (``gave_up``): every other silo is live until
     the benchmark kills it, so each is a false death."""
@@ -523,16 +534,28 @@ def active_victims(bench: BenchCluster) -> list[SiloProcess]:
         time.sleep(1.0)
 
 
+def overloaded_death_bound(chosen: SiloOptions) -> float:
+    """``death_bound`` when the monitors' local health is as poor as it gets (``MAX_SCORE``): each
+    needs ``1 + MAX_SCORE`` times the silence before it suspects anyone. A cluster whose join
+    stopped on a saturated machine is there; within the healthy bound its kills went unseen."""
+    return death_bound(chosen) + MAX_SCORE * chosen.detection_time
+
+
 async def detection_at_scale(
     bench: BenchCluster,
     config: Config,
     counts: Callable[[], Counts],
     logged: Callable[[float], list[write_log.LoggedWrite]],
+    *,
+    overloaded: bool = False,
 ) -> KillResults:
     """SIGKILL one victim (``start_victims``) at a time, ``detection_trials`` times; then the other
     ``mass_kill`` all at once. For each kill, the table's view of the victims, the statements
     caused (``caused_by``) and the versions each removal took (from the ``logged`` writes since a
-    time: ``write_log``)."""
+    time: ``write_log``). ``overloaded`` (the join stopped): each kill is watched for
+    ``overloaded_death_bound``."""
+    if overloaded:
+        bench.bound = overloaded_death_bound(options(config))
     rng = random.Random(config.seed)
     results = KillResults()
     victims = await asyncio.to_thread(active_victims, bench)
@@ -567,7 +590,7 @@ async def mass_kill_at_scale(
     """SIGKILL ``victims`` all at once: time to each Dead row and to the last, the statements
     caused, and the versions (each removal's, and whether several Dead rows shared one)."""
     chosen = options(config)
-    bound = death_bound(chosen) + settle_time(chosen)
+    bound = bench.bound + settle_time(chosen)
     window = mass_kill_window(config)
     trial, change, _ = await caused_by(functools.partial(kill_together, bench, victims, bound), window, config, counts)
     writes = await asyncio.to_thread(logged, trial.killed_at)
@@ -706,6 +729,10 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
 
         bench = victims_bench(uri, watch_uri, config, root)
         hosts: list[ServerProcess] = []
+
+        def process_logs() -> list[Path]:
+            return [host.log for host in hosts] + [silo.log for silo in bench.cluster.silos]
+
         try:
             spawned = wall()
             go = root / f"go-{silos}"
@@ -721,8 +748,7 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
                 await join_phase(watch_uri, silos, config, started, hosts, measured)
             finally:
                 measured.update(join_costs(counts, join_from, hosts))
-            logs = [host.log for host in hosts] + [silo.log for silo in bench.cluster.silos]
-            dead_joining = dead_silos(table.read_all(), gave_up(logs))
+            dead_joining = dead_silos(table.read_all(), gave_up(process_logs()))
             measured.update(false_deaths_joining=len(dead_joining), declared_dead={"joining": dead_joining})
             before = counts()
             cpu_before = [cpu_seconds(host.process.pid) for host in hosts]
@@ -732,7 +758,7 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
             per_second = {key: (after[key] - before[key]) / config.steady_window for key in after}
             host_rss = [rss_mb(host.process.pid) for host in hosts]
             end_of_window = table.read_all()
-            stopped = gave_up(logs)
+            stopped = gave_up(process_logs())
             dead_steady = sorted(set(dead_silos(end_of_window, stopped)) - set(dead_joining))
             measured["declared_dead"]["steady"] = dead_steady
             measured.update(
@@ -757,8 +783,10 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
                 with server.connect(database) as connection:
                     return write_log.writes_since(connection, since)
 
-            kills = await detection_at_scale(bench, config, counts, logged)
+            kills = await detection_at_scale(bench, config, counts, logged, overloaded="join_stopped" in measured)
         finally:
+            if "declared_dead" in measured:
+                leave_out_gave_up(measured, gave_up(process_logs()))
             for host in hosts:  # SIGKILL: a graceful leave of hundreds of silos is not measured, only slow
                 host.signal(signal.SIGKILL)
                 host.stop()
