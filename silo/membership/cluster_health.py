@@ -164,9 +164,9 @@ class ClusterHealthMonitor:
         Our vote needs our own silence, and a silo whose local health stretches its suspicion
         time past the vote expiry (``death_vote_expiration``) lost that silence with the votes
         that made it watch, then started again at the next one: with each monitor's vote fresh
-        for less than the others' cadence, two never met, and a cut-off silo stayed Active (a
-        4|3 cut of 7 with ring sampling, 30 s). An answer ends the watch; the silence it
-        measured so far is evidence only of the silo not answering us, as on our ring."""
+        for less than the others' cadence, two seldom met, and a cut-off silo stayed Active (a
+        4|3 cut of 7 with ring sampling: 20 s on a fake clock, past a test's 30 s on loaded
+        cores). An answer ends the watch, as an answer clears the silence on our ring."""
         if suspect in self._ring.ranks or self.monitors[suspect].answered or not snapshot.is_member(suspect):
             return False
         return watches is None or watches(suspect)
