@@ -53,6 +53,30 @@ probe a suspect off their ring (suspect watchers), hold theirs as long as the la
 CreateMonitor = Callable[[SiloAddress, "ClusterHealthMonitor"], SiloHealthMonitor]
 
 
+def keeps_watching(
+    monitor: SiloHealthMonitor,
+    ring: RingTargets,
+    snapshot: MembershipSnapshot,
+    watches: Callable[[SiloAddress], bool] | None,
+) -> bool:
+    """Whether ``monitor``, no longer among our targets, goes on: a suspect off our ``ring`` that
+    never answered it stays watched after its votes expire, while it is a member (not Dead, not
+    gone) and we are still among its watchers (``watches``, ``SuspectWatchers``, a large view:
+    there the watchers move as silos join, and a stuck joiner kept every silo that was ever its
+    watcher, and their probes, in a join storm).
+
+    Our vote needs our own silence, and a silo whose local health stretches its suspicion
+    time past the vote expiry (``death_vote_expiration``) lost that silence with the votes
+    that made it watch, then started again at the next one: with each monitor's vote fresh
+    for less than the others' cadence, two seldom met, and a cut-off silo stayed Active (a
+    4|3 cut of 7 with ring sampling: 20 s on a fake clock, past a test's 30 s on loaded
+    cores). An answer ends the watch, as an answer clears the silence on our ring."""
+    suspect = monitor.target
+    if suspect in ring.ranks or monitor.answered or not snapshot.is_member(suspect):
+        return False
+    return watches is None or watches(suspect)
+
+
 class ClusterHealthMonitor:
     """Keeps one silo health monitor per current probe target; judges the majority rule."""
 
@@ -140,7 +164,9 @@ class ClusterHealthMonitor:
             watches,
         )
         unwanted = [silo for silo in self.monitors if silo not in targets]
-        for gone in [silo for silo in unwanted if not self._keeps_watching(silo, snapshot, watches)]:
+        for gone in [
+            silo for silo in unwanted if not keeps_watching(self.monitors[silo], self._ring, snapshot, watches)
+        ]:
             await self.monitors.pop(gone).stop()
             self._health.forget(gone)
         for target in targets:
@@ -152,24 +178,6 @@ class ClusterHealthMonitor:
         if targets:
             self._ring_probed = True
             logger.debug("silo %s probes %s", self._local, ", ".join(map(str, targets)))
-
-    def _keeps_watching(
-        self, suspect: SiloAddress, snapshot: MembershipSnapshot, watches: Callable[[SiloAddress], bool] | None
-    ) -> bool:
-        """A suspect off our ring that never answered our monitor stays watched after its votes
-        expire, while it is a member (not Dead, not gone) and we are still among its watchers
-        (``SuspectWatchers``, a large view: there the watchers move as silos join, and a stuck
-        joiner kept every silo that was ever its watcher, and their probes, in a join storm).
-
-        Our vote needs our own silence, and a silo whose local health stretches its suspicion
-        time past the vote expiry (``death_vote_expiration``) lost that silence with the votes
-        that made it watch, then started again at the next one: with each monitor's vote fresh
-        for less than the others' cadence, two seldom met, and a cut-off silo stayed Active (a
-        4|3 cut of 7 with ring sampling: 20 s on a fake clock, past a test's 30 s on loaded
-        cores). An answer ends the watch, as an answer clears the silence on our ring."""
-        if suspect in self._ring.ranks or self.monitors[suspect].answered or not snapshot.is_member(suspect):
-            return False
-        return watches is None or watches(suspect)
 
     def may_vote(self) -> bool:
         """The majority rule over the monitored silos that are fresh (``votes.may_vote``).
