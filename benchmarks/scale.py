@@ -434,19 +434,19 @@ def wait_all_active(
         with contextlib.suppress(TableUnavailableError):
             statuses = Counter(entry.status.name for entry in table.read_all().entries)
         curve.append((elapsed, statuses["ACTIVE"], statuses["JOINING"], statuses["DEAD"]))
+        progress = f"{dict(statuses)} of {silos} silos after {elapsed:.0f}s"
+        if elapsed > config.join_timeout:  # first: a join that took longer did not finish in time
+            raise JoinDidNotFinishError(
+                f"not all Active in time: {progress}", curve, stall_limit(curve, host_cpu), timed_out=True
+            )
         if statuses["ACTIVE"] >= silos:
             return curve
-        progress = f"{dict(statuses)} of {silos} silos after {elapsed:.0f}s"
         load = os.getloadavg()[0]
         if elapsed > OVERLOAD_GRACE and load > config.max_load * (os.cpu_count() or 1):
             raise JoinDidNotFinishError(
                 f"stopped: load average {load:.0f} on {os.cpu_count()} cores with {progress}",
                 curve,
                 stall_limit(curve, host_cpu),
-            )
-        if elapsed > config.join_timeout:
-            raise JoinDidNotFinishError(
-                f"not all Active: {progress}", curve, stall_limit(curve, host_cpu), timed_out=True
             )
         exited = [host for host in hosts if not host.running]
         if exited:
