@@ -38,7 +38,7 @@ from silo.membership.options import SiloOptions
 from silo.membership.probing import Prober
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot, SnapshotPublisher
-from silo.membership.targets import RingTargets, SuspectWatchers, select_targets
+from silo.membership.targets import RingTargets, SuspectCandidates, SuspectWatchers, select_targets
 from silo.membership.votes import fresh_votes, may_vote
 
 logger = logging.getLogger(__name__)
@@ -124,6 +124,7 @@ class ClusterHealthMonitor:
         """Whether our monitors have had targets: later ring targets start at a random point
         (``_first_probe_delay``)."""
         self._watchers = SuspectWatchers(local, options.num_probed_silos, liveness.is_fresh)
+        self._candidates = SuspectCandidates(liveness, clock.monotonic)
         self._heads: tuple[int | None, frozenset[SiloAddress]] = (None, frozenset())
         """(table version, our gossip arc heads at it): see ``_arc_heads``."""
         self._task: asyncio.Task[None] | None = None
@@ -162,10 +163,12 @@ class ClusterHealthMonitor:
             self._liveness.fresh_now(),
             self._ring.targets,
             watches,
+            self._candidates.of(snapshot),
         )
-        unwanted = [silo for silo in self.monitors if silo not in targets]
         for gone in [
-            silo for silo in unwanted if not keeps_watching(self.monitors[silo], self._ring, snapshot, watches)
+            silo
+            for silo, monitor in self.monitors.items()
+            if silo not in targets and not keeps_watching(monitor, self._ring, snapshot, watches)
         ]:
             await self.monitors.pop(gone).stop()
             self._health.forget(gone)

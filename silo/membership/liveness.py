@@ -23,6 +23,7 @@ after a failed call, so a peer's first heartbeat after the outage is seen within
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -66,6 +67,10 @@ class LivenessTracker:
         self._monotonic = monotonic
         self._watches: dict[SiloAddress, _Watch] = {}
         self._last_observed: float | None = None
+        self.reads_observed = 0
+        """Full reads taken in (``observe``): each may drop watches and move every one (a blind gap).
+        Between two, watches only turn fresher (``learn``), so a peer fresh until some time stays
+        fresh until then at least (``stays_fresh_until``)."""
 
     @property
     def limit(self) -> float:
@@ -81,6 +86,7 @@ class LivenessTracker:
                     paused.changed_at = min(now, paused.changed_at + blind)
                     paused.first_seen = min(now, paused.first_seen + blind)
         self._last_observed = now
+        self.reads_observed += 1
         # rebuilt rather than updated in place: rows gone from the read are dropped, and the
         # keys are the read's own address objects, which the view's lookups then find by
         # identity (an equal address of an older read costs a Python-level ``__eq__`` per lookup)
@@ -133,6 +139,18 @@ class LivenessTracker:
             return watch is not None and watch.changed_at >= cutoff
 
         return fresh
+
+    def stays_fresh_until(self) -> Callable[[SiloAddress], float]:
+        """For a pass over a whole view: the monotonic time until which a silo is fresh at least
+        (minus infinity for one never seen). Fresh now means now is at most that time; later
+        reads and learned rows can only move it later, until the next ``observe``."""
+        watches, limit = self._watches, self._limit
+
+        def until(silo: SiloAddress) -> float:
+            watch = watches.get(silo)
+            return -math.inf if watch is None else watch.changed_at + limit
+
+        return until
 
     def fresh(self, snapshot: MembershipSnapshot, *statuses: SiloStatus) -> tuple[SiloAddress, ...]:
         """The silos of ``snapshot`` with one of ``statuses`` (default Active) that are fresh."""

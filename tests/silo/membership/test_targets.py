@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from dataclasses import replace
+from datetime import datetime, timedelta
 
 import pytest
 
 from membership_tables import SiloAddress
+from silo.membership.liveness import LivenessTracker
 from silo.membership.options import SiloOptions
 from silo.membership.ring import probe_targets, ring_index
-from silo.membership.targets import PROBE_PHASES, RingTargets, monitors_in_rank_order
-from tests.silo.harness import address, row, view
+from silo.membership.snapshot import MembershipSnapshot
+from silo.membership.targets import (
+    PROBE_PHASES,
+    RingTargets,
+    SuspectCandidates,
+    monitors_in_rank_order,
+    select_targets,
+)
+from tests.silo.harness import T0, address, row, view
+
+NOW = T0 + timedelta(seconds=1)
 
 LOCAL = SiloOptions.local()  # 10 probed silos, a quorum of 2: two grid phases from 4 ring targets on
 
@@ -74,3 +86,73 @@ def test_a_silo_not_active_has_no_ring_and_a_suspect_off_the_ring_is_probed_on_t
     ring = RingTargets.of(snapshot, silos[0], replace(LOCAL, num_probed_silos=4))
     off_ring = next(silo for silo in silos[1:] if silo not in ring.targets)
     assert ring.phase(off_ring) == 0.0
+
+
+class MovingClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_suspect_candidates_give_the_targets_a_pass_over_every_row_gives_at_every_instant() -> None:
+    """Rows heartbeat at different times, are voted against, are learned from gossip, and full
+    reads come and go: the targets found among the candidates are the ones a pass over the whole
+    view finds, at each step."""
+    rng = random.Random(7)
+    clock = MovingClock()
+    liveness = LivenessTracker(LOCAL, clock)
+    candidates = SuspectCandidates(liveness, clock)
+    silos = cluster(80)
+    local = silos[0]
+    beats = dict.fromkeys(silos, 0)
+
+    def read(voted: set[SiloAddress], at: datetime = NOW) -> MembershipSnapshot:
+        entries = []
+        for silo in silos:
+            entry = row(silo, when=T0 + timedelta(seconds=beats[silo]))
+            entries.append(replace(entry, suspect_times=((local, at),)) if silo in voted else entry)
+        return view(*entries)
+
+    snapshot = read(set())
+    liveness.observe(snapshot)
+    for step in range(400):
+        clock.now += rng.uniform(0.0, liveness.limit / 8)
+        now = NOW + timedelta(seconds=clock.now)
+        for silo in rng.sample(silos[1:], 10):  # live ones heartbeat; the last 20 never do
+            if silo not in silos[-20:]:
+                beats[silo] += 1
+        event = rng.random()
+        if event < 0.1:  # a full read of ours
+            snapshot = read(set(rng.sample(silos, 3)), at=now)
+            liveness.observe(snapshot)
+        elif event < 0.3:  # rows learned from a peer: fresher watches, the same view
+            liveness.learn(entry for entry in read(set()).entries if rng.random() < 0.2)
+        everyone = select_targets(snapshot, local, now, LOCAL, liveness.fresh_now())
+        among = select_targets(snapshot, local, now, LOCAL, liveness.fresh_now(), candidates=candidates.of(snapshot))
+        assert among == everyone, f"step {step}"
+    assert any(liveness.silent_for(silo) is not None for silo in silos[-20:])
+
+
+def test_suspect_candidates_pass_over_a_view_again_only_once_a_fresh_row_could_turn_stale() -> None:
+    clock = MovingClock()
+    liveness = LivenessTracker(LOCAL, clock)
+    candidates = SuspectCandidates(liveness, clock)
+    silos = cluster(10)
+    snapshot = view(*(row(silo) for silo in silos))
+    liveness.observe(snapshot)
+    first = candidates.of(snapshot)
+    assert first == ()
+    liveness.observe(view(*(row(silo) for silo in silos[1:])))
+    gone = candidates.of(snapshot)
+    assert [entry.silo_address for entry in gone] == silos[:1], "a read without it dropped its watch"
+    clock.now += liveness.limit - 0.001
+    assert candidates.of(snapshot) is gone, "no row can have turned stale yet: no new pass"
+    clock.now += 0.002
+    assert [entry.silo_address for entry in candidates.of(snapshot)] == silos
+    newer = view(*(row(silo, when=NOW) for silo in silos), version=2)
+    liveness.observe(newer)
+    assert candidates.of(newer) == (), "a new read: every row heartbeated, none is a candidate"
