@@ -63,9 +63,9 @@ class RowWriter:
                     f"cluster {view.table.cluster_id!r} has no version row, so this silo cannot insert its row; "
                     "initialize the table (`silo table init URI`)"
                 )
-            view.joined_version = snapshot.version
+            view.joined_version, view.joining = snapshot.version, entry.status is SiloStatus.JOINING
             return
-        view.joined_version = committed.version.version
+        view.joined_version, view.joining = committed.version.version, entry.status is SiloStatus.JOINING
         logger.info(
             "silo %s inserted its row as %s at version %d", view.address, entry.status.name, committed.version.version
         )
@@ -159,7 +159,10 @@ class RowWriter:
         def change(entry: MembershipEntry) -> MembershipEntry:
             return entry.replace(status=status, i_am_alive_time=view.clock.now())
 
-        return await self.update_row(view.address, change, deadline)
+        written = await self.update_row(view.address, change, deadline)
+        if written:
+            view.joining = status is SiloStatus.JOINING
+        return written
 
     async def heartbeat(self, deadline: float) -> None:
         """Write IAmAlive now (a blind write: no version bump)."""

@@ -85,6 +85,8 @@ class TableView:
         self.termination_reason = ""
         self.joined_version: int | None = None
         """The version at which our row was inserted (a row gone after it means we were removed)."""
+        self.joining = False
+        """Our row is in the table as Joining and we have not written another status of ours yet."""
         self.leaving = False
         self.announced_version = UNINITIALIZED_VERSION.version
         """The newest version gossip or a lost write told us the table has (lowered by a full

@@ -673,6 +673,34 @@ async def test_in_a_join_storm_of_a_large_view_a_moved_version_waits_for_the_hea
 
 
 @async_test
+async def test_a_silo_joining_a_large_view_reads_nothing_periodically_until_it_is_active() -> None:
+    """Its join re-reads what it waits for; 1,649 joiners of a stalled 2,000-silo join made four
+    fifths of the table's full reads."""
+    peers = [address(port) for port in range(10, 10 + LARGE_VIEW)]
+    flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
+    seed(flaky.inner, *(row(peer) for peer in peers))
+    tables = MembershipTableManager(
+        table=flaky, address=ME, options=EVERY_THIRD, clock=clock, random=random.Random(7), run_blocking=run_inline
+    )
+    await tables.refresh()
+    await tables.insert_self(row(ME, SiloStatus.JOINING), tables.deadline_in(10))
+    tables.start()
+    flaky.calls.clear()
+    for port in range(300, 306):  # others' changes, and heartbeat periods, go by
+        await clock.advance(PERIOD)
+        seed(flaky.inner, row(address(port)))
+    assert flaky.calls == []
+    assert await tables.update_own_status(SiloStatus.ACTIVE, tables.deadline_in(10))
+    flaky.calls.clear()
+    await clock.advance(PERIOD)
+    assert flaky.calls == ["read_all"], "the join outlasted the heartbeat cadence: in full at once"
+    assert tables.snapshot.status_of(address(305)) is SiloStatus.ACTIVE
+    await clock.advance(PERIOD)
+    assert flaky.calls == ["read_all", "read_version"]
+    await tables.stop()
+
+
+@async_test
 async def test_a_small_view_in_a_join_storm_still_reads_the_changes_when_the_version_moved() -> None:
     flaky, clock, tables = await refreshing_every_third(PEER)
     seed(flaky.inner, *(row(address(port), SiloStatus.JOINING) for port in range(200, 210)))
