@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -11,11 +12,12 @@ from membership_tables import CommittedWrite, MembershipEntry, MembershipTable, 
 from membership_tables.contract import RowUpdate
 from silo.errors import DeclaredDeadError, JoinError, TableUnavailableAtStartError
 from silo.exit_codes import ExitCode
-from silo.membership.agent import join_heartbeat_watch
+from silo.membership.agent import JOIN_BACKOFF_LIMIT, join_heartbeat_watch, validation_pause
 from silo.membership.clock import FakeClock
 from silo.membership.gossiper import gossip_peers
 from silo.membership.probing import IndirectProbeResult
 from silo.membership.ring import probe_targets
+from silo.membership.snapshot import LARGE_VIEW
 from silo.membership.table_refresh import ROW_READ_COST_IN_ROWS
 from silo.runtime.silo import Silo
 from tests.silo.harness import (
@@ -324,6 +326,47 @@ async def test_a_joiner_of_a_large_cluster_rereads_only_the_rows_of_the_silos_it
     joining.cancel()
     with pytest.raises(asyncio.CancelledError):
         await joining
+
+
+def test_a_joiner_of_a_large_view_waits_longer_after_each_round_in_which_nobody_new_answered() -> None:
+    rng = random.Random(3)
+    timeout = LOCAL.probe_timeout
+    assert [validation_pause(LOCAL, idle, False, 1e6, rng) for idle in range(6)] == [timeout] * 6
+    assert [validation_pause(LOCAL, idle, True, 1e6, rng) for idle in (0, 1)] == [timeout] * 2
+    pauses = [[validation_pause(LOCAL, idle, True, 1e6, rng) for _ in range(200)] for idle in range(2, 8)]
+    for idle, drawn in enumerate(pauses, start=2):
+        assert timeout <= min(drawn)
+        assert max(drawn) <= timeout * min(2 ** (idle - 1), JOIN_BACKOFF_LIMIT)
+    assert max(pauses[-1]) > timeout * JOIN_BACKOFF_LIMIT * 0.9, "the cap is reached"
+    assert validation_pause(LOCAL, 7, True, timeout * 3, rng) <= timeout * 2, "not past the deadline"
+    assert validation_pause(LOCAL, 7, True, timeout / 2, rng) == timeout, "nor shorter than a probe timeout"
+
+
+@async_test
+async def test_a_joiner_of_a_large_view_that_nobody_answers_pings_less_often_and_joins_once_answered() -> None:
+    """A 2,000-silo join stood still at 191 Active while 1,800 joiners re-pinged every silo they
+    waited for each probe timeout, and those pings were the load that kept the answers away."""
+    table, clock = memory_table(), FakeClock(T0)
+    peers = [address(port) for port in range(10, 10 + LARGE_VIEW + 1)]
+    seed(table, *(row(peer, when=T0) for peer in peers))
+    answering = {"now": False}
+    prober = FunctionProber(reachable=lambda target: answering["now"], indirect=no_report)
+    silo = make_silo(table, ME, clock, prober=prober)
+    joining = asyncio.create_task(silo.start())
+    timeouts = 10  # half the join's time (LOCAL.max_join_attempt_time)
+    for _ in range(timeouts):
+        await clock.advance(LOCAL.probe_timeout)
+        keep_heartbeating(table, clock, *peers)
+    assert not joining.done()
+    rounds = len(prober.pings) / len(peers)  # each round pings every silo it waits for: all of them
+    assert 3 <= rounds <= timeouts / 2, "a round each probe timeout at first, then ever fewer"
+    answering["now"] = True
+    for _ in range(JOIN_BACKOFF_LIMIT + 1):
+        await clock.advance(LOCAL.probe_timeout)
+        keep_heartbeating(table, clock, *peers)
+    await joining
+    assert silo.status is SiloStatus.ACTIVE
+    await silo.stop()
 
 
 @async_test
