@@ -5,7 +5,7 @@ that is still alive (a crashed predecessor), insert our row as Joining, ping eve
 silo until each has answered once (so we never join a cluster we cannot talk to; once half of
 them answered, one that the silo we ask cannot reach either no longer counts, and one of the
 last few that it reaches for us counts as reached), then become Active.
-Every step retries until ``max_join_attempt_time``. While Active it writes IAmAlive every
+Every step retries until ``max_join_attempt_time``. From its insert on it writes IAmAlive every
 ``i_am_alive_table_publish_timeout``. Leaving writes ShuttingDown, then Dead.
 All writes go through the table manager.
 """
@@ -117,6 +117,7 @@ class MembershipAgent:
             ) from exc
         self._check_not_terminated()
         on_joining()
+        self.start_heartbeat()
         try:
             await self._validate_connectivity(deadline)
         except JoinError:
@@ -335,7 +336,12 @@ class MembershipAgent:
             logger.debug("silo %s: could not mark its failed join Dead", self._address)
 
     def start_heartbeat(self) -> None:
-        """Write IAmAlive every ``i_am_alive_table_publish_timeout`` until stopped."""
+        """Write IAmAlive every ``i_am_alive_table_publish_timeout`` until stopped (from our insert on:
+        a joiner whose heartbeat stood still was stale for the others once the freshness limit
+        passed, and in a join that outlasted it every Joining row became a suspect that three Active
+        silos probed and could vote against). Started once."""
+        if self._heart is not None:
+            return
         self._heart = Periodic(self._clock, self._options.i_am_alive_table_publish_timeout, self._beat)
         self._heart.start()
 

@@ -199,8 +199,7 @@ class SiloHealthMonitor:
             self._discount_pause()
             self._probes.spawn(self.probe_once())
             if self._new_connections.wanted(self.silence(), self.refusals):
-                self._probes.spawn(self._new_connections.ping())
-                self._probes.spawn(self._new_connections.check_path())
+                self._probes.spawn(self._new_connections.probe_again())
             await self._until_next_probe()
 
     async def _until_next_probe(self) -> None:

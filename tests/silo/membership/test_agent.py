@@ -118,6 +118,29 @@ async def test_iamalive_is_written_every_publish_period() -> None:
 
 
 @async_test
+async def test_a_joiner_writes_iamalive_while_it_waits_so_it_is_never_stale_for_the_others() -> None:
+    """In a join that outlasted the freshness limit every Joining row had become a suspect, probed
+    by three Active silos each (2,000 silos)."""
+    table, clock = memory_table(), FakeClock(T0)
+    seed(table, row(PEER, when=T0))
+    silo = make_silo(table, ME, clock, prober=FunctionProber(reachable=lambda target: False, indirect=no_report))
+    joining = asyncio.create_task(silo.start())
+    periods = 2
+    for _ in range(int(periods * LOCAL.i_am_alive_table_publish_timeout / LOCAL.probe_timeout)):
+        await clock.advance(LOCAL.probe_timeout)
+        keep_heartbeating(table, clock, PEER)
+    assert not joining.done()
+    found = table.read_all().get(ME)
+    assert found is not None
+    assert found[0].status is SiloStatus.JOINING
+    assert found[0].i_am_alive_time >= T0 + timedelta(seconds=periods * LOCAL.i_am_alive_table_publish_timeout)
+    joining.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await joining
+    await silo.stop()
+
+
+@async_test
 async def test_join_retries_an_unreachable_active_silo_then_fails_naming_it() -> None:
     table, clock = memory_table(), FakeClock(T0)
     seed(table, row(PEER, when=T0))

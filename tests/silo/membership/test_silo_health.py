@@ -449,6 +449,35 @@ async def test_a_monitor_whose_own_loop_lags_opens_no_new_connection_and_still_v
     await monitor.stop()
 
 
+@async_test
+async def test_a_silent_process_whose_host_accepts_connects_gets_one_new_connection_until_it_answers() -> None:
+    """A new connection that goes unanswered while a connect to the host gets through says the
+    process is slow or hung: the next probes check the path only (each new connection was a
+    channel on both hosts: an eighth of a silo host's samples in an overloaded 2,000-silo join).
+    A path seen down, or an answer, brings new connections back."""
+    scene = Scene(FunctionProber(indirect=lambda via, target: result(False)), intermediaries=[HELPER], options=SPACED)
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 1.0)
+    scene.prober.reachable = hanging(scene.clock)
+    await run_for(scene, monitor, SPACED.missed_probe_silence + 6 * SPACED.probe_interval)
+    # one (and one more sent before the first timed out: probes as far apart as their timeout)
+    assert 1 <= len(scene.prober.new_connection_pings) <= 2, "then the path alone"
+    assert len(scene.prober.connects_made) >= 5
+    before = len(scene.prober.new_connection_pings)
+    scene.prober.connects = lambda target: False  # now the path is down too: a cut
+    await run_for(scene, monitor, 3 * SPACED.probe_interval)
+    assert len(scene.prober.new_connection_pings) > before, "a cut: new connections again, to see its heal"
+    scene.prober.connects = lambda target: True
+    scene.prober.reachable = lambda target: True
+    await run_for(scene, monitor, SPACED.probe_interval)
+    scene.prober.new_connection_pings.clear()
+    scene.prober.reachable = hanging(scene.clock)
+    await run_for(scene, monitor, SPACED.missed_probe_silence + 6 * SPACED.probe_interval)
+    assert 1 <= len(scene.prober.new_connection_pings) <= 2, "it answered meanwhile: new connections again"
+    await monitor.stop()
+
+
 CUT = 1.0
 """A cut shorter than the floor: after it heals, the usual connection stays mute as long again
 (TCP's retransmission backoff), pushing the silence past the floor."""
@@ -475,6 +504,7 @@ async def test_a_cut_shorter_than_the_floor_is_not_voted_on_when_a_new_connectio
     scene.prober.reachable_on_new_connection = lambda target: (
         new_connections_answer and (scene.clock.monotonic() >= healed_at)
     )
+    scene.prober.connects = lambda target: scene.clock.monotonic() >= healed_at  # the path is down while cut
     if not heard_before_the_cut:
         monitor.start()
     await run_for(scene, monitor, 2 * FLOOR)
