@@ -207,18 +207,20 @@ class MembershipSnapshot:
         if not delta.applies_from <= self.version <= delta.base_version:
             return None
         rows = list(self.data.rows)  # sorted by address: keep it so, without sorting again
-        addresses = [entry.silo_address for entry, _ in rows]
+        changed = []
         for entry, etag in delta.rows:
-            at = bisect.bisect_left(addresses, entry.silo_address)
-            if at < len(rows) and addresses[at] == entry.silo_address:
+            at = bisect.bisect_left(rows, entry.silo_address.sort_key, key=_address_key)
+            if at < len(rows) and rows[at][0].silo_address == entry.silo_address:
                 before = rows[at][0]
                 if before.i_am_alive_time > entry.i_am_alive_time:
                     entry = entry.replace(i_am_alive_time=before.i_am_alive_time)
                 rows[at] = (entry, etag)
             else:
                 rows.insert(at, (entry, etag))
-                addresses.insert(at, entry.silo_address)
-        return MembershipSnapshot(MembershipTableData.of_sorted(tuple(rows), delta.version, self.data.malformed))
+            changed.append(rows[at])
+        data = MembershipTableData.of_sorted(tuple(rows), delta.version, self.data.malformed)
+        data.index_from(self.data, changed)
+        return MembershipSnapshot(data)
 
 
 def _address_key(row: tuple[MembershipEntry, str]) -> tuple[str, int, int]:

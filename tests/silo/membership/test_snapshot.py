@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from datetime import timedelta
 
-from membership_tables import SiloStatus
+from membership_tables import MembershipTableData, SiloStatus, TableVersion
 from silo.membership.options import SiloOptions
-from silo.membership.snapshot import SnapshotPublisher
+from silo.membership.snapshot import MembershipDelta, SnapshotPublisher
 from tests.silo.harness import T0, address, async_test, row, view
 
 A, B, C = address(1), address(2), address(3)
@@ -118,3 +119,26 @@ async def test_refresh_subscribers_also_see_same_version_rereads() -> None:
     await publisher.close()
     await consumer
     assert seen == [1, 1, 2]
+
+
+def test_a_snapshot_a_delta_built_finds_every_row_as_a_fresh_read_of_its_rows_would() -> None:
+    """Its row index is a copy of the base's with the delta's rows put in (``index_from``)."""
+    rng = random.Random(5)
+    silos = [address(port) for port in range(10, 90)]
+    snapshot = view(*(row(silo) for silo in silos[:60]), version=1)
+    for silo in silos:
+        snapshot.entry(silo)  # the base's index is built
+    for version in range(1, 40):
+        written = rng.sample(silos, 3)
+        rows = tuple(
+            (row(silo, rng.choice(list(SiloStatus)), when=T0 + timedelta(seconds=rng.randrange(-5, 5))), f"e{version}")
+            for silo in written
+        )
+        applied = snapshot.apply(MembershipDelta(version, TableVersion(version + 1, f"v{version + 1}"), rows))
+        assert applied is not None
+        fresh = MembershipTableData(applied.data.rows, applied.data.version)
+        assert [applied.data.get(silo) for silo in silos] == [fresh.get(silo) for silo in silos]
+        assert [entry.silo_address for entry in applied.entries] == sorted(
+            entry.silo_address for entry in fresh.entries
+        )
+        snapshot = applied
