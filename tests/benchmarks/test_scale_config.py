@@ -10,7 +10,7 @@ import pytest
 from benchmarks import scale
 from benchmarks.scale import Config, hosts_for, join_pace, options, overrides, parse, report, set_arguments
 from membership_tables import SiloStatus
-from tests.silo.harness import address, row, view
+from tests.silo.harness import T0, address, row, view
 
 
 def test_the_acceptance_sizes_with_gossip_on_and_five_steady_minutes_by_default(tmp_path: Path) -> None:
@@ -205,7 +205,13 @@ def test_a_joiner_that_gave_up_is_not_counted_as_a_false_death(tmp_path: Path) -
         f"reach these Active silos within 600.0s: {live}\n"
     )
     assert scale.gave_up([log, tmp_path / "never-written.log"]) == {str(gone)}
-    data = view(row(gone, SiloStatus.DEAD), row(live, SiloStatus.DEAD), row(address(7003))).data
+    voted = ((address(7009), T0),)
+    data = view(
+        row(gone, SiloStatus.DEAD).replace(suspect_times=voted),  # voted against while it waited, then gave up
+        row(live, SiloStatus.DEAD).replace(suspect_times=voted),
+        row(address(7003)),
+        row(address(7004), SiloStatus.DEAD),  # no vote: it wrote its Dead row itself (gave up, not logged yet)
+    ).data
     assert scale.dead_silos(data) == sorted([str(gone), str(live)])
     assert scale.dead_silos(data, scale.gave_up([log])) == [str(live)]
 
