@@ -188,7 +188,7 @@ class MembershipAgent:
         chosen = sorted(self._silos_to_reach(first))
         others_reach: set[SiloAddress] = set()
         nobody_reaches: set[SiloAddress] = set()
-        stood_still: set[SiloAddress] = set()
+        excused: set[SiloAddress] = set()  # silent, and no longer blocking the join: not pinged again
         pace = ValidationPace(self._random)
         while True:
             self._check_not_terminated()
@@ -200,7 +200,7 @@ class MembershipAgent:
                 for s in chosen
                 if s not in gone and snapshot.status_of(s) is SiloStatus.ACTIVE and liveness.is_fresh(s)
             ]
-            waiting = [s for s in targets if s not in answered and s not in nobody_reaches and s not in stood_still]
+            waiting = [s for s in targets if s not in answered and s not in nobody_reaches and s not in excused]
             peers = pace.pick(waiting, snapshot.large)
             outcomes = await asyncio.gather(*(self._ping(peer, in_flight) for peer in peers))
             answers = [outcome is ProbeOutcome.ANSWERED for outcome in outcomes]
@@ -208,17 +208,18 @@ class MembershipAgent:
             answered.update(peer for peer, answer in zip(peers, answers, strict=True) if answer)
             refused.update(peer for peer, got in zip(peers, outcomes, strict=True) if got is ProbeOutcome.REFUSED)
             silent = [peer for peer, answer in zip(peers, answers, strict=True) if not answer]
-            stood_still.update(peer for peer in silent if liveness.seen_heartbeating(peer, watch) is False)
-            unreachable = [peer for peer in silent if peer not in stood_still]
-            if unreachable and 2 * len(answered.intersection(targets)) >= len(targets):
+            unreachable = [peer for peer in silent if liveness.seen_heartbeating(peer, watch) is not False]
+            every_one = len(peers) == len(waiting)  # others judge only a round of all we wait for
+            if every_one and unreachable and 2 * len(answered.intersection(targets)) >= len(targets):
                 unreachable = await self._judged_by_others(
                     unreachable, answered, in_flight, others_reach, nobody_reaches
                 )
-            if not unreachable and len(peers) == len(waiting):
+            excused.update(peer for peer in silent if peer not in unreachable)
+            if not unreachable and every_one:
                 self.unreached = await self._unreached_members(answered | gone | refused, in_flight)
                 return
             if not unreachable:
-                continue  # the rest at once: every silo pinged answered (or no longer blocks)
+                continue  # the rest at once: each silo pinged answered, or its heartbeat stood still
             names = ", ".join(map(str, unreachable))
             if self._clock.monotonic() + self._options.probe_timeout > deadline:
                 raise JoinError(

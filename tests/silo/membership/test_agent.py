@@ -548,6 +548,33 @@ async def test_many_silos_others_reach_for_us_block_the_join_until_only_a_few_ar
 
 
 @async_test
+async def test_in_a_large_view_a_share_of_silos_others_reach_for_us_blocks_however_few_a_round_pings() -> None:
+    """After bad rounds a joiner of a large view pings a few of the silos it waits for at a time
+    (``ValidationPace``); a few silent ones among them must not pass for "the last few" that others
+    reach: only a round of all it waits for is judged so."""
+    table, clock = memory_table(), FakeClock(T0)
+    peers = [address(port) for port in range(10, 10 + LARGE_VIEW + 1)]
+    cut = set(peers[: len(peers) // 4])  # a quarter of the cluster: others reach it, we do not
+    seed(table, *(row(peer, when=T0) for peer in peers))
+    prober = FunctionProber(
+        reachable=lambda target: target not in cut, indirect=lambda via, target: IndirectProbeResult(True, 0, 0.01)
+    )
+    silo = make_silo(table, ME, clock, prober=prober)
+    joining = asyncio.create_task(silo.start())
+    for _ in range(int(LOCAL.max_join_attempt_time / LOCAL.probe_timeout) - 4):
+        await clock.advance(LOCAL.probe_timeout)
+        keep_heartbeating(table, clock, *peers)
+    assert not joining.done(), "cut off from a quarter of the cluster: still waiting"
+    cut.clear()
+    for _ in range(JOIN_BACKOFF_LIMIT):
+        await clock.advance(LOCAL.probe_timeout)
+        keep_heartbeating(table, clock, *peers)
+    await joining
+    assert silo.status is SiloStatus.ACTIVE
+    await silo.stop()
+
+
+@async_test
 async def test_without_indirect_probes_a_joiner_must_reach_every_silo_itself() -> None:
     table, clock = memory_table(), FakeClock(T0)
     seed(table, row(PEER, when=T0), row(OTHER, when=T0))
