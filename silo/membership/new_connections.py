@@ -54,50 +54,48 @@ class NewConnectionProbes:
         samples, all of it adding to the overload that made the probes late."""
         options = self._link.options
         threshold = max(options.probe_timeout, options.missed_probe_silence)
-        if self._connects_only_since is not None and self._link.clock.monotonic() - silence > self._connects_only_since:
-            self._connects_only_since = None  # it answered since: a new silence starts afresh
         return refusals == 0 and silence >= threshold and not self._link.health.lagging()
 
-    async def probe_again(self) -> None:
-        """A ping on a new connection and a bare connect (``check_path``) together, or the connect
-        alone once a new connection went unanswered while a connect got through, until the target
-        answers again or a connect finds the path down: its host accepts connections and its
-        process does not answer (slow or hung), so a new connection is no better than the usual
-        one, and each is a channel opened on both hosts. In a 2,000-silo join on two cores, with
-        every host's loop late, they were an eighth of a silo host's samples. One at a time: a
-        probe timeout that our local health stretches past the probe interval would overlap them."""
+    async def probe_again(self, last_heard: float) -> None:
+        """A ping on a new connection (``ping``) and a bare connect (``check_path``) together, or the
+        connect alone once a new connection went unanswered while a connect got through, until the
+        target answers again (``last_heard``, our monitor's last answer, moves past it) or a connect
+        finds the path down: its host accepts connections and its process does not answer (slow or
+        hung), so a new connection is no better than the usual one, and each is a channel opened on
+        both hosts. In a 2,000-silo join on two cores, with every host's loop late, they were an
+        eighth of a silo host's samples. One at a time: a probe timeout that our local health
+        stretches past the probe interval would overlap them."""
+        if self._connects_only_since is not None and last_heard > self._connects_only_since:
+            self._connects_only_since = None  # it answered since: a new silence starts afresh
         if self._probing_again:
             return
         self._probing_again = True
         try:
-            await self._probe_again(self._link.clock.monotonic())
+            await self._probe_again()
         finally:
             self._probing_again = False
 
-    async def _probe_again(self, sent: float) -> None:
+    async def _probe_again(self) -> None:
         if self._connects_only_since is not None:
-            await self.check_path()
-            if self.path_down_at is not None and self.path_down_at >= sent:
+            if await self.check_path() is ProbeOutcome.TIMED_OUT:
                 self._connects_only_since = None  # the path is down now: a cut, which new connections outlast
             return
-        outcome, path = await asyncio.gather(self.outcome(), self._connect(self._link.options.probe_timeout))
-        if path is ProbeOutcome.TIMED_OUT:
-            self.path_down_at = sent if self.path_down_at is None else max(self.path_down_at, sent)
-        if outcome is ProbeOutcome.ANSWERED:
-            logger.debug("silo %s: %s answered on a new connection", *self._names)
-            self._answered(sent)
-        elif path is ProbeOutcome.ANSWERED and outcome is ProbeOutcome.TIMED_OUT:
+        sent = self._link.clock.monotonic()
+        outcome, path = await asyncio.gather(self.ping(), self.check_path())
+        if path is ProbeOutcome.ANSWERED and outcome is ProbeOutcome.TIMED_OUT:
             self._connects_only_since = sent
 
-    async def ping(self) -> None:
+    async def ping(self) -> ProbeOutcome:
         """Ping the target on a connection opened for it; an answer goes to ``answered``.
 
         Not counted in local health (its loss share is the usual connection's), and a failure
         adds nothing: silence is measured on the usual connection as before."""
         sent = self._link.clock.monotonic()
-        if await self.outcome() is ProbeOutcome.ANSWERED:
+        outcome = await self.outcome()
+        if outcome is ProbeOutcome.ANSWERED:
             logger.debug("silo %s: %s answered on a new connection", *self._names)
             self._answered(sent)
+        return outcome
 
     async def recheck(self) -> tuple[float, ProbeOutcome]:
         """After a first refusal: ``REFUSAL_RECHECK`` of a probe interval later, a ping on a new
@@ -117,11 +115,14 @@ class NewConnectionProbes:
             logger.debug("silo %s: ping of %s on a new connection failed: %r", self._link.local, self._link.target, exc)
             return ProbeOutcome.TIMED_OUT
 
-    async def check_path(self) -> None:
-        """A bare TCP connect: remembers when the path to the target's host was last seen down."""
+    async def check_path(self) -> ProbeOutcome:
+        """A bare TCP connect, and how it ended: remembers when the path to the target's host was
+        last seen down."""
         sent = self._link.clock.monotonic()
-        if await self._connect(self._link.options.probe_timeout) is ProbeOutcome.TIMED_OUT:
+        path = await self._connect(self._link.options.probe_timeout)
+        if path is ProbeOutcome.TIMED_OUT:
             self.path_down_at = sent if self.path_down_at is None else max(self.path_down_at, sent)
+        return path
 
     async def last_check(self, silent_since: float) -> None:
         """Before a vote on a silence that began at ``silent_since``: if the path was seen down

@@ -199,7 +199,7 @@ class SiloHealthMonitor:
             self._discount_pause()
             self._probes.spawn(self.probe_once())
             if self._new_connections.wanted(self.silence(), self.refusals):
-                self._probes.spawn(self._new_connections.probe_again())
+                self._probes.spawn(self._new_connections.probe_again(self.last_heard))
             await self._until_next_probe()
 
     async def _until_next_probe(self) -> None:

@@ -146,15 +146,16 @@ class SuspectCandidates:
     def __init__(self, liveness: LivenessTracker, monotonic: Callable[[], float]) -> None:
         self._liveness = liveness
         self._monotonic = monotonic
-        self._key: tuple[MembershipSnapshot, int] | None = None
+        self._snapshot: MembershipSnapshot | None = None
+        self._reads_observed = -1
         self._valid_until = -math.inf
         self._entries: tuple[MembershipEntry, ...] = ()
 
     def of(self, snapshot: MembershipSnapshot) -> tuple[MembershipEntry, ...]:
         """Rows of ``snapshot`` that are stale or voted against now, possibly with some that are not."""
         now = self._monotonic()
-        key = (snapshot, self._liveness.reads_observed)
-        if self._key is not None and self._key[0] is snapshot and self._key[1] == key[1] and now < self._valid_until:
+        reads = self._liveness.reads_observed
+        if snapshot is self._snapshot and reads == self._reads_observed and now < self._valid_until:
             return self._entries
         until = self._liveness.stays_fresh_until()
         valid_until = math.inf
@@ -165,7 +166,8 @@ class SuspectCandidates:
                 entries.append(entry)
             elif fresh_until < valid_until:
                 valid_until = fresh_until
-        self._key, self._valid_until, self._entries = key, valid_until, tuple(entries)
+        self._snapshot, self._reads_observed = snapshot, reads
+        self._valid_until, self._entries = valid_until, tuple(entries)
         return self._entries
 
 
