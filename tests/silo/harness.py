@@ -47,6 +47,16 @@ CLUSTER = "test-cluster"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+class HandClock:
+    """A monotonic clock (``Callable[[], float]``) the test moves by hand: ``clock.now += seconds``."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def async_test(test: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
     """Run an ``async def`` test in a fresh event loop (no pytest plugin needed)."""
 

@@ -6,24 +6,14 @@ from datetime import timedelta
 
 from silo.membership.liveness import LivenessTracker
 from silo.membership.options import SiloOptions
-from tests.silo.harness import T0, address, row, view
+from tests.silo.harness import T0, HandClock, address, row, view
 
 OPTIONS = SiloOptions.local()
 A, B, C = address(1), address(2), address(3)
 
 
-class Clock:
-    """A monotonic clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_fresh_now_answers_as_is_fresh_did_when_it_was_made() -> None:
-    clock = Clock()
+    clock = HandClock()
     tracker = LivenessTracker(OPTIONS, clock)
     tracker.observe(view(row(A), row(B)))
     clock.now += tracker.limit
@@ -37,7 +27,7 @@ def test_fresh_now_answers_as_is_fresh_did_when_it_was_made() -> None:
 
 
 def test_a_full_read_keeps_the_watch_of_rows_still_there_and_drops_rows_gone() -> None:
-    clock = Clock()
+    clock = HandClock()
     tracker = LivenessTracker(OPTIONS, clock)
     tracker.observe(view(row(A), row(B)))
     clock.now += 1.0

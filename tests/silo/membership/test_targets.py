@@ -21,7 +21,7 @@ from silo.membership.targets import (
     monitors_in_rank_order,
     select_targets,
 )
-from tests.silo.harness import T0, address, row, view
+from tests.silo.harness import T0, HandClock, address, row, view
 
 NOW = T0 + timedelta(seconds=1)
 
@@ -88,22 +88,12 @@ def test_a_silo_not_active_has_no_ring_and_a_suspect_off_the_ring_is_probed_on_t
     assert ring.phase(off_ring) == 0.0
 
 
-class MovingClock:
-    """A monotonic clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_suspect_candidates_give_the_targets_a_pass_over_every_row_gives_at_every_instant() -> None:
     """Rows heartbeat at different times, are voted against, are learned from gossip, and full
     reads come and go: the targets found among the candidates are the ones a pass over the whole
     view finds, at each step."""
     rng = random.Random(7)
-    clock = MovingClock()
+    clock = HandClock()
     liveness = LivenessTracker(LOCAL, clock)
     candidates = SuspectCandidates(liveness, clock)
     silos = cluster(80)
@@ -138,7 +128,7 @@ def test_suspect_candidates_give_the_targets_a_pass_over_every_row_gives_at_ever
 
 
 def test_suspect_candidates_pass_over_a_view_again_only_once_a_fresh_row_could_turn_stale() -> None:
-    clock = MovingClock()
+    clock = HandClock()
     liveness = LivenessTracker(LOCAL, clock)
     candidates = SuspectCandidates(liveness, clock)
     silos = cluster(10)

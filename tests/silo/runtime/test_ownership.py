@@ -10,19 +10,11 @@ from membership_tables import MembershipEntry, SiloAddress, SiloStatus
 from silo.runtime.ownership import OwnershipGuard
 from silo.work.hashring import HashRing
 from silo.work.ownership import NotOwnedError
-from tests.silo.harness import LOCAL, T0, address, async_test, row, view
+from tests.silo.harness import LOCAL, T0, HandClock, address, async_test, row, view
 
 A, B, C, D = (address(port) for port in (1, 2, 3, 4))
 WAIT = LOCAL.takeover_wait
 KEYS = [f"key-{number}" for number in range(2000)]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def keys_of(silo: SiloAddress, *silos: SiloAddress) -> list[str]:
@@ -36,21 +28,21 @@ def dead(silo: SiloAddress, *, voted: bool = True) -> MembershipEntry:
     return row(silo, SiloStatus.DEAD).replace(suspect_times=votes)
 
 
-def guard_of(silo: SiloAddress, clock: Clock, gone: dict[SiloAddress, bool] | None = None) -> OwnershipGuard:
+def guard_of(silo: SiloAddress, clock: HandClock, gone: dict[SiloAddress, bool] | None = None) -> OwnershipGuard:
     async def provably_gone(target: SiloAddress) -> bool:
         return (gone or {}).get(target, False)
 
     return OwnershipGuard(silo, takeover_wait=WAIT, monotonic=clock, provably_gone=provably_gone if gone else None)
 
 
-def started(guard: OwnershipGuard, clock: Clock, *silos: SiloAddress, version: int = 1) -> None:
+def started(guard: OwnershipGuard, clock: HandClock, *silos: SiloAddress, version: int = 1) -> None:
     """``guard``'s silo found Active with ``silos`` at ``version``, its own join wait over."""
     guard.observe(view(*(row(silo) for silo in silos), version=version))
     clock.now += WAIT
 
 
 def test_a_silo_serves_its_own_keys_and_refuses_the_others_with_the_reason() -> None:
-    clock = Clock()
+    clock = HandClock()
     guard = guard_of(B, clock)
     started(guard, clock, A, B, C)
     check = guard.check()
@@ -61,7 +53,7 @@ def test_a_silo_serves_its_own_keys_and_refuses_the_others_with_the_reason() -> 
 
 
 def test_a_dead_silos_keys_are_held_for_the_takeover_wait_then_served_under_a_larger_token() -> None:
-    clock = Clock()
+    clock = HandClock()
     guard = guard_of(B, clock)
     started(guard, clock, A, B, C)
     token_before = guard.check().token
@@ -84,7 +76,7 @@ def test_a_dead_silos_keys_are_held_for_the_takeover_wait_then_served_under_a_la
 def test_a_silo_that_joined_and_was_declared_dead_between_two_views_is_a_ghost_all_the_same() -> None:
     """A joined, served on its lease and was declared Dead while B's view lagged: B never saw it
     Active, and A may still be serving (cut off, paused). Found by the SPIN model (``-DJOINS``)."""
-    clock = Clock()
+    clock = HandClock()
     guard = guard_of(B, clock)
     started(guard, clock, B, C)
     moved = [key for key in keys_of(A, A, B, C) if HashRing([B, C]).owner(key) == B]
@@ -97,14 +89,14 @@ def test_a_silo_that_joined_and_was_declared_dead_between_two_views_is_a_ghost_a
 
 
 def test_dead_rows_of_the_first_view_hold_nothing() -> None:
-    clock = Clock()
+    clock = HandClock()
     guard = guard_of(B, clock)
     guard.observe(view(dead(A), row(B), version=3))
     assert guard.pending_ghosts() == frozenset()
 
 
 def test_a_silo_that_left_by_itself_hands_its_keys_over_at_once() -> None:
-    clock = Clock()
+    clock = HandClock()
     guard = guard_of(B, clock)
     started(guard, clock, A, B)
     guard.observe(view(dead(A, voted=False), row(B), version=2))
@@ -114,7 +106,7 @@ def test_a_silo_that_left_by_itself_hands_its_keys_over_at_once() -> None:
 def test_a_draining_silo_keeps_its_keys_until_it_writes_itself_dead() -> None:
     """ShuttingDown: routers move the keys at once, but the new owner refuses them while the
     calls in flight finish; the Dead write (no votes: it left) hands them over."""
-    clock = Clock()
+    clock = HandClock()
     guard = guard_of(B, clock)
     started(guard, clock, A, B)
     guard.observe(view(row(A, SiloStatus.SHUTTING_DOWN), row(B), version=2))
@@ -128,7 +120,7 @@ def test_a_draining_silo_keeps_its_keys_until_it_writes_itself_dead() -> None:
 
 
 def test_a_draining_silo_declared_dead_by_votes_is_a_ghost_for_the_takeover_wait() -> None:
-    clock = Clock()
+    clock = HandClock()
     guard = guard_of(B, clock)
     started(guard, clock, A, B, C)
     guard.observe(view(row(A, SiloStatus.SHUTTING_DOWN), row(B), row(C), version=2))
@@ -139,7 +131,7 @@ def test_a_draining_silo_declared_dead_by_votes_is_a_ghost_for_the_takeover_wait
 
 
 def test_a_draining_silo_keeps_serving_the_keys_it_owned() -> None:
-    clock = Clock()
+    clock = HandClock()
     guard = guard_of(A, clock)
     started(guard, clock, A, B)
     guard.observe(view(row(A, SiloStatus.SHUTTING_DOWN), row(B), version=2))
@@ -148,7 +140,7 @@ def test_a_draining_silo_keeps_serving_the_keys_it_owned() -> None:
 
 @async_test
 async def test_a_draining_silo_that_exited_without_its_dead_write_is_taken_over_at_once() -> None:
-    clock = Clock()
+    clock = HandClock()
     guard = guard_of(B, clock, gone={A: True})
     started(guard, clock, A, B)
     guard.observe(view(row(A, SiloStatus.SHUTTING_DOWN), row(B), version=2))
@@ -160,7 +152,7 @@ async def test_a_draining_silo_that_exited_without_its_dead_write_is_taken_over_
 
 @async_test
 async def test_a_dead_silo_whose_endpoint_refuses_connections_is_taken_over_at_once() -> None:
-    clock = Clock()
+    clock = HandClock()
     guard = guard_of(B, clock, gone={A: True})
     started(guard, clock, A, B, C)
     guard.observe(view(dead(A), row(B), row(C), version=2))
@@ -172,7 +164,7 @@ async def test_a_dead_silo_whose_endpoint_refuses_connections_is_taken_over_at_o
 
 @async_test
 async def test_a_dead_silo_that_still_answers_keeps_its_keys_held() -> None:
-    clock = Clock()
+    clock = HandClock()
     guard = guard_of(B, clock, gone={A: False, D: True})
     started(guard, clock, A, B)
     guard.observe(view(dead(A), row(B), version=2))
@@ -182,7 +174,7 @@ async def test_a_dead_silo_that_still_answers_keeps_its_keys_held() -> None:
 
 
 def test_a_joining_silo_serves_nothing_until_the_keys_it_takes_have_certainly_been_given_up() -> None:
-    clock = Clock()
+    clock = HandClock()
     guard = guard_of(C, clock)
     guard.observe(view(row(A), row(B), row(C), version=5))
     refusal = guard.check().refusal(keys_of(C, A, B, C))
@@ -193,13 +185,13 @@ def test_a_joining_silo_serves_nothing_until_the_keys_it_takes_have_certainly_be
 
 
 def test_the_first_silo_of_a_cluster_serves_at_once() -> None:
-    guard = guard_of(A, Clock())
+    guard = guard_of(A, HandClock())
     guard.observe(view(row(A), version=1))
     assert guard.check().refusal(KEYS) is None
 
 
 def test_a_silo_not_active_in_its_view_owns_nothing() -> None:
-    guard = guard_of(D, Clock())
+    guard = guard_of(D, HandClock())
     guard.observe(view(row(A), row(D, SiloStatus.JOINING), version=3))
     refusal = guard.check().refusal(KEYS[:1])
     assert refusal is not None
@@ -207,7 +199,7 @@ def test_a_silo_not_active_in_its_view_owns_nothing() -> None:
 
 
 def test_admit_raises_with_the_refusal() -> None:
-    clock = Clock()
+    clock = HandClock()
     guard = guard_of(B, clock)
     started(guard, clock, A, B)
     with pytest.raises(NotOwnedError, match="not owned"):
@@ -215,7 +207,7 @@ def test_admit_raises_with_the_refusal() -> None:
 
 
 def test_an_old_view_changes_nothing() -> None:
-    clock = Clock()
+    clock = HandClock()
     guard = guard_of(B, clock)
     started(guard, clock, A, B, version=4)
     guard.observe(view(row(B), version=3))
