@@ -13,6 +13,7 @@ All writes go through the table manager.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random as random_module
 from collections.abc import Callable
@@ -21,79 +22,18 @@ from membership_tables import AccessDeniedError, MembershipEntry, SiloAddress, S
 from silo.errors import DeclaredDeadError, JoinError, TableAccessDeniedError, TableUnavailableAtStartError
 from silo.membership.clock import Clock, Periodic, with_timeout
 from silo.membership.gossiper import gossip_peers
+from silo.membership.join_validation import (
+    JOIN_PINGS_IN_FLIGHT,
+    JoinWitnesses,
+    ValidationPace,
+    join_heartbeat_watch,
+)
 from silo.membership.options import SiloOptions
 from silo.membership.probing import ProbeOutcome, Prober, reached_through
 from silo.membership.ring import probe_targets
 from silo.membership.table_manager import MembershipTableManager
 
 logger = logging.getLogger(__name__)
-
-
-JOIN_PINGS_IN_FLIGHT = 32
-"""At most this many connectivity pings of one joining silo in flight at once: a silo joining a
-cluster of a thousand must not open a thousand calls (and channels) in one burst."""
-
-
-_OTHERS_REACH = "silo %s is joining; %s reaches %s, which does not answer us (our link to it may be bad)"
-_NOBODY_REACHES = "silo %s is joining; %s cannot reach %s either: it no longer blocks the join"
-
-
-JOIN_BACKOFF_LIMIT = 8
-"""At most this many ``probe_timeout`` between two validation rounds of a joiner (``validation_pause``)."""
-
-
-def validation_pause(
-    options: SiloOptions, idle_rounds: int, large: bool, left: float, rng: random_module.Random
-) -> float:
-    """Seconds a joiner waits before its next validation round: ``probe_timeout``; in a large view
-    (``LARGE_VIEW``) after ``idle_rounds`` rounds in a row in which fewer than half of the silos
-    pinged answered, from one to twice as many ``probe_timeout`` per such round past the first
-    (jittered, up to ``JOIN_BACKOFF_LIMIT``); not past ``left`` less one round, unless that is
-    less than ``probe_timeout``."""
-    pause = options.probe_timeout
-    if large and idle_rounds > 1:
-        pause *= rng.uniform(1.0, min(2.0 ** min(idle_rounds - 1, 16), JOIN_BACKOFF_LIMIT))
-    return min(pause, max(left - options.probe_timeout, options.probe_timeout))
-
-
-class ValidationPace:
-    """How many of the silos it still waits for a joiner of a large view pings in a round, and
-    how long it pauses after a round that went badly: fewer than half answered halves the pings
-    of the next round (down to one, the others left for later rounds) and lengthens the pause
-    (``validation_pause``); a round that went well doubles them again (up to
-    ``JOIN_PINGS_IN_FLIGHT``). A small view pings every silo it waits for, every round.
-
-    Each round pinged every silo the joiner still waited for, so where a join overloads the
-    machine the pings time out, the joiners stay, and their pings are the load that keeps the
-    answers away: in a 2,000-silo join paced at 25 silos a second, 1,800 joiners pinged about
-    3,400 silos a second and the Active count stood still at 191 for minutes. A pause alone did
-    not do: one answer in a round reset it."""
-
-    def __init__(self, rng: random_module.Random) -> None:
-        self._rng = rng
-        self.window = JOIN_PINGS_IN_FLIGHT
-        self.idle_rounds = 0
-
-    def pick(self, waiting: list[SiloAddress], large: bool) -> list[SiloAddress]:
-        """The silos to ping this round, of those we wait for."""
-        if not large or len(waiting) <= self.window:
-            return waiting
-        return self._rng.sample(waiting, self.window)
-
-    def update(self, pinged: int, answered: int) -> None:
-        if 2 * answered >= pinged:
-            self.idle_rounds, self.window = 0, min(JOIN_PINGS_IN_FLIGHT, 2 * self.window)
-        else:
-            self.idle_rounds, self.window = self.idle_rounds + 1, max(1, self.window // 2)
-
-    def pause(self, options: SiloOptions, large: bool, left: float) -> float:
-        return validation_pause(options, self.idle_rounds, large, left, self._rng)
-
-
-def join_heartbeat_watch(options: SiloOptions) -> float:
-    """Seconds a joining silo watches an unreachable peer's heartbeat before ignoring it:
-    one heartbeat period plus two of our re-reads (we re-read its row every ``probe_timeout``)."""
-    return options.i_am_alive_table_publish_timeout + 2 * options.probe_timeout
 
 
 class MembershipAgent:
@@ -175,7 +115,7 @@ class MembershipAgent:
         row whose heartbeat we watched for a whole ``join_heartbeat_watch`` without seeing it
         move (a crashed silo nobody has declared Dead yet, e.g. after a whole-cluster crash),
         and, once half of them answered us, not one that a silo which answered us cannot reach
-        either, nor one of the last few that it does reach for us (``_judged_by_others``).
+        either, nor one of the last few that it does reach for us (``JoinWitnesses``).
         """
         liveness = self._manager.liveness
         watch = join_heartbeat_watch(self._options)
@@ -186,8 +126,8 @@ class MembershipAgent:
 
         first = [s for s in liveness.fresh(self._manager.snapshot) if s != self._address]
         chosen = sorted(self._silos_to_reach(first))
-        others_reach: set[SiloAddress] = set()
-        nobody_reaches: set[SiloAddress] = set()
+        ask = functools.partial(self._ask_through, in_flight)
+        witnesses = JoinWitnesses(self._address, self._options, ask, self._random)
         excused: set[SiloAddress] = set()  # silent, and no longer blocking the join: not pinged again
         pace = ValidationPace(self._random)
         while True:
@@ -200,7 +140,8 @@ class MembershipAgent:
                 for s in chosen
                 if s not in gone and snapshot.status_of(s) is SiloStatus.ACTIVE and liveness.is_fresh(s)
             ]
-            waiting = [s for s in targets if s not in answered and s not in nobody_reaches and s not in excused]
+            settled = answered | excused | witnesses.nobody_reaches
+            waiting = [s for s in targets if s not in settled]
             peers = pace.pick(waiting, snapshot.large)
             outcomes = await asyncio.gather(*(self._ping(peer, in_flight) for peer in peers))
             answers = [outcome is ProbeOutcome.ANSWERED for outcome in outcomes]
@@ -209,29 +150,28 @@ class MembershipAgent:
             refused.update(peer for peer, got in zip(peers, outcomes, strict=True) if got is ProbeOutcome.REFUSED)
             silent = [peer for peer, answer in zip(peers, answers, strict=True) if not answer]
             unreachable = [peer for peer in silent if liveness.seen_heartbeating(peer, watch) is not False]
-            every_one = len(peers) == len(waiting)  # others judge only a round of all we wait for
-            if every_one and unreachable and 2 * len(answered.intersection(targets)) >= len(targets):
-                unreachable = await self._judged_by_others(
-                    unreachable, answered, in_flight, others_reach, nobody_reaches
-                )
             excused.update(peer for peer in silent if peer not in unreachable)
-            if not unreachable and every_one:
+            # this round's silent ones, and those a smaller round left for later (silent at their last ping)
+            blocking = [silo for silo in waiting if silo not in answered and silo not in excused]
+            if unreachable and 2 * len(answered.intersection(targets)) >= len(targets):
+                blocking = await witnesses.judge(unreachable, blocking, answered)
+            if not blocking:
                 self.unreached = await self._unreached_members(answered | gone | refused, in_flight)
                 return
             if not unreachable:
                 continue  # the rest at once: each silo pinged answered, or its heartbeat stood still
-            names = ", ".join(map(str, unreachable))
+            names = ", ".join(map(str, blocking))
             if self._clock.monotonic() + self._options.probe_timeout > deadline:
                 raise JoinError(
                     f"silo {self._address} could not reach these Active silos within "
                     f"{self._options.max_join_attempt_time}s: {names}. Check the network and firewalls between "
                     "silos, or wait until the cluster declares them Dead",
-                    unreachable,
+                    blocking,
                 )
-            logger.info("silo %s is joining; still cannot reach %s", self._address, names)
+            logger.info("silo %s is joining; still waits for %s", self._address, names)
             await self._clock.sleep(pace.pause(self._options, snapshot.large, deadline - self._clock.monotonic()))
             try:
-                rows = await self._manager.reread_rows(unreachable)
+                rows = await self._manager.reread_rows(blocking)
                 gone.update(peer for peer, row in rows.items() if row is None or row.status is not SiloStatus.ACTIVE)
             except TableUnavailableError:
                 logger.debug("silo %s: table unreachable while validating connectivity", self._address)
@@ -285,58 +225,7 @@ class MembershipAgent:
         rest = [silo for silo in fresh if silo not in sample]
         return sample | set(self._random.sample(rest, max(0, min(len(rest), limit - len(sample)))))
 
-    async def _judged_by_others(
-        self,
-        peers: list[SiloAddress],
-        answered: set[SiloAddress],
-        in_flight: asyncio.Semaphore,
-        others_reach: set[SiloAddress],
-        nobody_reaches: set[SiloAddress],
-    ) -> list[SiloAddress]:
-        """The ``peers`` (silent to us this round) that still block the join, once at least half
-        of the silos to reach answered us directly: each not judged yet is pinged through a silo
-        that answered us (an indirect probe, another witness each time), once it reports.
-
-        - The witness cannot reach it either (``nobody_reaches``): its silence says nothing of
-          our connectivity. It is slow or cut off for everyone (in a 2,000-silo storm on two
-          cores, the first Active silos, pinged by every joiner, stayed silent on hosts whose
-          loops lagged past the probe timeout, and 506 joiners waited on them for minutes); the
-          cluster's failure detector judges it, not our join. It no longer blocks, is not pinged
-          again and is among the members we may not have reached (``_unreached_members``).
-        - The witness reaches it (``others_reach``): only our link to it is bad or slow. It
-          counts as reached once it is one of the last few (at most ``num_indirect_probes``);
-          many silos that others reach and we do not mean we are cut off from a share of the
-          cluster, and the join waits (and fails at its deadline if that lasts).
-        - No report (the witness could not be asked, or did not answer in time): asked again
-          next round.
-
-        Each silo is asked of others at most until one reports, not every round: in a storm many
-        silos do not answer and asking others for each every round adds load where there is too
-        much (two 1,000-silo storms whose joiners asked three intermediaries for every silo that
-        did not answer never finished). Only once at least half answered us directly, so a
-        joiner cut off from the cluster still fails; not at all with indirect probes disabled.
-        """
-        if not self._options.enable_indirect_probes or not answered:
-            return peers
-        witnesses = sorted(answered)
-        unjudged = [peer for peer in peers if peer not in others_reach and peer not in nobody_reaches]
-        vias = [self._random.choice(witnesses) for _ in unjudged]
-        reports = await asyncio.gather(
-            *(self._probe_through(via, peer, in_flight) for via, peer in zip(vias, unjudged, strict=True))
-        )
-        for via, peer, report in zip(vias, unjudged, reports, strict=True):
-            if report is None:
-                continue  # asked again next round
-            judged, said = (others_reach, _OTHERS_REACH) if report else (nobody_reaches, _NOBODY_REACHES)
-            judged.add(peer)
-            logger.info(said, self._address, via, peer)
-        blocking = [peer for peer in peers if peer not in nobody_reaches]
-        if len(blocking) <= self._options.num_indirect_probes:
-            answered.update(peer for peer in blocking if peer in others_reach)
-            blocking = [peer for peer in blocking if peer not in others_reach]
-        return blocking
-
-    async def _probe_through(self, via: SiloAddress, peer: SiloAddress, in_flight: asyncio.Semaphore) -> bool | None:
+    async def _ask_through(self, in_flight: asyncio.Semaphore, via: SiloAddress, peer: SiloAddress) -> bool | None:
         async with in_flight:
             return await reached_through(
                 self._prober, self._clock, self._address, via, peer, self._options.probe_timeout

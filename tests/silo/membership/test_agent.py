@@ -12,9 +12,14 @@ from membership_tables import CommittedWrite, MembershipEntry, MembershipTable, 
 from membership_tables.contract import RowUpdate
 from silo.errors import DeclaredDeadError, JoinError, TableUnavailableAtStartError
 from silo.exit_codes import ExitCode
-from silo.membership.agent import JOIN_BACKOFF_LIMIT, JOIN_PINGS_IN_FLIGHT, join_heartbeat_watch, validation_pause
 from silo.membership.clock import FakeClock
 from silo.membership.gossiper import gossip_peers
+from silo.membership.join_validation import (
+    JOIN_BACKOFF_LIMIT,
+    JOIN_PINGS_IN_FLIGHT,
+    join_heartbeat_watch,
+    validation_pause,
+)
 from silo.membership.probing import IndirectProbeResult
 from silo.membership.ring import probe_targets
 from silo.membership.snapshot import LARGE_VIEW
@@ -571,6 +576,41 @@ async def test_in_a_large_view_a_share_of_silos_others_reach_for_us_blocks_howev
         keep_heartbeating(table, clock, *peers)
     await joining
     assert silo.status is SiloStatus.ACTIVE
+    await silo.stop()
+
+
+@async_test
+async def test_a_joiner_down_to_one_ping_a_round_lets_others_judge_all_it_waits_for() -> None:
+    """After an overload its rounds shrank to one ping (``ValidationPace``), and silos nobody
+    reaches (just under half) are soon all it waits for: others judge each as it stays silent, so
+    the join ends. Judged only in a round that pinged all of them, it waited until its join limit
+    (in a 2,000-silo storm hundreds of joiners did, on four or five such silos each)."""
+    # their heartbeats are watched longer than the test: they are not let go for standing still
+    options = LOCAL.with_overrides({"max_join_attempt_time": "600s", "i_am_alive_table_publish_timeout": "300s"})
+    table, clock = memory_table(), FakeClock(T0)
+    peers = [address(port) for port in range(10, 10 + LARGE_VIEW + 1)]
+    stuck = set(peers[1::2])  # silent to everyone (their hosts lag): just under half
+    overloaded = True
+    seed(table, *(row(peer, when=T0) for peer in peers))
+    prober = FunctionProber(
+        reachable=lambda target: not overloaded and target not in stuck,
+        indirect=lambda via, target: IndirectProbeResult(target not in stuck, 0, 0.01),
+    )
+    silo = make_silo(table, ME, clock, prober=prober, options=options)
+    joining = asyncio.create_task(silo.start())
+    for _ in range(40):  # every ping times out for a while: the rounds shrink to one ping
+        await clock.advance(options.probe_timeout)
+        keep_heartbeating(table, clock, *peers)
+    overloaded = False
+    for _ in range(int(options.max_join_attempt_time / options.probe_timeout) // 2):
+        if joining.done():
+            break
+        await clock.advance(options.probe_timeout)
+        keep_heartbeating(table, clock, *peers)
+    await asyncio.wait_for(joining, 1)
+    assert silo.status is SiloStatus.ACTIVE
+    assert silo.ownership().own_hold > options.takeover_wait  # unreached: it holds its keys for outage_takeover_wait
+    assert sorted(target for _, target in prober.indirect_calls) == sorted(stuck)  # each asked of others once
     await silo.stop()
 
 
