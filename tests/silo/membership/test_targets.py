@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
 
-from membership_tables import SiloAddress
+from membership_tables import SiloAddress, TableVersion
 from silo.membership.liveness import LivenessTracker
 from silo.membership.options import SiloOptions
 from silo.membership.ring import probe_targets, ring_index
-from silo.membership.snapshot import MembershipSnapshot
+from silo.membership.snapshot import MembershipDelta, MembershipSnapshot
 from silo.membership.targets import (
     PROBE_PHASES,
     RingTargets,
@@ -121,10 +122,66 @@ def test_suspect_candidates_give_the_targets_a_pass_over_every_row_gives_at_ever
             liveness.observe(snapshot)
         elif event < 0.3:  # rows learned from a peer: fresher watches, the same view
             liveness.learn(entry for entry in read(set()).entries if rng.random() < 0.2)
+        elif event < 0.6:  # a delta: votes cast or cleared in a few rows (the view of the same origin)
+            snapshot = apply_votes(snapshot, rng.sample(silos, rng.randint(1, 3)), local, now, step)
+            if rng.random() < 0.5:
+                liveness.learn(snapshot.entries[:5])
+        elif event < 0.65:  # a view of another origin (pulled from a peer), then deltas on it
+            snapshot = view(*snapshot.entries, version=snapshot.version)
         everyone = select_targets(snapshot, local, now, LOCAL, liveness.fresh_now())
         among = select_targets(snapshot, local, now, LOCAL, liveness.fresh_now(), candidates=candidates.of(snapshot))
         assert among == everyone, f"step {step}"
     assert any(liveness.silent_for(silo) is not None for silo in silos[-20:])
+
+
+def apply_votes(
+    snapshot: MembershipSnapshot, silos: list[SiloAddress], voter: SiloAddress, now: datetime, step: int
+) -> MembershipSnapshot:
+    """``snapshot`` with a delta that casts a vote in each of ``silos``' rows, or clears the one there."""
+    written = []
+    for silo in silos:
+        entry = snapshot.entry(silo)
+        assert entry is not None
+        written.append((replace(entry, suspect_times=() if entry.suspect_times else ((voter, now),)), f"e{step}"))
+    delta = MembershipDelta(snapshot.version, TableVersion(snapshot.version + 1, f"v{step}"), tuple(written))
+    after = snapshot.apply(delta)
+    assert after is not None
+    return after
+
+
+class CountingLiveness(LivenessTracker):
+    """Counts the rows a pass tests (``stays_fresh_until``'s lookups)."""
+
+    tested = 0
+
+    def stays_fresh_until(self) -> Callable[[SiloAddress], float]:
+        until = super().stays_fresh_until()
+
+        def counted(silo: SiloAddress) -> float:
+            self.tested += 1
+            return until(silo)
+
+        return counted
+
+
+def test_suspect_candidates_test_only_the_rows_deltas_wrote_in_a_view_of_the_same_origin() -> None:
+    clock = HandClock()
+    liveness = CountingLiveness(LOCAL, clock)
+    candidates = SuspectCandidates(liveness, clock)
+    silos = cluster(10)
+    snapshot = view(*(row(silo) for silo in silos))
+    liveness.observe(snapshot)
+    assert candidates.of(snapshot) == ()
+    assert liveness.tested == 10
+    voted = apply_votes(snapshot, silos[3:5], silos[0], NOW, 1)
+    assert [entry.silo_address for entry in candidates.of(voted)] == silos[3:5]
+    assert liveness.tested == 12, "the two rows the delta wrote, not the view"
+    cleared = apply_votes(voted, silos[4:5], silos[0], NOW, 2)
+    assert [entry.silo_address for entry in candidates.of(cleared)] == silos[3:4]
+    assert candidates.of(cleared)[0] is cleared.entry(silos[3]), "the view's own row, not an older one"
+    assert voted.lineage.origin is snapshot.lineage.origin
+    assert cleared.lineage.written == frozenset(silos[3:5])
+    assert view(*cleared.entries).lineage.origin is not snapshot.lineage.origin
 
 
 def test_suspect_candidates_pass_over_a_view_again_only_once_a_fresh_row_could_turn_stale() -> None:
