@@ -151,7 +151,7 @@ class MembershipAgent:
             silent = [peer for peer, answer in zip(peers, answers, strict=True) if not answer]
             unreachable = [peer for peer in silent if liveness.seen_heartbeating(peer, watch) is not False]
             excused.update(peer for peer in silent if peer not in unreachable)
-            # this round's silent ones, and those a smaller round left for later (silent at their last ping)
+            # this round's silent ones, and those a smaller round left for later (silent when last pinged, or unpinged)
             blocking = [silo for silo in waiting if silo not in answered and silo not in excused]
             if unreachable and 2 * len(answered.intersection(targets)) >= len(targets):
                 blocking = await witnesses.judge(unreachable, blocking, answered)

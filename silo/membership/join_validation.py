@@ -114,9 +114,10 @@ class JoinWitnesses:
         self, silent: list[SiloAddress], blocking: list[SiloAddress], answered: set[SiloAddress]
     ) -> list[SiloAddress]:
         """The silos of ``blocking`` (all we still wait for: ``silent`` to us this round, the
-        others at their last ping) that still block the join, once at least half of the silos
-        to reach answered us directly: each of ``silent`` not judged yet is pinged through a silo
-        that answered us (an indirect probe, another witness each time), once it reports.
+        others when last pinged, or not pinged yet) that still block the join, once at least
+        half of the silos to reach answered us directly: each of ``silent`` not judged yet is
+        pinged through a silo that answered us (an indirect probe, another witness each time),
+        once it reports.
 
         - The witness cannot reach it either (``nobody_reaches``): its silence says nothing of
           our connectivity. It is slow or cut off for everyone (in a 2,000-silo storm on two

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pytest
 
-from membership_tables import MembershipEntry, SiloAddress, SiloStatus
+from membership_tables import MembershipEntry, SiloAddress, SiloStatus, TableVersion
+from silo.membership.snapshot import MembershipDelta
 from silo.runtime.ownership import OwnershipGuard
 from silo.work.hashring import HashRing
 from silo.work.ownership import NotOwnedError
@@ -212,3 +214,41 @@ def test_an_old_view_changes_nothing() -> None:
     started(guard, clock, A, B, version=4)
     guard.observe(view(row(B), version=3))
     assert guard.check().version == 4
+
+
+def test_views_built_by_deltas_are_followed_by_their_written_rows_as_a_pass_over_each_would() -> None:
+    """A guard that takes in views built by deltas (one origin) ends each step where a guard given
+    the same views as new reads (a pass over each) does; it makes no set of every Active silo."""
+    rng = random.Random(11)
+    clock = HandClock()
+    silos = [address(port) for port in range(10, 40)]
+    following, passing = guard_of(B, clock), guard_of(B, clock)
+    snapshot = view(row(B), *(row(silo, SiloStatus.ACTIVE if silo.port < 30 else SiloStatus.JOINING) for silo in silos))
+    for guard in (following, passing):
+        guard.observe(snapshot)
+    after = {
+        SiloStatus.JOINING: (SiloStatus.ACTIVE, SiloStatus.DEAD),
+        SiloStatus.ACTIVE: (SiloStatus.SHUTTING_DOWN, SiloStatus.DEAD),
+        SiloStatus.SHUTTING_DOWN: (SiloStatus.DEAD,),
+    }
+    for step in range(300):
+        clock.now += rng.uniform(0, WAIT / 3)
+        written = []
+        for silo in rng.sample(silos, rng.randint(1, 3)):
+            entry = snapshot.entry(silo)
+            assert entry is not None
+            if entry.status in after:
+                status = rng.choice(after[entry.status])
+                voted = status is SiloStatus.DEAD and rng.random() < 0.7
+                written.append((entry.replace(status=status, suspect_times=((A, T0),) if voted else ()), f"e{step}"))
+        if not written:
+            continue
+        delta = MembershipDelta(snapshot.version, TableVersion(snapshot.version + 1, f"v{step}"), tuple(written))
+        built = snapshot.apply(delta)
+        assert built is not None
+        snapshot = built
+        following.observe(snapshot)
+        assert "active_silos" not in snapshot.__dict__, "followed by the written rows, not a pass"
+        passing.observe(view(*snapshot.entries, version=snapshot.version))
+        assert following.claim() == passing.claim(), f"step {step}"
+        assert following.pending_ghosts() == passing.pending_ghosts()
