@@ -164,13 +164,20 @@ class CountingLiveness(LivenessTracker):
         return counted
 
 
+def candidates_over_a_read(
+    silos: list[SiloAddress], liveness: LivenessTracker, clock: HandClock
+) -> tuple[SuspectCandidates, MembershipSnapshot]:
+    """Candidates on ``liveness``, and a view of ``silos`` (all fresh) it took in as a full read."""
+    snapshot = view(*(row(silo) for silo in silos))
+    liveness.observe(snapshot)
+    return SuspectCandidates(liveness, clock), snapshot
+
+
 def test_suspect_candidates_test_only_the_rows_deltas_wrote_in_a_view_of_the_same_origin() -> None:
     clock = HandClock()
     liveness = CountingLiveness(LOCAL, clock)
-    candidates = SuspectCandidates(liveness, clock)
     silos = cluster(10)
-    snapshot = view(*(row(silo) for silo in silos))
-    liveness.observe(snapshot)
+    candidates, snapshot = candidates_over_a_read(silos, liveness, clock)
     assert candidates.of(snapshot) == ()
     assert liveness.tested == 10
     voted = apply_votes(snapshot, silos[3:5], silos[0], NOW, 1)
@@ -187,10 +194,8 @@ def test_suspect_candidates_test_only_the_rows_deltas_wrote_in_a_view_of_the_sam
 def test_suspect_candidates_pass_over_a_view_again_only_once_a_fresh_row_could_turn_stale() -> None:
     clock = HandClock()
     liveness = LivenessTracker(LOCAL, clock)
-    candidates = SuspectCandidates(liveness, clock)
     silos = cluster(10)
-    snapshot = view(*(row(silo) for silo in silos))
-    liveness.observe(snapshot)
+    candidates, snapshot = candidates_over_a_read(silos, liveness, clock)
     first = candidates.of(snapshot)
     assert first == ()
     liveness.observe(view(*(row(silo) for silo in silos[1:])))
