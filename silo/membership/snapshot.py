@@ -124,6 +124,12 @@ class Lineage(NamedTuple):
     written: frozenset[SiloAddress]
     """The silos whose rows the deltas since ``origin`` wrote (added or rewrote)."""
 
+    def written_since(self, other: Lineage) -> frozenset[SiloAddress] | None:
+        """The silos whose rows may differ between a view of this lineage and one of ``other``
+        (written since the origin in either: both may be built from it on different paths); None
+        if they come from different origins."""
+        return self.written | other.written if self.origin is other.origin else None
+
 
 @dataclass(frozen=True)
 class MembershipSnapshot:

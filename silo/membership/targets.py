@@ -188,11 +188,8 @@ class SuspectCandidates:
     def _rows_written_since(last: MembershipSnapshot, snapshot: MembershipSnapshot) -> frozenset[SiloAddress] | None:
         """The rows that may differ between two views of one origin (written since it in either:
         both may be built from it on different paths), while fewer than half of the view's; else None."""
-        (origin, written), (last_origin, last_written) = snapshot.lineage, last.lineage
-        if origin is not last_origin:
-            return None
-        changed = written | last_written
-        return changed if 2 * len(changed) < len(snapshot.entries) else None
+        changed = snapshot.lineage.written_since(last.lineage)
+        return changed if changed is not None and 2 * len(changed) < len(snapshot.entries) else None
 
 
 def _address_order(entry: MembershipEntry) -> tuple[str, int, int]:

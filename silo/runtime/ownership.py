@@ -127,12 +127,13 @@ class OwnershipGuard:
         in between when both come from one origin (``MembershipSnapshot.lineage``), else by a pass
         over it: in a 2,000-silo join every view a silo takes in is new, and sets of all its Active
         and Dead silos made again for each were a twelfth of a host's samples."""
-        last = self._lineage
-        if last is None or snapshot.lineage.origin is not last.origin:
+        changed = None if self._lineage is None else snapshot.lineage.written_since(self._lineage)
+        if changed is None:
             all_dead = frozenset(entry.silo_address for entry in snapshot.with_status(SiloStatus.DEAD))
             return frozenset(snapshot.active_silos), all_dead
-        changed = snapshot.lineage.written | last.written
-        active, dead = set(self._active - changed), set(self._dead - changed)
+        active, dead = set(self._active), set(self._dead)
+        active.difference_update(changed)  # by the few written rows, not a pass over every member
+        dead.difference_update(changed)
         for silo in changed:
             status = snapshot.status_of(silo)
             if status is SiloStatus.ACTIVE:
