@@ -52,6 +52,7 @@ from silo.membership.probing import MembershipRpcHandler
 from silo.membership.snapshot import MembershipSnapshot
 from silo.wire import codec, gossip_codec
 from silo.wire.channels import MESSAGE_SIZE_OPTIONS
+from silo.wire.open_streams import OpenStreams
 from silo.wire.peer_identity import authorize
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.wire.rpc import Undecodable, abort, bidi, clip, decoded_stream, decoder, peer_identity, refuse, unary
@@ -154,9 +155,8 @@ class MembershipServer:
         self.on_drain: Callable[[], bool] | None = None
         """What a ``Drain`` call does: start the process's drain, returning whether it had started
         already (``silo.runtime.process`` sets it); None = ``Drain`` is refused (FAILED_PRECONDITION)."""
-        self._closing = False
-        self._streams: set[asyncio.Task[Any]] = set()
-        """The tasks of the open PingStream and GossipStream calls (``stop()`` ends them)."""
+        self._streams = OpenStreams()
+        """The open PingStream and GossipStream calls (``stop()`` ends them)."""
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         self._server.add_generic_rpc_handlers((self._membership_handler(),))
         if reflection:
@@ -202,13 +202,8 @@ class MembershipServer:
     async def stop(self, grace: float | None = None) -> None:
         """Stop serving; in-flight calls get ``grace`` seconds (None = cancel them at once). The
         PingStream and GossipStream calls, which peers keep open for as long as they probe or
-        gossip with us, are ended first, quietly (``_admitted``)."""
-        self._closing = True
-        streams = list(self._streams)
-        for stream in streams:
-            stream.cancel()
-        if streams:
-            await asyncio.wait(streams, timeout=STREAMS_END_SECONDS)
+        gossip with us, are ended first, quietly (``silo.wire.open_streams``)."""
+        await self._streams.end(STREAMS_END_SECONDS)
         await self._health.enter_graceful_shutdown()
         await self._server.stop(grace)
         for service in self._services:
@@ -281,27 +276,15 @@ class MembershipServer:
         """The requests of a stream, each with our handler: the caller is admitted once, from the first
         request's header; a later request for another cluster or one not decodable ends the stream."""
         handler: SiloRpcHandler | None = None
-        stream = asyncio.current_task()
-        if stream is not None:
-            self._streams.add(stream)
-        try:
-            async for request in requests:
-                if isinstance(request, Undecodable):
-                    await refuse(request, context)
-                if handler is None:
-                    handler = await self._admit(request.header, context, method)
-                elif request.header.cluster_id != handler.cluster_id:
-                    sender = _describe_sender(request.header)
-                    await _refuse_cluster(handler, clip(request.header.cluster_id), sender, context, method)
-                yield handler, request
-        except asyncio.CancelledError:
-            if not self._closing or stream is None:
-                raise
-            # ``stop()`` ends the stream while it waits for the next request: the call ends with OK
-            # (the peer's stream reports it ended), not with a cancellation gRPC logs as an error
-            stream.uncancel()
-        finally:
-            self._streams.discard(stream)
+        async for request in self._streams.requests(requests):
+            if isinstance(request, Undecodable):
+                await refuse(request, context)
+            if handler is None:
+                handler = await self._admit(request.header, context, method)
+            elif request.header.cluster_id != handler.cluster_id:
+                sender = _describe_sender(request.header)
+                await _refuse_cluster(handler, clip(request.header.cluster_id), sender, context, method)
+            yield handler, request
 
     async def _probe_indirectly(self, request: pb.ProbeIndirectlyRequest, context: Any) -> pb.ProbeIndirectlyResponse:
         handler = await self._admit(request.header, context, "ProbeIndirectly")

@@ -7,6 +7,7 @@ import logging
 import socket
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -16,7 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from membership_tables import MembershipTableData, SiloAddress, SiloStatus, TableVersion
 from silo.client.view_sources import GATEWAY_CHANNEL_OPTIONS
-from silo.membership.probing import IndirectProbeResult
+from silo.membership.probing import GossipMessage, IndirectProbeResult
 from silo.wire import codec
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
 from silo.wire.server import BindError, MembershipServer
@@ -126,6 +127,48 @@ def test_invalid_gossip_on_a_stream_ends_it_with_invalid_argument_after_the_vali
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "invalid gossip" in (error.details() or "")
     assert gossiped == [5]
+
+
+@dataclass
+class SlowGossipHandler(FakeHandler):
+    """Takes gossip only once ``release`` is set (``entered`` is set when a message arrives)."""
+
+    entered: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def on_gossip(self, message: GossipMessage, sender: SiloAddress | None) -> None:
+        self.entered.set()
+        await self.release.wait()
+        await super().on_gossip(message, sender)
+
+
+def test_a_stream_busy_with_a_message_when_the_server_stops_ends_quietly_once_it_answered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``stop()`` cancels only the streams waiting for a request: one cancelled while it took a
+    message (or while gRPC wrote its answer) ended with a cancellation gRPC logged as an error."""
+
+    async def scenario() -> tuple[list[Any], grpc.aio.AioRpcError | None, list[int]]:
+        server = MembershipServer("127.0.0.1", 0)
+        handler = SlowGossipHandler(SiloAddress("127.0.0.1", server.port, 1))
+        await server.start(handler)
+        call = asyncio.ensure_future(
+            bidi_stream(server.port, codec.GOSSIP_STREAM, [pb.GossipRequest(header=header(), version=4, sequence=1)])
+        )
+        await handler.entered.wait()
+        stopping = asyncio.ensure_future(server.stop(None))
+        await asyncio.sleep(0.1)
+        handler.release.set()
+        await stopping
+        answers, error = await call
+        return answers, error, handler.gossiped
+
+    with caplog.at_level(logging.ERROR):
+        answers, error, gossiped = run(scenario())
+    assert gossiped == [4], "the message in hand was taken"
+    assert [answer.sequence for answer in answers] == [1]
+    assert error is None
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
 STREAMS = [codec.PING_STREAM, codec.GOSSIP_STREAM]
