@@ -48,6 +48,7 @@ import logging
 import math
 import random as random_module
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 from membership_tables import SiloAddress
 from silo.membership.background import BackgroundTasks
@@ -68,8 +69,12 @@ partition (those are silence): only from a closed port or another incarnation. T
 refusal while a restarted process binds is not enough (the second comes from a recheck a
 quarter interval later, ``REFUSAL_RECHECK``)."""
 
-RequestVote = Callable[[SiloAddress], Awaitable[VoteOutcome]]
-"""Vote against a target (the table manager's ``try_vote``)."""
+
+class RequestVote(Protocol):
+    """Vote against a target (the table manager's ``try_vote``); ``refused``: on the evidence of
+    ``REFUSALS_TO_SUSPECT`` refusals, which prove its process gone."""
+
+    def __call__(self, target: SiloAddress, *, refused: bool) -> Awaitable[VoteOutcome]: ...
 
 
 class SiloHealthMonitor:
@@ -361,6 +366,6 @@ class SiloHealthMonitor:
             "silo %s votes against %s: silent for %.2fs, %d refusals (it suspects after %.2fs; local health %d)",
             self._local, self.target, self.silence(), self.refusals, self.suspect_after(), self._health.score(),
         )  # fmt: skip
-        outcome = await self._vote(self.target)
+        outcome = await self._vote(self.target, refused=self.refusals >= REFUSALS_TO_SUSPECT)
         self._observer.vote_completed(self.target, outcome)
         logger.debug("silo %s: vote against %s: %s", self._local, self.target, outcome.value)

@@ -191,8 +191,10 @@ class MembershipTableManager:
     async def cleanup_defunct(self, older_than: float) -> int:
         return await self.writer.cleanup_defunct(older_than)
 
-    async def try_vote(self, target: SiloAddress, *, others_unheard: bool = False) -> VoteOutcome:
-        return await self.votes.try_vote(target, others_unheard=others_unheard)
+    async def try_vote(
+        self, target: SiloAddress, *, others_unheard: bool = False, refused: bool = False
+    ) -> VoteOutcome:
+        return await self.votes.try_vote(target, others_unheard=others_unheard, refused=refused)
 
     # --- lifecycle -------------------------------------------------------------------------
 

@@ -65,6 +65,7 @@ class _Ballot:
     target: SiloAddress
     others_unheard: bool
     settled: bool
+    refused: bool
     outcome: asyncio.Future[VoteOutcome]
 
 
@@ -84,14 +85,20 @@ def hold_death(
     *,
     others_unheard: bool,
     settled: bool,
+    refused: bool = False,
 ) -> VoteOutcome | None:
     """Why a death ``voter``'s vote would complete must wait (``SETTLING``) or not happen (``WITHHELD``).
 
     None: go ahead. Only with ring sampling (``fresh_active``, the quorum base of the read,
     above ``num_probed_silos + 1``); with every silo monitoring all others the majority
-    rule alone keeps the majority side safe (docs/protocol.md, "The model").
+    rule alone keeps the majority side safe (docs/protocol.md, "The model"). Nor when our
+    vote stands on refusals (``refused``): the target's endpoint answered that nothing of that
+    incarnation listens there, which no cut or loss can fake (they are silence), so the
+    process is gone whichever side of a cut we are on, and its death waits for nothing. Each
+    of several silos killed at once otherwise settled with every monitor's vote in its row
+    (ten versions a removal, where one vote and the Dead write are two).
     """
-    if fresh_active <= options.num_probed_silos + 1:
+    if refused or fresh_active <= options.num_probed_silos + 1:
         return None
     target = dead_row.silo_address
     edges = accusations(read.entries, now, options.death_vote_expiration)
@@ -126,7 +133,9 @@ class VoteCaster:
         self._casting = False
         self._cast_tasks = BackgroundTasks()
 
-    async def try_vote(self, target: SiloAddress, *, others_unheard: bool = False) -> VoteOutcome:
+    async def try_vote(
+        self, target: SiloAddress, *, others_unheard: bool = False, refused: bool = False
+    ) -> VoteOutcome:
         """Vote against ``target`` on our own evidence, declaring it Dead when ours completes the quorum.
 
         A target our snapshot already holds Dead is ``ALREADY_GONE`` without a read (a gossiped
@@ -137,7 +146,8 @@ class VoteCaster:
         (``VOTE_ATTEMPTS`` in all). A table error ends the vote: a silo that cannot reach the
         table does not vote, and the monitor votes again later on fresh evidence.
         ``others_unheard``: we do not hear other silos we monitor either (a sign of a cut; it
-        makes a ring-sampled death settle first).
+        makes a ring-sampled death settle first). ``refused``: our evidence is refusals, not
+        silence (``hold_death``: such a death neither settles nor is withheld).
         """
         view = self._view
         if self._can_vote() and view.snapshot.status_of(target) is SiloStatus.DEAD:
@@ -149,7 +159,7 @@ class VoteCaster:
             if not self._can_vote():
                 return VoteOutcome.NOT_ALLOWED
             try:
-                outcome = await self._vote_once(target, others_unheard=others_unheard, settled=settled)
+                outcome = await self._vote_once(target, others_unheard=others_unheard, settled=settled, refused=refused)
             except TableUnavailableError:
                 return VoteOutcome.NOT_ALLOWED
             if outcome is VoteOutcome.SETTLING:
@@ -162,7 +172,9 @@ class VoteCaster:
             logger.info("silo %s lost the race to vote against %s; retrying on a fresh read", view.address, target)
         return outcome
 
-    async def _vote_once(self, target: SiloAddress, *, others_unheard: bool, settled: bool) -> VoteOutcome:
+    async def _vote_once(
+        self, target: SiloAddress, *, others_unheard: bool, settled: bool, refused: bool
+    ) -> VoteOutcome:
         """One read-and-write attempt of a vote, cast together with the votes of ours queued beside it.
 
         Votes that come while a batch is in flight wait for the next one: when a rack or a
@@ -172,7 +184,7 @@ class VoteCaster:
         quorum they complete are declared Dead in one version. A vote with no other in flight
         is cast at once by its own caller.
         """
-        ballot = _Ballot(target, others_unheard, settled, asyncio.get_running_loop().create_future())
+        ballot = _Ballot(target, others_unheard, settled, refused, asyncio.get_running_loop().create_future())
         ballot.outcome.add_done_callback(retrieve_failure)  # a voter cancelled by a stop never reads its outcome
         self._ballots.append(ballot)
         if self._casting:
@@ -321,7 +333,7 @@ class VoteCaster:
             if decision.kind is VoteKind.DECLARE_DEAD:
                 held = hold_death(
                     view.address, view.options, decision.entry, read, now, quorum_base,
-                    others_unheard=ballot.others_unheard, settled=ballot.settled,
+                    others_unheard=ballot.others_unheard, settled=ballot.settled, refused=ballot.refused,
                 )  # fmt: skip
                 if held is not None:
                     outcome = held

@@ -149,9 +149,11 @@ class SiloRoles:
             vote_hold=functools.partial(cluster.vote_hold, target),
         )
 
-    async def vote_against(self, cluster: ClusterHealthMonitor, target: SiloAddress) -> VoteOutcome:
+    async def vote_against(
+        self, cluster: ClusterHealthMonitor, target: SiloAddress, *, refused: bool = False
+    ) -> VoteOutcome:
         """Vote only while not fenced and reaching a majority of every fresh Active silo, not just our
         sample: a fenced silo is cut off from the table, so every peer looks silent to it."""
         if self._fenced() or not await cluster.reaches_majority():
             return VoteOutcome.NOT_ALLOWED
-        return await self.manager.try_vote(target, others_unheard=cluster.others_unheard(target))
+        return await self.manager.try_vote(target, others_unheard=cluster.others_unheard(target), refused=refused)

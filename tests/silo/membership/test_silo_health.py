@@ -40,15 +40,18 @@ class Scene:
     majority: bool = True
     options: SiloOptions = OPTIONS
     votes: list[float] = field(default_factory=list)
+    refused: list[bool] = field(default_factory=list)
+    """Per vote, whether it was cast on refusals."""
     clock: FakeClock = field(default_factory=lambda: FakeClock(T0))
     health: LocalHealth | None = None
     vote_delay: float = 0.0
     vote_hold: float = 0.0
 
     def monitor(self) -> SiloHealthMonitor:
-        async def vote(target: SiloAddress) -> VoteOutcome:
+        async def vote(target: SiloAddress, *, refused: bool) -> VoteOutcome:
             assert target == TARGET
             self.votes.append(self.clock.monotonic())
+            self.refused.append(refused)
             return VoteOutcome.VOTED
 
         self.health = self.health or LocalHealth(address=ME, options=self.options, clock=self.clock, snapshot=self.view)
@@ -560,6 +563,7 @@ async def test_repeated_refusals_are_a_crash_found_well_inside_the_floor() -> No
     await run_for(scene, monitor, OPTIONS.probe_interval * REFUSAL_RECHECK + 0.01, step=0.01)
     assert len(scene.votes) == 1, "the second refusal is a recheck on a new connection, not the next probe"
     assert scene.votes[0] <= FLOOR / 2
+    assert scene.refused == [True], "the vote says it stands on refusals: the death need not settle"
     assert scene.prober.new_connection_pings == [TARGET]
     await monitor.stop()
 
@@ -734,3 +738,15 @@ async def test_majority_bookkeeping_counts_only_targets_that_answered() -> None:
     assert not monitor.heard_recently()  # created after a split: it must not inflate our side
     await monitor.probe_once()
     assert monitor.heard_recently()
+
+
+@async_test
+async def test_a_vote_on_silence_does_not_claim_refusals() -> None:
+    scene = Scene(FunctionProber())
+    scene.prober.reachable = hanging(scene.clock)
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 2 * FLOOR)
+    assert scene.votes
+    assert not any(scene.refused), "silence may be a cut's: its death still settles under ring sampling"
+    await monitor.stop()

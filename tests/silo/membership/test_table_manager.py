@@ -573,6 +573,25 @@ async def test_with_ring_sampling_a_death_amid_correlated_suspicions_settles_fir
 
 
 @async_test
+async def test_with_ring_sampling_a_death_on_refusals_neither_settles_nor_writes_a_vote_first() -> None:
+    """Correlated suspicions as above, but our vote stands on refusals (the target's port said
+    nothing of it listens there): a crash, whatever else is suspected. Dead in one write."""
+    tables, _clock = await ring_of_seven(voted(PEER, OTHER), voted(address(5), address(6)))
+    before = tables.snapshot.version
+    assert await tables.try_vote(PEER, refused=True) is VoteOutcome.DECLARED_DEAD
+    assert tables.snapshot.version == before + 1
+
+
+@async_test
+async def test_with_ring_sampling_a_refused_target_is_declared_even_where_silence_would_be_withheld() -> None:
+    """The accusations put PEER on the larger side of a cut, but its port refused us: its process
+    is gone, whichever side of a cut we are on."""
+    four = SIX_PEERS[2:]
+    tables, _ = await ring_of_seven(voted(PEER, OTHER), voted(ME, four[0], four[1]), voted(OTHER, four[2], four[3]))
+    assert await tables.try_vote(PEER, refused=True) is VoteOutcome.DECLARED_DEAD
+
+
+@async_test
 async def test_with_ring_sampling_minority_voters_cannot_kill_a_silo_of_the_larger_side() -> None:
     """ME and OTHER (the minority) accuse PEER; the other four accuse ME and OTHER: withheld."""
     four = SIX_PEERS[2:]
