@@ -1,7 +1,11 @@
 """Several silos SIGKILLed at the same moment, and when the table holds each of them Dead.
 
 The victims are ``silo run`` processes of a ``BenchCluster`` (each its own process, so that a
-SIGKILL takes exactly one silo); the rest of the cluster may be anything sharing the table.
+SIGKILL takes exactly one silo: ``ProcessVictim``) or silos of a benchmark host crashed in
+process (``benchmarks.hosted_crash.HostedSilo``); the rest of the cluster may be anything
+sharing the table. Each victim's times count from the moment it stopped answering: a process
+from its SIGKILL, a hosted silo from its host's stop of its server (the host's loop may take a
+while to get to the signal on a saturated machine).
 Only the table is watched (one ``read_all`` every ``BenchCluster.table_poll`` s): the survivors' views would be
 as many RPCs as there are silos, in the very window measured. Each victim's Dead time is its
 Dead write's (the killer's vote time), as in a single kill (``silo_cluster.record_dead``).
@@ -13,11 +17,43 @@ import asyncio
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from benchmarks.common import wall
 from benchmarks.silo_cluster import BenchCluster, KillTrial, record_dead
 from membership_tables import SiloAddress, TableUnavailableError
 from testbed.cluster_harness import SiloProcess
+
+
+class Victim(Protocol):
+    """A silo a trial kills."""
+
+    @property
+    def address(self) -> SiloAddress: ...
+
+    def kill(self) -> None:
+        """Kill it now (or ask its process to: see ``stopped_at``)."""
+
+    def stopped_at(self, signalled_at: float) -> float | None:
+        """Unix seconds it stopped answering, once known (``signalled_at``: when ``kill`` ran)."""
+
+
+@dataclass(frozen=True)
+class ProcessVictim:
+    """A ``silo run`` process: SIGKILL stops it at once."""
+
+    silo: SiloProcess
+
+    @property
+    def address(self) -> SiloAddress:
+        assert self.silo.address is not None, "a victim that never listened"
+        return self.silo.address
+
+    def kill(self) -> None:
+        self.silo.send(signal.SIGKILL)
+
+    def stopped_at(self, signalled_at: float) -> float | None:
+        return signalled_at
 
 
 @dataclass
@@ -45,16 +81,14 @@ class MassKillTrial:
         }
 
 
-async def kill_together(bench: BenchCluster, victims: Sequence[SiloProcess], bound: float) -> MassKillTrial:
-    """SIGKILL every one of ``victims`` at once and poll the table until each is Dead or ``bound`` s passed."""
-    addresses: list[SiloAddress] = []
-    for silo in victims:
-        assert silo.address is not None, "a victim that never listened"
-        addresses.append(silo.address)
+async def kill_together(bench: BenchCluster, victims: Sequence[Victim], bound: float) -> MassKillTrial:
+    """Kill every one of ``victims`` at once and poll the table until each is Dead or ``bound`` s
+    passed; each victim's times count from when it stopped (``Victim.stopped_at``)."""
+    addresses = [victim.address for victim in victims]
     trials = {address: KillTrial(str(address), survivors=0) for address in addresses}
     killed_at = wall()
-    for silo in victims:
-        silo.send(signal.SIGKILL)
+    for victim in victims:
+        victim.kill()
     pending = list(addresses)
     while pending and wall() < killed_at + bound:
         try:
@@ -65,4 +99,8 @@ async def kill_together(bench: BenchCluster, victims: Sequence[SiloProcess], bou
             pending = [address for address in pending if not record_dead(trials[address], data, address, killed_at)]
         if pending:
             await asyncio.sleep(bench.table_poll)
+    for victim in victims:
+        stopped = victim.stopped_at(killed_at)
+        if stopped is not None:
+            trials[victim.address].shift(stopped - killed_at)
     return MassKillTrial([trials[address] for address in addresses], killed_at, bound)

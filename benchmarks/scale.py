@@ -10,7 +10,10 @@ so any Dead row is a false death), counts the silos' statements in that window w
 resident memory and CPU per hosted silo, and finally SIGKILLs victims: one at a time, a few
 times, timing crash to Dead at that size, then ``--mass-kill`` (10) of them at once, timing crash
 to the last Dead row. The victims are silos of the size, each its own ``silo run`` process,
-joining with the hosted silos (the trials kill those that turned Active). For each kill it counts the versions the
+joining with the hosted silos (the trials kill those that turned Active); if they are not all
+Active (a join that stopped on a saturated machine), or with ``--victims hosted``, Active hosted
+silos crashed in process instead (``benchmarks.hosted_crash``: the port closed at once, nothing
+written; ``victims`` in the JSON says which). For each kill it counts the versions the
 removal took (``benchmarks.write_log``: the writes of the victim's row from the kill to its
 Dead row, i.e. its votes and the Dead write, and all versions written meanwhile) and, for the
 simultaneous kill, how many versions carried the Dead rows (one each, or several deaths in one
@@ -31,7 +34,7 @@ is ``num_missed_probes_limit x probe_timeout`` of those options: 15 s.
 
     python -m benchmarks.scale [--quick] [--sizes 200,500,1000] [--gossip on|off] [--steady SECONDS]
                                [--per-process N] [--max-load PER_CORE] [--mass-kill N] [--join-rate SILOS_PER_S]
-                               [--join-timeout SECONDS] [--set OPTION=VALUE ...]
+                               [--join-timeout SECONDS] [--victims processes|hosted] [--set OPTION=VALUE ...]
 
 ``--join-rate`` paces the joins (that many silos start joining a second, the hosts interleaved)
 instead of the storm, as a deployment that rolls silos out would: the time to all Active is then
@@ -80,7 +83,8 @@ from benchmarks.common import (
     wall,
     workdir,
 )
-from benchmarks.mass_kill import kill_together
+from benchmarks.hosted_crash import crash_file, hosted_victims
+from benchmarks.mass_kill import ProcessVictim, Victim, kill_together
 from benchmarks.option_flags import OptionPairs, add_set_flag, local_options_with, set_flags
 from benchmarks.propagation import Counts, difference, reads_per_change, statement_counts
 from benchmarks.scale_report import REMOVAL_HEADERS, join_figure, join_stopped_line, removal_rows
@@ -180,6 +184,10 @@ class Config:
     (``--join-rate``); None: all at once, the join storm."""
     options_set: OptionPairs = ()
     """``--set`` options, applied over ``OVERRIDES``."""
+    victims: str = "processes"
+    """What the kill trials kill (``--victims``): ``processes``, ``silo run`` processes started with
+    the storm and SIGKILLed (hosted silos crashed in process instead if they are not all Active),
+    or ``hosted``, hosted silos crashed in process (``benchmarks.hosted_crash``)."""
 
     @classmethod
     def quick(cls) -> Config:
@@ -289,9 +297,10 @@ def start_hosts(uri: str, silos: int, config: Config, root: Path, start_when: Pa
             "--start-when",
             str(start_when),
         ]
-        argv += join_pace(index, len(counts), config)
+        log = root / f"host-{index}.log"
+        argv += [*join_pace(index, len(counts), config), "--crash-file", str(crash_file(log))]
         env = {"PYTHONPATH": str(ROOT), "GRPC_VERBOSITY": "ERROR"}
-        hosts.append(ServerProcess([*argv, *set_arguments(config)], root / f"host-{index}.log", env=env))
+        hosts.append(ServerProcess([*argv, *set_arguments(config)], log, env=env))
     return hosts
 
 
@@ -494,12 +503,21 @@ class KillResults:
     """The simultaneous kill of ``Config.mass_kill`` silos: its trial, removals and statements caused."""
     victims_active: int = 0
     """Victims Active when the trials began (fewer than started if some never finished joining)."""
+    victims: str = "silo run processes, SIGKILLed"
+    """What the trials killed (``detection_at_scale``)."""
+
+
+HOSTED_VICTIMS = "hosted silos, crashed in process"
+
+
+def kills_wanted(config: Config) -> int:
+    """Silos the trials kill: one per single kill, and the ones killed at once."""
+    return config.detection_trials + config.mass_kill
 
 
 def victim_count(config: Config) -> int:
-    """Silos run as their own ``silo run`` process, to be SIGKILLed: one per single kill, and the
-    ones killed at once."""
-    return config.detection_trials + config.mass_kill
+    """Silos run as their own ``silo run`` process, to be SIGKILLed (none with ``--victims hosted``)."""
+    return kills_wanted(config) if config.victims == "processes" else 0
 
 
 def victims_bench(uri: str, watch_uri: str, config: Config, root: Path) -> BenchCluster:
@@ -553,26 +571,38 @@ async def detection_at_scale(
     logged: Callable[[float], list[write_log.LoggedWrite]],
     *,
     overloaded: bool = False,
+    hosts: Sequence[ServerProcess] = (),
 ) -> KillResults:
-    """SIGKILL one victim (``start_victims``) at a time, ``detection_trials`` times; then the other
-    ``mass_kill`` all at once. For each kill, the table's view of the victims, the statements
-    caused (``caused_by``) and the versions each removal took (from the ``logged`` writes since a
-    time: ``write_log``). ``overloaded`` (the join stopped): each kill is watched for
+    """Kill one victim at a time, ``detection_trials`` times; then ``mass_kill`` others all at
+    once. For each kill, the table's view of the victims, the statements caused (``caused_by``)
+    and the versions each removal took (from the ``logged`` writes since a time: ``write_log``).
+
+    The victims are the ``silo run`` processes (``start_victims``), SIGKILLed, when all of them
+    turned Active; else (a join that stopped on a saturated machine leaves them joining) Active
+    silos of the ``hosts``, crashed in process (``benchmarks.hosted_crash``; ``victims`` in the
+    JSON says which). ``overloaded`` (the join stopped): each kill is watched for
     ``overloaded_death_bound``."""
     if overloaded:
         bench.bound = overloaded_death_bound(options(config))
     rng = random.Random(config.seed)
     results = KillResults()
-    victims = await asyncio.to_thread(active_victims, bench)
-    results.victims_active = len(victims)
-    for _ in range(min(config.detection_trials, len(victims))):
-        kill = functools.partial(bench.kill_one, rng, among=victims)
-        trial, change, killed_at = await caused_by(kill, config.change_window, config, counts)
+    processes = await asyncio.to_thread(active_victims, bench)
+    results.victims_active = len(processes)
+    victims: list[Victim] = [ProcessVictim(silo) for silo in processes]
+    if len(processes) < kills_wanted(config) and hosts:
+        active = [entry.silo_address for entry in bench.cluster.read().entries if entry.status is SiloStatus.ACTIVE]
+        victims = list(hosted_victims(hosts, active, kills_wanted(config), rng))
+        results.victims = HOSTED_VICTIMS if config.victims == "hosted" else f"{HOSTED_VICTIMS} (processes not Active)"
+    for victim in victims[: config.detection_trials]:
+        await bench.at_a_random_instant_of_the_grid(rng)
+        kill = functools.partial(kill_together, bench, [victim], bench.bound)
+        mass, change, _ = await caused_by(kill, config.change_window, config, counts)
+        (trial,) = mass.trials
         results.trials.append(trial)
         results.caused.append(change)
-        writes = await asyncio.to_thread(logged, killed_at)
-        results.removals.append(write_log.removal(writes, trial.victim, killed_at))
-    left = [silo for silo in victims if silo.running]
+        writes = await asyncio.to_thread(logged, mass.killed_at)
+        results.removals.append(write_log.removal(writes, trial.victim, mass.killed_at))
+    left = victims[config.detection_trials :]
     if config.mass_kill and len(left) >= 2:
         results.mass = await mass_kill_at_scale(bench, left, config, counts, logged)
     return results
@@ -587,12 +617,12 @@ def mass_kill_window(config: Config) -> float:
 
 async def mass_kill_at_scale(
     bench: BenchCluster,
-    victims: Sequence[SiloProcess],
+    victims: Sequence[Victim],
     config: Config,
     counts: Callable[[], Counts],
     logged: Callable[[float], list[write_log.LoggedWrite]],
 ) -> dict[str, Any]:
-    """SIGKILL ``victims`` all at once: time to each Dead row and to the last, the statements
+    """Kill ``victims`` all at once: time to each Dead row and to the last, the statements
     caused, and the versions (each removal's, and whether several Dead rows shared one)."""
     chosen = options(config)
     bound = bench.bound + settle_time(chosen)
@@ -788,7 +818,8 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
                 with server.connect(database) as connection:
                     return write_log.writes_since(connection, since)
 
-            kills = await detection_at_scale(bench, config, counts, logged, overloaded="join_stopped" in measured)
+            overloaded = "join_stopped" in measured
+            kills = await detection_at_scale(bench, config, counts, logged, overloaded=overloaded, hosts=hosts)
         finally:
             if "declared_dead" in measured:
                 leave_out_gave_up(measured, gave_up(process_logs()))
@@ -802,6 +833,7 @@ async def one_size(silos: int, config: Config, root: Path, measured: dict[str, A
         detection_table_dead=dead,
         detection_ratio_to_floor={"median": ratio(dead["median"], floor), "p99": ratio(dead["p99"], floor)},
         victims_active=kills.victims_active,
+        victims=kills.victims,
         detection_trials=[t.to_json() for t in kills.trials],
         removals=kills.removals,
         versions_per_removal=[removal["versions"] for removal in kills.removals],
@@ -894,6 +926,7 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
     extra.add_argument("--mass-kill", default=None)
     extra.add_argument("--join-rate", default=None)
     extra.add_argument("--join-timeout", default=None)
+    extra.add_argument("--victims", default=None)
     add_set_flag(extra, "options_set")
     settings, known, config = parse_over_preset(__doc__ or NAME, argv, extra, Config)
     changes: dict[str, Any] = {}
@@ -913,6 +946,10 @@ def parse(argv: Sequence[str] | None) -> tuple[RunSettings, Config]:
         changes["mass_kill"] = positive(known.mass_kill, "--mass-kill", least=0)
     if known.join_rate is not None:
         changes["join_rate"] = positive(known.join_rate, "--join-rate", float)
+    if known.victims is not None:
+        if known.victims not in ("processes", "hosted"):
+            raise SystemExit(f"--victims must be processes or hosted, got {known.victims!r}")
+        changes["victims"] = known.victims
     if known.join_timeout is not None:
         changes["join_timeout"] = positive(known.join_timeout, "--join-timeout", float, least=0)
     if known.options_set:

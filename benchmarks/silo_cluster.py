@@ -159,6 +159,13 @@ class KillTrial:
     takeover_refusal: str | None = None
     """The new owner's last refusal of those keys (before it served them, or before the bound)."""
 
+    def shift(self, seconds: float) -> None:
+        """Count the table figures from ``seconds`` after the signal (when the victim really stopped)."""
+        if self.table_dead is not None:
+            self.table_dead -= seconds
+        if self.table_dead_seen is not None:
+            self.table_dead_seen -= seconds
+
     @property
     def dead_to_takeover(self) -> float | None:
         """Dead write to the takeover (negative: a key served before its owner was declared Dead, a bug)."""
@@ -367,7 +374,7 @@ class BenchCluster:
         assert victim.address is not None
         trial = KillTrial(str(victim.address), len(survivors))
         takeover = await self._takeover_plan(victim.address)
-        await self._at_a_random_instant_of_the_grid(rng)
+        await self.at_a_random_instant_of_the_grid(rng)
         killed_at = wall()
         victim.send(signal.SIGKILL)
         await self._watch(trial, victim.address, survivors, killed_at, takeover)
@@ -384,7 +391,7 @@ class BenchCluster:
         assert victim.address is not None
         trial = KillTrial(str(victim.address), len(survivors), signal="SIGSTOP")
         takeover = await self._takeover_plan(victim.address)
-        await self._at_a_random_instant_of_the_grid(rng)
+        await self.at_a_random_instant_of_the_grid(rng)
         stopped_at = wall()
         victim.send(signal.SIGSTOP)
         try:
@@ -394,7 +401,7 @@ class BenchCluster:
             await asyncio.to_thread(victim.close)  # SIGKILL works on a stopped process too
         return trial
 
-    async def _at_a_random_instant_of_the_grid(self, rng: random.Random) -> None:
+    async def at_a_random_instant_of_the_grid(self, rng: random.Random) -> None:
         """Wait a random part of one probe interval, so that the signal falls at a uniformly random
         instant of the silos' probe grid. Without it the benchmark, starved while every silo of
         the machine probes and answers at once, ran (and signalled) just after those bursts: the

@@ -13,6 +13,13 @@ whole Active set for seconds, and every other joiner validated against that one 
 of this host starts joining ``A + j * B`` seconds after the start (``benchmarks.scale --join-rate``
 interleaves the hosts so that the whole cluster starts a steady number of joins a second).
 
+``--crash-file PATH``: on SIGUSR1 the host crashes each of its silos whose ``host:port`` is a line of
+PATH (its gRPC server stopped at once, its roles stopped without a table write, as a process kill
+leaves it) and prints ``crashed ENDPOINT AT`` (Unix seconds of the server's stop): how
+``benchmarks.scale`` kills a hosted silo when its own victim processes are not Active. The file
+may list silos of other hosts and silos already crashed. Each host prints its silos' endpoints
+(``silos A B ...``) before ``listening N``.
+
 ``--probe-loss P --probe-delay Q`` wrap every silo's prober in ``benchmarks.lossy_prober.LossyProber``
 (silo ``i`` seeded ``--seed + i``): probe-level packet loss and delay without ``tc netem``.
 """
@@ -26,6 +33,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 from benchmarks.lossy_prober import LossyProber
@@ -57,6 +65,37 @@ async def leave(stack: SiloStack) -> None:
     await stack.close()
 
 
+class Crashes:
+    """Crashes the hosted silos a crash file names (``--crash-file``), each once."""
+
+    def __init__(self, stacks: list[SiloStack], crash_file: Path) -> None:
+        self._stacks = {stack.silo.silo_address.endpoint: stack for stack in stacks}
+        self._file = crash_file
+        self._crashed: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def on_signal(self) -> None:
+        named = self._file.read_text().split() if self._file.exists() else []
+        for endpoint in named:
+            stack = self._stacks.get(endpoint)
+            if stack is not None and endpoint not in self._crashed:
+                self._crashed.add(endpoint)
+                task = asyncio.ensure_future(self._crash(endpoint, stack))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    def alive(self, stack: SiloStack) -> bool:
+        return stack.silo.silo_address.endpoint not in self._crashed
+
+    @staticmethod
+    async def _crash(endpoint: str, stack: SiloStack) -> None:
+        """What a SIGKILL of a one-silo process leaves: the port closed at once, no departure written."""
+        await stack.server.stop(None)
+        print(f"crashed {endpoint} {time.time():.3f}", flush=True)
+        await stack.silo.stop(within=0.0)  # the roles end; with no time left nothing is written
+        await stack.prober.close()
+
+
 class Impairment:
     """Wraps each silo's prober in a ``LossyProber`` (silo ``i`` seeded ``seed + i``) and sums what they did."""
 
@@ -83,11 +122,13 @@ async def serve(
     start_when: Path | None = None,
     join_offset: float = 0.0,
     join_spacing: float = 0.0,
+    crash_file: Path | None = None,
 ) -> int:
     table = open_table(table_uri, cluster_id)
     wrap = impairment.wrap if impairment else None
     known = read_known_silos(table)  # one read for all the generations, not one per silo
     stacks = [assemble(table, SiloProcessConfig(cluster_id, options=options), wrap, known) for _ in range(count)]
+    print("silos " + " ".join(stack.silo.silo_address.endpoint for stack in stacks), flush=True)
     print(f"listening {count}", flush=True)
     while start_when is not None and not start_when.exists():
         await asyncio.sleep(0.005)
@@ -95,13 +136,17 @@ async def serve(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    crashes = Crashes(stacks, crash_file) if crash_file is not None else None
+    if crashes is not None:
+        loop.add_signal_handler(signal.SIGUSR1, crashes.on_signal)
     joined = await asyncio.gather(
         *(join_after(stack, join_offset + index * join_spacing) for index, stack in enumerate(stacks))
     )
     print(f"active {sum(joined)} of {count}", flush=True)
     freeze_startup_objects()
     await stop.wait()
-    await asyncio.gather(*(leave(stack) for stack in stacks), return_exceptions=True)
+    alive = [stack for stack in stacks if crashes is None or crashes.alive(stack)]
+    await asyncio.gather(*(leave(stack) for stack in alive), return_exceptions=True)
     if impairment:
         print(impairment.summary(), flush=True)
     return 0
@@ -116,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe-loss", type=float, default=0.0, help="fraction of probes dropped (default 0)")
     parser.add_argument("--probe-delay", type=float, default=0.0, help="fraction of probes delayed (default 0)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first silo's loss/delay RNG")
+    parser.add_argument("--crash-file", type=Path, help="on SIGUSR1, crash the silos this file lists (host:port)")
     parser.add_argument("--start-when", type=Path, help="start joining once this file exists (default: at once)")
     parser.add_argument("--join-offset", type=float, default=0.0, help="seconds before the first silo joins")
     parser.add_argument(
@@ -137,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     lossy = args.probe_loss > 0 or args.probe_delay > 0
     impairment = Impairment(args.probe_loss, args.probe_delay, args.seed) if lossy else None
     tune_for_silos()  # as ``silo run`` does
-    pace = {"join_offset": args.join_offset, "join_spacing": args.join_spacing}
+    pace = {"join_offset": args.join_offset, "join_spacing": args.join_spacing, "crash_file": args.crash_file}
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(serve(args.table, args.cluster, args.count, options, impairment, args.start_when, **pace))
     return 0

@@ -63,8 +63,10 @@ def test_benchmark_quick_run_writes_its_json_and_plot(name: str, tmp_path: Path)
 @pytest.mark.slow
 def test_a_scale_run_whose_join_ran_out_of_time_still_watches_and_kills(tmp_path: Path) -> None:
     """With no time to join (``--join-timeout 0``) the size goes on: it says where the join stopped,
-    watches the cluster as it stands, and kills its victims (started before the join)."""
-    argv = ["--quick", "--join-timeout", "0", "--mass-kill", "2", "--output-dir", str(tmp_path)]
+    watches the cluster as it stands, and kills Active hosted silos (``--victims hosted``: crashed in
+    their host process, as when a stopped join leaves the victim processes joining), each
+    removed in two versions (a vote and the Dead write: a crash refuses, so no death settles)."""
+    argv = ["--quick", "--join-timeout", "0", "--mass-kill", "2", "--victims", "hosted", "--output-dir", str(tmp_path)]
     finished = subprocess.run(
         [sys.executable, "-m", "benchmarks.scale", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
@@ -75,8 +77,11 @@ def test_a_scale_run_whose_join_ran_out_of_time_still_watches_and_kills(tmp_path
     assert 0 <= size["join_stopped"]["active"] <= 20
     assert "all_active_s" not in size
     assert size["false_deaths_steady"] == 0
-    assert [removal["dead"] for removal in size["removals"]] == [True]
+    assert size["victims"] == "hosted silos, crashed in process"
+    assert size["processes"] == 2, "no victim processes: the hosts alone"
+    assert [(removal["dead"], removal["versions"]) for removal in size["removals"]] == [(True, 2)]
     assert size["mass_kill"]["removals"]["all_dead"] is True
+    assert size["mass_kill"]["removals"]["versions_per_removal"] == [2, 2]
     assert "Active when the join stopped after" in finished.stdout
 
 
