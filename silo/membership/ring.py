@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import functools
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 
 from membership_tables import SiloAddress
 from silo.hashing import ring_position
@@ -42,7 +42,11 @@ def probe_targets(local: SiloAddress, silos: Iterable[SiloAddress], num_rings: i
     address); the successor is the first after ``local`` in that order, wrapping around
     (``RingIndex.following``).
     """
-    index = ring_index(tuple(silos))
+    return successors_on_rings(ring_index(tuple(silos)), local, num_rings)
+
+
+def successors_on_rings(index: RingIndex, local: SiloAddress, num_rings: int) -> list[SiloAddress]:
+    """``probe_targets`` over the silos of ``index``."""
     chosen: list[SiloAddress] = []
     for ring in range(num_rings):
         successor = next((silo for silo in index.following(local, ring) if silo not in chosen), None)
@@ -80,9 +84,31 @@ class RingIndex:
     1,000 silos, re-ranking the cluster on three rings for each silo after each change was a
     fifth of a host's time, 50 silos to a host."""
 
-    def __init__(self, silos: Iterable[SiloAddress]) -> None:
+    def __init__(self, silos: Iterable[SiloAddress], rings: dict[int, list[RingSlot]] | None = None) -> None:
         self._silos = frozenset(silos)
-        self._rings: dict[int, list[RingSlot]] = {}
+        self._rings: dict[int, list[RingSlot]] = rings or {}
+
+    def updated(self, removed: Collection[SiloAddress], added: Collection[SiloAddress]) -> RingIndex:
+        """The index of these silos less ``removed``, plus ``added``: the rings sorted already are
+        copied and edited by bisection, not sorted again (a view built by deltas changes a few
+        silos of thousands: ``MembershipSnapshot.ring_index``)."""
+        rings = {}
+        for ring, slots in self._rings.items():
+            edited = list(slots)
+            for silo in removed:
+                at = bisect.bisect_left(edited, (_position(silo, ring), silo))
+                if at < len(edited) and edited[at][1] == silo:
+                    del edited[at]
+            for silo in added:
+                slot = (_position(silo, ring), silo)
+                at = bisect.bisect_left(edited, slot)
+                if at == len(edited) or edited[at] != slot:
+                    edited.insert(at, slot)
+            rings[ring] = edited
+        return RingIndex(self._silos.difference(removed).union(added), rings)
+
+    def __len__(self) -> int:
+        return len(self._silos)
 
     def slots(self, ring: int) -> list[RingSlot]:
         slots = self._rings.get(ring)

@@ -9,7 +9,6 @@ by more than one prober; in a large view only the suspects we are a watcher of:
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable
@@ -19,7 +18,7 @@ from datetime import datetime
 from membership_tables import MembershipEntry, SiloAddress, SiloStatus
 from silo.membership.liveness import LivenessTracker
 from silo.membership.options import SiloOptions
-from silo.membership.ring import RingIndex, probe_targets, ring_index
+from silo.membership.ring import RingIndex, ring_index, successors_on_rings
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.votes import fresh_votes
 
@@ -28,7 +27,7 @@ def ring_targets(snapshot: MembershipSnapshot, local: SiloAddress, options: Silo
     """Our successors on the probe rings of the Active silos, once we are Active ourselves."""
     if snapshot.status_of(local) is not SiloStatus.ACTIVE:
         return []
-    return probe_targets(local, snapshot.active_silos, options.num_probed_silos)
+    return successors_on_rings(snapshot.ring_index, local, options.num_probed_silos)
 
 
 PROBE_PHASES = 2
@@ -43,15 +42,17 @@ death gossiped half an interval later. Each phase is one more wake-up per interv
 silo of the machine; four phases would win only an eighth of an interval more."""
 
 
-def monitors_in_rank_order(target: SiloAddress, silos: tuple[SiloAddress, ...], rings: int) -> list[SiloAddress]:
+def monitors_in_rank_order(
+    target: SiloAddress, silos: tuple[SiloAddress, ...] | RingIndex, rings: int
+) -> list[SiloAddress]:
     """``target``'s monitors that every silo ranks alike: its predecessor on ring 0, on ring 1, ...
     up to ``rings`` (each probes it: ``ring.probe_targets``), each at its first ring; and when
     every silo probes every other one (``rings`` is all the others), the rest in ring 0's
     reverse order. A silo that probes ``target`` only because its own successor on a ring was
     taken already is not listed (under ring sampling)."""
-    index = ring_index(silos)
+    index = silos if isinstance(silos, RingIndex) else ring_index(silos)
     ranked = list(dict.fromkeys(next(index.preceding(target, ring)) for ring in range(rings)))
-    if rings >= len(silos) - 1:
+    if rings >= len(index) - 1:
         ranked += [silo for silo in index.preceding(target) if silo not in ranked]
     return ranked
 
@@ -74,10 +75,9 @@ class RingTargets:
     @classmethod
     def of(cls, snapshot: MembershipSnapshot, local: SiloAddress, options: SiloOptions) -> RingTargets:
         targets = ring_targets(snapshot, local, options)
-        silos = snapshot.active_silos
         ranks = {}
         for target in targets:
-            ranked = monitors_in_rank_order(target, silos, len(targets))
+            ranked = monitors_in_rank_order(target, snapshot.ring_index, len(targets))
             ranks[target] = ranked.index(local) if local in ranked else len(ranked)
         quorum = options.num_votes_for_death_declaration
         phases = PROBE_PHASES if options.align_probes and len(targets) >= PROBE_PHASES * quorum else 1
@@ -223,11 +223,8 @@ class SuspectWatchers:
         def counted(silo: SiloAddress) -> bool:
             return silo == self._local or self._is_fresh(silo)
 
-        @functools.cache
-        def index() -> RingIndex:  # only if some row is suspected or stale
-            return ring_index(snapshot.active_silos)
-
         def watches(suspect: SiloAddress) -> bool:
-            return self._local in itertools.islice(filter(counted, index().preceding(suspect)), self._count)
+            preceding = snapshot.ring_index.preceding(suspect)
+            return self._local in itertools.islice(filter(counted, preceding), self._count)
 
         return watches

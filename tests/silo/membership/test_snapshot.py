@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from membership_tables import MembershipTableData, SiloStatus, TableVersion
 from silo.membership.options import SiloOptions
+from silo.membership.ring import RingIndex
 from silo.membership.snapshot import MembershipDelta, SnapshotPublisher
 from tests.silo.harness import T0, address, async_test, row, view
 
@@ -142,3 +143,29 @@ def test_a_snapshot_a_delta_built_finds_every_row_as_a_fresh_read_of_its_rows_wo
             entry.silo_address for entry in fresh.entries
         )
         snapshot = applied
+
+
+def test_a_snapshot_a_delta_built_lists_its_active_silos_and_rings_as_a_fresh_read_would() -> None:
+    """``active_silos`` and ``ring_index`` follow the parent's by the delta's changes (when the
+    parent had them): the same silos, in the same order, on every ring, as from scratch."""
+    rng = random.Random(11)
+    silos = [address(port) for port in range(10, 130)]
+    snapshot = view(*(row(silo) for silo in silos[:80]), version=1)
+    inherited = 0
+    for version in range(1, 120):
+        if rng.random() < 0.8:  # else this parent lists nothing: its child starts afresh
+            for ring in range(3):
+                list(snapshot.ring_index.following(silos[0], ring))
+        written = rng.sample(silos, rng.randint(1, 6))
+        statuses = [SiloStatus.ACTIVE, SiloStatus.ACTIVE, SiloStatus.JOINING, SiloStatus.DEAD, SiloStatus.SHUTTING_DOWN]
+        rows = tuple((row(silo, rng.choice(statuses)), f"e{version}") for silo in written)
+        applied = snapshot.apply(MembershipDelta(version, TableVersion(version + 1, f"v{version + 1}"), rows))
+        assert applied is not None
+        inherited += applied.inherited is not None and applied.inherited.rings is not None
+        fresh = view(*applied.entries, version=version + 1)
+        assert applied.active_silos == fresh.active_silos
+        for ring in range(3):
+            assert applied.ring_index.slots(ring) == RingIndex(fresh.active_silos).slots(ring)
+        assert len(applied.ring_index) == len(fresh.active_silos)
+        snapshot = applied
+    assert inherited > 60, "most views followed their parent's rings"
