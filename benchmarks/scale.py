@@ -590,7 +590,8 @@ async def detection_at_scale(
     results.victims_active = len(processes)
     victims: list[Victim] = [ProcessVictim(silo) for silo in processes]
     if len(processes) < kills_wanted(config) and hosts:
-        active = [entry.silo_address for entry in bench.cluster.read().entries if entry.status is SiloStatus.ACTIVE]
+        table = await asyncio.to_thread(bench.cluster.read)
+        active = [entry.silo_address for entry in table.entries if entry.status is SiloStatus.ACTIVE]
         victims = list(hosted_victims(hosts, active, kills_wanted(config), rng))
         results.victims = HOSTED_VICTIMS if config.victims == "hosted" else f"{HOSTED_VICTIMS} (processes not Active)"
     for victim in victims[: config.detection_trials]:

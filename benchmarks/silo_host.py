@@ -15,7 +15,7 @@ interleaves the hosts so that the whole cluster starts a steady number of joins 
 
 ``--crash-file PATH``: on SIGUSR1 the host crashes each of its silos whose ``host:port`` is a line of
 PATH (its gRPC server stopped at once, its roles stopped without a table write, as a process kill
-leaves it) and prints ``crashed ENDPOINT AT`` (Unix seconds of the server's stop): how
+leaves it) and prints ``crashed ENDPOINT AT`` (Unix seconds when its server's stop began): how
 ``benchmarks.scale`` kills a hosted silo when its own victim processes are not Active. The file
 may list silos of other hosts and silos already crashed. Each host prints its silos' endpoints
 (``silos A B ...``) before ``listening N``.
@@ -90,8 +90,9 @@ class Crashes:
     @staticmethod
     async def _crash(endpoint: str, stack: SiloStack) -> None:
         """What a SIGKILL of a one-silo process leaves: the port closed at once, no departure written."""
+        began = time.time()  # its streams end from here on: the trial counts from it
         await stack.server.stop(None)
-        print(f"crashed {endpoint} {time.time():.3f}", flush=True)
+        print(f"crashed {endpoint} {began:.3f}", flush=True)
         await stack.silo.stop(within=0.0)  # the roles end; with no time left nothing is written
         await stack.prober.close()
 
