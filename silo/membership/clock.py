@@ -192,34 +192,28 @@ async def settle(rounds: int = 50) -> None:
 class Ticker:
     """Fires every ``period`` seconds of ``clock`` time; ``tick()`` returns False once stopped.
 
-    ``period`` may be a function, asked for the wait before each tick (but a ``first_delay``: a loop
-    that knows when its next round is due sleeps until then instead of waking to find nothing
-    to do). ``first_delay`` lets the first tick be randomized (spreading table load when many
+    ``first_delay`` lets the first tick be randomized (spreading table load when many
     silos start together).
     """
 
-    def __init__(self, clock: Clock, period: float | Callable[[], float], first_delay: float | None = None) -> None:
+    def __init__(self, clock: Clock, period: float, first_delay: float | None = None) -> None:
         self._clock = clock
         self._period = period
-        self._first_delay = first_delay
+        self._next_delay = period if first_delay is None else first_delay
         self._stopped = asyncio.Event()
 
     async def tick(self) -> bool:
         if self._stopped.is_set():
             return False
-        delay = self._wait() if self._first_delay is None else self._first_delay
-        self._first_delay = None
-        sleep = asyncio.ensure_future(self._clock.sleep(delay))
+        sleep = asyncio.ensure_future(self._clock.sleep(self._next_delay))
         stop = asyncio.ensure_future(self._stopped.wait())
         try:
             await asyncio.wait({sleep, stop}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in (sleep, stop):
                 task.cancel()
+        self._next_delay = self._period
         return not self._stopped.is_set()
-
-    def _wait(self) -> float:
-        return self._period() if callable(self._period) else self._period
 
     def stop(self) -> None:
         self._stopped.set()
@@ -235,7 +229,7 @@ class Periodic:
     def __init__(
         self,
         clock: Clock,
-        period: float | Callable[[], float],
+        period: float,
         body: Callable[[], Awaitable[None]],
         *,
         first_delay: float | None = None,

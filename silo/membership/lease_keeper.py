@@ -1,7 +1,6 @@
 """Keeping the membership lease (``silo.membership.lease``) renewed, through the table or through peers.
 
-Once its lease is ``lease_renew_interval`` old (half of it) an Active silo reads its own row (one
-key, not the table), and tries again every ``lease_retry_interval`` until the lease is renewed; when
+Every ``lease_renew_interval`` an Active silo reads its own row (one key, not the table); when
 its table calls fail it asks its nearest successors on ring 0 (the first is its ring-0 probe
 target), then if none of them can read the table every other non-Dead member of its view (when
 their answers leave an outage vouch possible) or a few more successors (when they do not), to
@@ -54,13 +53,12 @@ every member then was a million calls per renewal in a 1,000-silo join storm (ev
 every view different): each silo cycled a channel to every other through its pool, and the
 silo hosts grew past their memory."""
 
-CATCH_UP_MARGIN = 3
-"""Retry intervals (``lease_retry_interval``) of lease left below which a renewal whose view is
-behind the table reads the whole table to catch up (and confirm); with more left it waits for
-gossip or the next attempt. In a join storm every silo's view is behind at every renewal (joins
-are not gossiped then): a full read at each one was a full read per Active silo every 2.5 s,
-and the 1,000-silo storm never finished; this is one per lease at most, with two more attempts
-before it runs out."""
+CATCH_UP_MARGIN = 2
+"""Renewal intervals of lease left below which a renewal whose view is behind the table reads the
+whole table to catch up (and confirm); with more left it waits for gossip or the next renewal.
+In a join storm every silo's view is behind at every renewal (joins are not gossiped then): a
+full read at each one was a full read per Active silo every 2.5 s, and the 1,000-silo storm
+never finished; this is one per lease, still two renewals before it runs out."""
 
 
 class LeaseKeeper:
@@ -89,28 +87,21 @@ class LeaseKeeper:
         """Our nearest successors among the members, as last found (``_nearest``)."""
 
     def start(self) -> None:
-        """Renew the membership lease whenever it is due (once this silo is Active)."""
+        """Renew the membership lease every ``lease_renew_interval`` (once this silo is Active)."""
         if self._renewer is None:
-            self._renewer = Periodic(self._view.clock, self._until_next_attempt, self.renew_lease)
+            view = self._view
+            self._renewer = Periodic(view.clock, view.options.lease_renew_interval, self.renew_lease)
             self._renewer.start()
-
-    def _until_next_attempt(self) -> float:
-        """Seconds until the next renewal attempt: when the lease turns ``lease_renew_interval`` old,
-        or ``lease_retry_interval`` from now if it already is (the last attempt did not renew it).
-        (A tick every retry interval would wake each silo eight times a lease for one read.)"""
-        options = self._view.options
-        return max(options.lease_retry_interval, options.lease_renew_interval - self._view.lease.age())
 
     async def renew_lease(self) -> None:
         """Read our own row unless a call confirmed us within ``lease_renew_interval``.
 
-        One row, not the table: every silo does this every half ``lease_timeout`` (more often
-        only while it fails). If the row says we must stop, the whole table is re-read, which
-        terminates this silo. A failure just leaves the lease to run out: the runtime fences on
-        its own."""
+        One row, not the table: every silo does this every quarter of ``lease_timeout``. If the
+        row says we must stop, the whole table is re-read, which terminates this silo. A failure
+        just leaves the lease to run out: the runtime fences on its own."""
         view = self._view
-        interval = view.options.lease_retry_interval
-        if view.lease.age() < view.options.lease_renew_interval or view.terminated.is_set():
+        interval = view.options.lease_renew_interval
+        if view.lease.age() < interval or view.terminated.is_set():
             return
         if view.snapshot.status_of(view.address) not in LEASE_STATUSES:
             return  # not a member yet (joining) or not any more (Dead)
@@ -120,7 +111,7 @@ class LeaseKeeper:
             # once, every renewal, rather than spend half of each round waiting on it again
             await self._confirm_through_peers()
             return
-        read = await self._read_within(view.address, interval)
+        read = await self._read_within(view.address, interval / 2)
         if read is None:
             if not self._read_is_slow():
                 await self._confirm_through_peers()
@@ -129,11 +120,11 @@ class LeaseKeeper:
         self._outage_logged = self._vouch_ended_logged = False
         behind = data.version.version > view.snapshot.version
         verdict = view.own_verdict_in(data) is not None
-        if verdict or (behind and not await view.brought_by_gossip(data.version.version, interval)):
+        if verdict or (behind and not await view.brought_by_gossip(data.version.version, interval / 2)):
             if verdict or view.lease.remaining() <= CATCH_UP_MARGIN * interval:
                 # we must stop (the read terminates us), or our view is behind, no gossip brought
                 # the change and the lease runs out soon: a full read, which confirms it by itself
-                await self._catch_up_read(2 * interval)
+                await self._catch_up_read(interval)
             return
         view.confirm_lease(data, started)
 
@@ -190,7 +181,7 @@ class LeaseKeeper:
         if ask_peer is None:
             return
         view = self._view
-        snapshot, timeout = view.snapshot, 2 * view.options.lease_retry_interval
+        snapshot, timeout = view.snapshot, view.options.lease_renew_interval
         started = view.clock.monotonic()
 
         async def ask(member: SiloAddress) -> MembershipConfirmation | None:
@@ -323,7 +314,7 @@ class LeaseKeeper:
         snapshot = view.snapshot
         if snapshot.entry(asker) is not None and not view.terminated.is_set() and not self._earlier_read_running(asker):
             # within half the asker's wait, so it gets our answer either way
-            read = await self._read_within(asker, view.options.lease_retry_interval)
+            read = await self._read_within(asker, view.options.lease_renew_interval / 2)
             if read is not None:
                 data = read[1]
                 found = data.get(asker)

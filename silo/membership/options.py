@@ -126,8 +126,7 @@ class SiloOptions:
     lease_timeout: float = 10.0
     """Seconds a silo may go without the table confirming it Active (a read of its own row, or a
     write of it) before it *fences* itself: no work, not leader, no votes, health NOT_SERVING,
-    until the table confirms it again. It renews at half of this (tried again every eighth while
-    that fails). The new owners of a
+    until the table confirms it again. It renews every quarter of this. The new owners of a
     silo declared Dead wait ``takeover_wait`` (about this long) before they serve its keys,
     unless it provably cannot serve (its port refuses connections). Shorter than the
     detection time, a silo cut off from the table fences before the others declare it Dead;
@@ -214,19 +213,8 @@ class SiloOptions:
 
     @property
     def lease_renew_interval(self) -> float:
-        """The age at which a silo renews its membership lease: half of ``lease_timeout``, so at
-        rest one own-row read per half lease (ZooKeeper's and etcd's clients renew at a third of
-        their session, Consul's at half). Every other call that shows our row Active renews it
-        too, and the next renewal is due that much later."""
-        return self.lease_timeout / 2
-
-    @property
-    def lease_retry_interval(self) -> float:
-        """Seconds between attempts while a renewal is due and not done (a slow or failing
-        store): an eighth of ``lease_timeout``, so a silo tries four times, its own read or its
-        peers (``silo.membership.lease_keeper``), before the lease runs out. One attempt waits
-        this long for its own read; the peers' answers, twice this."""
-        return self.lease_timeout / 8
+        """Seconds between renewals of the membership lease: a quarter of ``lease_timeout``."""
+        return self.lease_timeout / 4
 
     @property
     def takeover_wait(self) -> float:

@@ -203,7 +203,7 @@ class MembershipTableManager:
         self.refresher.start()
 
     def start_lease_renewal(self) -> None:
-        """Renew the membership lease whenever it is due (once this silo is Active): ``LeaseKeeper``."""
+        """Renew the membership lease every ``lease_renew_interval`` (once this silo is Active)."""
         self.lease_keeper.start()
 
     async def stop(self) -> None:

@@ -173,12 +173,12 @@ class ServingGuard:
 
     async def _watch_lease(self) -> None:
         """Log and announce each change between fenced and not: sleeps until the lease would run
-        out, then, while fenced, checks every ``lease_retry_interval`` whether a confirmation came."""
+        out, then, while fenced, checks every renewal interval whether a confirmation came."""
         lease = self._lease
         while True:
             remaining = lease.remaining()
             if remaining >= 0:
-                await self._clock.sleep(remaining + self._options.lease_retry_interval / 5)
+                await self._clock.sleep(remaining + self._options.lease_renew_interval / 10)
                 continue
             if self._fenced_since is None:
                 self._fenced_since = self._clock.monotonic()
@@ -188,7 +188,7 @@ class ServingGuard:
                     self._address, lease.age(), self._options.lease_timeout,
                 )  # fmt: skip
                 await self._announce(True)
-            await self._clock.sleep(self._options.lease_retry_interval)
+            await self._clock.sleep(self._options.lease_renew_interval / 2)
             if lease.valid() and self._fenced_since is not None:
                 logger.warning(
                     "silo %s is no longer fenced: the table confirmed it Active again after %.1fs fenced",
