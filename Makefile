@@ -3,6 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+TEST_WORKERS ?= 2
 
 .PHONY: demo test unit lint type check system-packages clean proto
 
@@ -19,7 +20,7 @@ demo: $(STAMP)
 	$(VENV)/bin/silo demo
 
 test: $(STAMP) system-packages
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 unit: $(STAMP)
 	$(PY) -m pytest -m "not slow"

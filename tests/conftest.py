@@ -3,6 +3,7 @@
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import (
     DirectoryBasedExampleDatabase,
@@ -10,6 +11,8 @@ from hypothesis.database import (
     MultiplexedDatabase,
     ReadOnlyDatabase,
 )
+from xdist.remote import Producer
+from xdist.scheduler import LoadScopeScheduling
 
 pytest_plugins: list[str] = [
     "testbed.pytest_signals",  # SIGTERM and SIGHUP tear the fixtures down (and stop the servers) as Ctrl-C does
@@ -20,6 +23,29 @@ pytest_plugins: list[str] = [
     "testbed.services.dynamodb",
     "testbed.services.spark",
 ]
+
+ONE_AT_A_TIME = {
+    "network-lab": ("tests/faults/", "tests/netfaults/", "tests/test_benchmarks_smoke.py"),
+    "spark": ("tests/silo/spark/", "tests/services/test_spark_cluster.py"),
+}
+"""Tests that ``make test`` (pytest-xdist workers) runs on one worker, one after another, by group
+and path prefix. The first build network namespaces or run benchmarks and time real silos against
+a detection floor of a second or two, so two of them must not share the cores; the second each
+start a Spark standalone cluster (JVMs: a master and two workers)."""
+
+
+class OneAtATimeScheduling(LoadScopeScheduling):
+    """xdist's load balancing, test by test, except that each group of ``ONE_AT_A_TIME`` goes to one
+    worker as a unit. (xdist's own ``--dist loadgroup`` renames node ids, which pytest 9.2 no longer
+    lets a plugin do: every test was balanced on its own.)"""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return next((group for group, paths in ONE_AT_A_TIME.items() if nodeid.startswith(paths)), nodeid)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> OneAtATimeScheduling | None:
+    return OneAtATimeScheduling(config, log) if config.getvalue("dist") == "load" else None
+
 
 # Property-based tests (hypothesis) run on a fixed budget: "ci" (the default) keeps all of them
 # under a minute across every backend and does not shrink (a failure prints its reproduction
