@@ -328,8 +328,9 @@ class SiloHealthMonitor:
         self._voting = asyncio.create_task(self._cast_vote())
 
     def _allowed_to_vote(self, now: float) -> bool:
-        """The majority rule allows a vote, and asking it found no heal."""
-        if not self._may_vote():
+        """The majority rule allows a vote, and asking it found no heal; or the evidence is refusals,
+        which no cut makes (``SiloRoles.vote_against``)."""
+        if self.refusals < REFUSALS_TO_SUSPECT and not self._may_vote():
             if self._last_denied_log is None or now - self._last_denied_log >= self.suspect_after():
                 self._last_denied_log = now
                 logger.info(

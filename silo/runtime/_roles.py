@@ -29,7 +29,7 @@ from silo.membership.votes import VoteOutcome
 
 
 class SiloRoles:
-    """Every membership role of one silo; ``fenced`` says whether its lease ran out (no votes then)."""
+    """Every membership role of one silo; ``fenced`` says whether its lease ran out (no votes on silence then)."""
 
     def __init__(
         self,
@@ -153,7 +153,13 @@ class SiloRoles:
         self, cluster: ClusterHealthMonitor, target: SiloAddress, *, refused: bool = False
     ) -> VoteOutcome:
         """Vote only while not fenced and reaching a majority of every fresh Active silo, not just our
-        sample: a fenced silo is cut off from the table, so every peer looks silent to it."""
-        if self._fenced() or not await cluster.reaches_majority():
+        sample: a fenced silo is cut off from the table, so every peer looks silent to it.
+
+        A vote on refusals (``refused``) needs neither: both rules guard against silence that is a
+        cut's (or our own stall's), and a refusal is neither; it proves the target's process gone
+        whichever side of a cut we are on, however slow our loop or table reads are. On an
+        overloaded machine (2,000 silos on two cores) the silos fence now and then and their loops
+        lag, which kept every vote from being cast there: no crash was declared."""
+        if not refused and (self._fenced() or not await cluster.reaches_majority()):
             return VoteOutcome.NOT_ALLOWED
         return await self.manager.try_vote(target, others_unheard=cluster.others_unheard(target), refused=refused)

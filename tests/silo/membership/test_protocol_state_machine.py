@@ -929,7 +929,7 @@ class MonitorMachine(ClusterMachine):
                 return allowed
 
             async def vote(suspect: SiloAddress, *, refused: bool) -> VoteOutcome:
-                self.check_vote(member, suspect, cluster)
+                self.check_vote(member, suspect, cluster, refused=refused)
                 calls, was_down = self.board.calls[member.address], manager.table_down
                 outcome = await manager.try_vote(suspect, refused=refused)
                 event(f"monitor vote: {outcome.value}")
@@ -984,11 +984,15 @@ class MonitorMachine(ClusterMachine):
         if detector is not None and not detector.stopped:
             detector.gossiper.publish(message, member.manager.snapshot, declared_dead)
 
-    def check_vote(self, member: Member, suspect: SiloAddress, cluster: ClusterHealthMonitor) -> None:
-        """The rules a vote must follow, checked when the monitor casts it."""
+    def check_vote(self, member: Member, suspect: SiloAddress, cluster: ClusterHealthMonitor, *, refused: bool) -> None:
+        """The rules a vote must follow, checked when the monitor casts it. A vote on refusals does
+        not ask the majority rule (no cut refuses: ``SiloHealthMonitor._allowed_to_vote``); its
+        suspicion is checked below like any other."""
         now, target = self.clock.monotonic(), self.by_address(suspect)
         gate = self.gates.get((member.index, suspect))
-        if gate is None or gate.time != now or not (gate.suspected and gate.majority and gate.allowed):
+        if not refused and (
+            gate is None or gate.time != now or not (gate.suspected and gate.majority and gate.allowed)
+        ):
             self.violations.append(f"{member.address} voted against {suspect} at {now}s without {gate}")
         if not self.alive(target):
             return  # it crashed, hung or exited: any vote against it is fair

@@ -613,18 +613,32 @@ async def test_a_held_vote_is_dropped_when_the_target_answers_before_its_turn() 
 
 @async_test
 async def test_a_held_vote_waits_for_the_majority_rule_and_is_cast_when_it_allows_one_again() -> None:
-    scene = Scene(FunctionProber(reachable=lambda target: ProbeOutcome.REFUSED), vote_delay=0.1)
+    scene = Scene(FunctionProber(), vote_delay=0.1)
+    scene.prober.reachable = hanging(scene.clock)
     monitor = scene.monitor()
     monitor.start()
-    await run_for(scene, monitor, CRASH_SUSPECTED_AT + 0.05, step=0.01)
+    await run_for(scene, monitor, FLOOR + 0.05, step=0.01)
     scene.majority = False  # while the vote is held: at its turn the rule forbids it
     await run_for(scene, monitor, 0.5, step=0.01)
     assert scene.votes == []
     scene.majority = True
     back = scene.clock.monotonic()
-    await run_for(scene, monitor, OPTIONS.probe_interval + 0.1 + 0.01, step=0.01)
+    await run_for(scene, monitor, OPTIONS.probe_interval + OPTIONS.probe_timeout + 0.1 + 0.01, step=0.01)
     assert len(scene.votes) == 1  # judged afresh at the next probe, not a suspicion time later
-    assert scene.votes[0] - back <= OPTIONS.probe_interval + 0.1 + 1e-6
+    assert scene.votes[0] - back <= OPTIONS.probe_interval + OPTIONS.probe_timeout + 0.1 + 1e-6
+    assert scene.refused == [False]
+    await monitor.stop()
+
+
+@async_test
+async def test_refusals_are_voted_on_whatever_the_majority_rule_says() -> None:
+    """The rule guards against silence that is a cut's; no cut refuses a connection."""
+    scene = Scene(FunctionProber(reachable=lambda target: ProbeOutcome.REFUSED), majority=False)
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, CRASH_SUSPECTED_AT + 0.01, step=0.01)
+    assert len(scene.votes) == 1
+    assert scene.refused == [True]
     await monitor.stop()
 
 

@@ -252,6 +252,25 @@ async def test_a_fenced_silo_casts_no_vote_even_when_its_peers_look_silent() -> 
 
 
 @async_test
+async def test_a_fenced_silo_still_votes_on_refusals() -> None:
+    """Fencing and the majority rule guard against silence that is a cut's; a refusal is no cut's
+    (nothing listens at the target's endpoint), so a vote on refusals needs neither."""
+    cluster = await started(3)
+    victim = cluster.silos[0]
+    cluster.cut_off(0, table=True, peers=True)
+    await cluster.advance_until(lambda: victim.fenced, LOCAL.lease_timeout + STEP)
+    cluster.tables[0].down = False
+    view = victim._roles.manager.view
+    await view.access.attempt(cluster.tables[0].read_version)  # the table is back (a read that confirms nothing)
+    assert victim.fenced
+    target = cluster.silos[1].silo_address
+    outcome = await victim._roles.vote_against(victim._roles.cluster, target, refused=True)
+    assert outcome is VoteOutcome.VOTED
+    assert [voter for voter, _ in cluster.store.read_row(target).get(target)[0].suspect_times] == [victim.silo_address]
+    await cluster.stop()
+
+
+@async_test
 async def test_a_silo_that_loses_only_the_table_is_confirmed_by_its_peers_and_never_fences_nor_dies() -> None:
     cluster = await started(5)
     lonely = cluster.silos[1]
