@@ -18,12 +18,12 @@ owner that learns of the death at ``t >= T`` and waits ``W`` on its own clock, a
 ``W >= lease_timeout / (1 - rho) ** 2``; ``takeover_wait`` rounds that up to
 ``lease_timeout * (1 + rho) / (1 - rho) ** 2``. No synchronized clocks are assumed: only rates.
 
-A silo whose lease ran out is *fenced*: it serves no work, is not leader and casts no votes
-until a confirmation comes. The lease is checked before each request rather than by a timer
-alone, so a silo resuming from a pause (GC, SIGSTOP, a stalled VM) is fenced before it serves
-anything. It is checked again when the handler returns (``held_since``): a call during which
-the lease ran out at any moment, even if it was renewed since, returns no results, because
-the others may have moved its keys meanwhile and served them.
+A silo whose lease ran out is *fenced*: it serves no work, is not leader and casts no votes on
+silence (only on refusals, which no cut makes) until a confirmation comes. The lease is checked
+before each request rather than by a timer alone, so a silo resuming from a pause (GC, SIGSTOP,
+a stalled VM) is fenced before it serves anything. It is checked again when the handler returns
+(``held_since``): a call during which the lease ran out at any moment, even if it was renewed
+since, returns no results, because the others may have moved its keys meanwhile and served them.
 
 The lease also vouches for the silo's *view*: a confirmation counts only if the view is at least
 as new as the confirming read, so a silo that missed a change (a join that took some of its

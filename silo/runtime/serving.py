@@ -184,7 +184,7 @@ class ServingGuard:
                 self._fenced_since = self._clock.monotonic()
                 logger.warning(
                     "silo %s is fenced: the membership table has not confirmed it Active for %.1fs "
-                    "(lease_timeout %ss); it serves no work, leads nothing and casts no votes until it does",
+                    "(lease_timeout %ss); it serves no work, leads nothing and votes only on refusals until it does",
                     self._address, lease.age(), self._options.lease_timeout,
                 )  # fmt: skip
                 await self._announce(True)
