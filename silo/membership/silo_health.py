@@ -140,9 +140,14 @@ class SiloHealthMonitor:
     def silence(self) -> float:
         return self._clock.monotonic() - self.last_heard
 
+    def proven_gone(self) -> bool:
+        """``REFUSALS_TO_SUSPECT`` refusals in a row: the target's process is gone, whatever cut
+        or stall we are in (no cut, loss or slow loop makes a refusal)."""
+        return self.refusals >= REFUSALS_TO_SUSPECT
+
     def heard_within(self, seconds: float) -> bool:
         """The target answered, the last time less than ``seconds`` ago, and is not refusing."""
-        return self.answered and self.silence() < seconds and self.refusals < REFUSALS_TO_SUSPECT
+        return self.answered and self.silence() < seconds and not self.proven_gone()
 
     def heard_recently(self) -> bool:
         """The target answered within half the suspicion time: it counts as heard for the majority rule.
@@ -173,7 +178,7 @@ class SiloHealthMonitor:
     def _suspected_since(self, silent_from: float) -> bool:
         """Refusing, or silent since ``silent_from`` for at least ``suspect_after``."""
         silence = self._clock.monotonic() - silent_from
-        return self.refusals >= REFUSALS_TO_SUSPECT or silence >= self.suspect_after()
+        return self.proven_gone() or silence >= self.suspect_after()
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -329,8 +334,8 @@ class SiloHealthMonitor:
 
     def _allowed_to_vote(self, now: float) -> bool:
         """The majority rule allows a vote, and asking it found no heal; or the evidence is refusals,
-        which no cut makes (``SiloRoles.vote_against``)."""
-        if self.refusals < REFUSALS_TO_SUSPECT and not self._may_vote():
+        which no cut makes (``proven_gone``, ``SiloRoles.vote_against``)."""
+        if not self.proven_gone() and not self._may_vote():
             if self._last_denied_log is None or now - self._last_denied_log >= self.suspect_after():
                 self._last_denied_log = now
                 logger.info(
@@ -357,7 +362,7 @@ class SiloHealthMonitor:
             ):
                 self._last_vote = None  # the evidence changed while we held the vote: judge afresh
                 return
-        if self.refusals < REFUSALS_TO_SUSPECT:  # silence, maybe a cut's that just healed
+        if not self.proven_gone():  # silence, maybe a cut's that just healed
             await self._new_connections.last_check(self._evidence_start())
             if not self._suspected_for_vote():
                 self._last_vote = None
@@ -367,6 +372,6 @@ class SiloHealthMonitor:
             "silo %s votes against %s: silent for %.2fs, %d refusals (it suspects after %.2fs; local health %d)",
             self._local, self.target, self.silence(), self.refusals, self.suspect_after(), self._health.score(),
         )  # fmt: skip
-        outcome = await self._vote(self.target, refused=self.refusals >= REFUSALS_TO_SUSPECT)
+        outcome = await self._vote(self.target, refused=self.proven_gone())
         self._observer.vote_completed(self.target, outcome)
         logger.debug("silo %s: vote against %s: %s", self._local, self.target, outcome.value)
