@@ -258,8 +258,8 @@ class ClusterHealthMonitor:
         """When a new monitor probes first. Of a suspect off our ring (one we watch:
         ``select_targets``): at its vote's turn (``vote_delay``). A vote makes every silo of a small
         cluster, and the suspect's watchers in a large one, watch the suspect; probing it at once,
-        each opened a channel to it and, on the first refusal, asked three intermediaries to ping it: for a dead
-        silo, about three times the messages of the death's own gossip, just before it. Its ring
+        each opened a channel to it and, on the first refusal, a second one to recheck it: for a dead
+        silo, several times the messages of the death's own gossip, just before it. Its ring
         monitors vote on their own evidence meanwhile, and the death usually stops ours before
         its first probe; if not, the silence we need starts a step later.
 

@@ -15,7 +15,7 @@ One instance per probed silo. The rules (docs/protocol.md, "Failure detector"):
   ends with an answer or a veto is reported to local health, which keeps ``suspect_after`` at
   least twice the longest such silence of the recent past (a lossy network's TCP stalls); of
   the vetoes of one unbroken silence only the first counts (``LocalHealth.record_veto``).
-- **Indirect probes are a veto, never a vote.** From a third of the suspicion time on (and a
+- **Indirect probes are a veto of silence, never a vote.** From a third of the suspicion time on (and a
   probe missed: ``SiloOptions.missed_probe_silence``), up to ``num_indirect_probes`` distinct
   fresh intermediaries ping the target in parallel, until our silence would be a suspicion;
   any that reaches it cancels the suspicion (our link is the problem, not the target), from
@@ -32,7 +32,10 @@ One instance per probed silo. The rules (docs/protocol.md, "Failure detector"):
   interval is added to ``last_heard``: we sent no probes then, so it is no evidence.
 - **A vote** needs a suspicion, a finished indirect round that started after the target's
   last answer, was not vetoed and had a report from an intermediary (unless none exists), and
-  the majority rule of the cluster health monitor (``may_vote``). It is repeated every
+  the majority rule of the cluster health monitor (``may_vote``); a vote on refusals needs
+  neither (no intermediary reaches an incarnation refusals prove gone, and no cut refuses;
+  on an overloaded machine waiting for the rounds' reports held crashes' votes for minutes;
+  ``_round_wanted``, ``_allowed_to_vote``). It is repeated every
   ``suspect_after`` while the silence lasts, so a vote that expired or a quorum that shrank is
   completed.
 - **A heal is not evidence.** When the cluster health monitor sees our majority come back
@@ -45,7 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import random as random_module
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
@@ -59,15 +61,10 @@ from silo.membership.new_connections import NewConnectionProbes
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
 from silo.membership.probing import MonitoredLink, ProbeOutcome, Prober
+from silo.membership.target_evidence import TargetEvidence
 from silo.membership.votes import VoteOutcome
 
 logger = logging.getLogger(__name__)
-
-REFUSALS_TO_SUSPECT = 2
-"""Consecutive refused probes that make a suspicion. A refusal cannot come from loss or a
-partition (those are silence): only from a closed port or another incarnation. Two, so one
-refusal while a restarted process binds is not enough (the second comes from a recheck a
-quarter interval later, ``REFUSAL_RECHECK``)."""
 
 
 class RequestVote(Protocol):
@@ -77,7 +74,7 @@ class RequestVote(Protocol):
     def __call__(self, target: SiloAddress, *, refused: bool) -> Awaitable[VoteOutcome]: ...
 
 
-class SiloHealthMonitor:
+class SiloHealthMonitor(TargetEvidence):
     """Probes ``target`` at a fixed rate, asks for vetoes, and votes on sustained silence."""
 
     def __init__(
@@ -97,25 +94,15 @@ class SiloHealthMonitor:
         vote_delay: Callable[[], float] = lambda: 0.0,
         vote_hold: Callable[[], float] = lambda: 0.0,
     ) -> None:
-        self.target = target
+        super().__init__(target, options, clock, local_health)
         self._local = local
-        self._options = options
-        self._clock = clock
         self._prober = prober
-        self._health = local_health
         self._may_vote = may_vote
         self._vote = vote
         self._vote_delay = vote_delay
         self._vote_hold = vote_hold
         self._observer = observer
         self._was_suspected = False
-        self._evidence_from = -math.inf
-        """Silence before this monotonic time is not evidence for a vote (a heal: see above)."""
-        self.last_heard = clock.monotonic()
-        """Monotonic time of the last answer (or veto); the monitor's start counts as one."""
-        self.refusals = 0
-        self.answered = False
-        """True once the target answered us (or an intermediary) at least once."""
         link = MonitoredLink(target, local, options, clock, prober, local_health)
         self._rounds = IndirectRounds(
             link, intermediaries=intermediaries, random=random, observer=observer, settled=self._round_settled
@@ -130,55 +117,6 @@ class SiloHealthMonitor:
         self._pauses = PauseWatch(clock, options.effective_probe_interval)
         self.phase = 0.0
         """Fraction of the probe interval our probes leave after the grid's instants (``RingTargets.phase``)."""
-
-    # --- what others read -----------------------------------------------------------
-
-    def suspect_after(self) -> float:
-        """Seconds of silence before a suspicion, lengthened when we are degraded (Lifeguard)."""
-        return self._options.detection_time * (1 + self._health.score())
-
-    def silence(self) -> float:
-        return self._clock.monotonic() - self.last_heard
-
-    def proven_gone(self) -> bool:
-        """``REFUSALS_TO_SUSPECT`` refusals in a row: the target's process is gone, whatever cut
-        or stall we are in (no cut, loss or slow loop makes a refusal)."""
-        return self.refusals >= REFUSALS_TO_SUSPECT
-
-    def heard_within(self, seconds: float) -> bool:
-        """The target answered, the last time less than ``seconds`` ago, and is not refusing."""
-        return self.answered and self.silence() < seconds and not self.proven_gone()
-
-    def heard_recently(self) -> bool:
-        """The target answered within half the suspicion time: it counts as heard for the majority rule.
-
-        Half, not the whole: when a partition cuts several silos at once, their silences cross the
-        suspicion threshold up to a probe interval apart, and the first one to cross must not find
-        the others still counted as heard (found by the SPIN model). A monitor that never got an
-        answer does not count either: on the minority side, monitors created after the split must
-        not make the side look larger."""
-        return self.heard_within(self.suspect_after() / 2)
-
-    def suspected(self) -> bool:
-        return self._suspected_since(self.last_heard)
-
-    def disregard_silence_before(self, moment: float) -> None:
-        """Our majority came back at ``moment`` because a cut healed: the silence measured until
-        then was the cut's. A vote needs a suspicion time of silence after it, and a new round."""
-        self._evidence_from = max(self._evidence_from, moment)
-
-    def _evidence_start(self) -> float:
-        """Where the silence that counts as evidence for a vote starts."""
-        return max(self.last_heard, self._evidence_from)
-
-    def _suspected_for_vote(self) -> bool:
-        """``suspected``, counting only the silence since ``_evidence_start``."""
-        return self._suspected_since(self._evidence_start())
-
-    def _suspected_since(self, silent_from: float) -> bool:
-        """Refusing, or silent since ``silent_from`` for at least ``suspect_after``."""
-        silence = self._clock.monotonic() - silent_from
-        return self.proven_gone() or silence >= self.suspect_after()
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -269,22 +207,6 @@ class SiloHealthMonitor:
         self._alive_at(sent)
         self._was_suspected = self.suspected()
 
-    def _alive_at(self, moment: float, *, vetoed: bool = False) -> None:
-        """The target was alive at ``moment`` (it answered a probe sent then, or an intermediary
-        reached it: ``vetoed``): it counts as heard, and the silence since our last answer was the
-        network's, which local health remembers (``LocalHealth.record_silence``, ``record_veto``).
-        Not before the first answer: the time a new monitor waits for its connection is no
-        silence of the network."""
-        if self.answered and moment > self.last_heard:
-            silence = moment - self.last_heard
-            if vetoed:
-                self._health.record_veto(self.target, silence)
-            else:
-                self._health.record_silence(silence)
-        self.last_heard = max(self.last_heard, moment)
-        self.refusals = 0
-        self.answered = True
-
     async def _ping(self) -> ProbeOutcome:
         timeout = effective_timeout(self._options.probe_timeout, self._health.score())
         try:
@@ -315,22 +237,44 @@ class SiloHealthMonitor:
     async def evaluate(self) -> None:
         """Start an indirect round or a vote if the evidence calls for one."""
         self._discount_pause()
-        early = self.silence() >= round_start(self.suspect_after(), self._options) or self.refusals > 0
+        early = self.silence() >= round_start(self.suspect_after(), self._options)
         if not (early or self.suspected()):
             return
-        if self._options.enable_indirect_probes and self._rounds.needed(self._evidence_start(), self.suspect_after()):
+        if self._round_wanted():
             self._rounds.start(watch_until=self._evidence_start() + self.suspect_after())
-        if not self._suspected_for_vote() or not self._rounds.allow_vote(self._evidence_start()):
-            return
-        if self._voting is not None and not self._voting.done():
-            return
         now = self._clock.monotonic()
+        held_by = self._vote_held_by(now)
+        if held_by is None:
+            self._last_vote = now
+            self._voting = asyncio.create_task(self._cast_vote())
+        elif self.proven_gone():
+            logger.debug("silo %s: %s refuses us; no vote yet (%s)", self._local, self.target, held_by)
+
+    def _vote_held_by(self, now: float) -> str | None:
+        """What keeps a vote from being cast now (None: nothing)."""
+        if self._voting is not None and not self._voting.done():
+            return "a vote is under way"
         if self._last_vote is not None and now - self._last_vote < self.suspect_after():
-            return
-        if not self._allowed_to_vote(now):
-            return
-        self._last_vote = now
-        self._voting = asyncio.create_task(self._cast_vote())
+            return f"voted {now - self._last_vote:.1f}s ago, again after {self.suspect_after():.1f}s"
+        return self._evidence_lacks(now)
+
+    def _evidence_lacks(self, now: float) -> str | None:
+        """What the evidence lacks for a vote: a suspicion, a round that covers it (refusals need
+        none: ``_round_wanted``), the majority rule's leave (None: nothing)."""
+        if not self._suspected_for_vote():
+            return "not suspected"
+        if not (self.proven_gone() or self._rounds.allow_vote(self._evidence_start())):
+            return "waiting for an indirect round"
+        return None if self._allowed_to_vote(now) else "the majority rule"
+
+    def _round_wanted(self) -> bool:
+        """A round is due for our silence. Never for refusals: a round vetoes silence (our link may
+        be bad), and no intermediary can reach the incarnation refusals prove gone (docs/protocol.md)."""
+        return (
+            self._options.enable_indirect_probes
+            and not self.proven_gone()
+            and self._rounds.needed(self._evidence_start(), self.suspect_after())
+        )
 
     def _allowed_to_vote(self, now: float) -> bool:
         """The majority rule allows a vote, and asking it found no heal; or the evidence is refusals,
@@ -355,11 +299,8 @@ class SiloHealthMonitor:
                 )
                 await self._clock.sleep(more)
             self._discount_pause()
-            if not (
-                self._suspected_for_vote()
-                and self._rounds.allow_vote(self._evidence_start())
-                and self._allowed_to_vote(self._clock.monotonic())
-            ):
+            if (lacks := self._evidence_lacks(self._clock.monotonic())) is not None:
+                logger.debug("silo %s: no vote against %s after all: %s", self._local, self.target, lacks)
                 self._last_vote = None  # the evidence changed while we held the vote: judge afresh
                 return
         if not self.proven_gone():  # silence, maybe a cut's that just healed

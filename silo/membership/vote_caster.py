@@ -157,10 +157,12 @@ class VoteCaster:
         attempts = 0
         while attempts < VOTE_ATTEMPTS:
             if not self._can_vote():
+                logger.debug("silo %s: no vote against %s: the table failed us lately", view.address, target)
                 return VoteOutcome.NOT_ALLOWED
             try:
                 outcome = await self._vote_once(target, others_unheard=others_unheard, settled=settled, refused=refused)
-            except TableUnavailableError:
+            except TableUnavailableError as exc:
+                logger.debug("silo %s: the vote against %s failed: %s", view.address, target, exc)
                 return VoteOutcome.NOT_ALLOWED
             if outcome is VoteOutcome.SETTLING:
                 settled = True

@@ -985,9 +985,10 @@ class MonitorMachine(ClusterMachine):
             detector.gossiper.publish(message, member.manager.snapshot, declared_dead)
 
     def check_vote(self, member: Member, suspect: SiloAddress, cluster: ClusterHealthMonitor, *, refused: bool) -> None:
-        """The rules a vote must follow, checked when the monitor casts it. A vote on refusals does
-        not ask the majority rule (no cut refuses: ``SiloHealthMonitor._allowed_to_vote``); its
-        suspicion is checked below like any other."""
+        """The rules a vote must follow, checked when the monitor casts it. A vote on refusals
+        (``refused``) does not ask the majority rule (no cut refuses:
+        ``SiloHealthMonitor._allowed_to_vote``) nor wait for an indirect round, which vetoes only
+        silence (``SiloHealthMonitor._round_wanted``); its suspicion is checked below like any other."""
         now, target = self.clock.monotonic(), self.by_address(suspect)
         gate = self.gates.get((member.index, suspect))
         if not refused and (
@@ -1003,12 +1004,12 @@ class MonitorMachine(ClusterMachine):
                 f"{member.address} voted against {suspect} at {now}s although its probes answered for over an interval"
             )
             return
-        began, refused = failing
-        needed = REFUSAL_RECHECK * interval if refused else OPTIONS.detection_time - interval
+        began, link_refused = failing
+        needed = REFUSAL_RECHECK * interval if link_refused else OPTIONS.detection_time - interval
         if now - began < needed - slack:
             self.violations.append(
                 f"{member.address} voted against {suspect} at {now}s after its link failed for only "
-                f"{now - began}s (since {began}s{', refusing' if refused else ''}): no suspicion yet"
+                f"{now - began}s (since {began}s{', refusing' if link_refused else ''}): no suspicion yet"
             )
         others = [m for m in self.members if m is not member and m is not target]
         since = began - interval  # the round that allowed this vote started after the last answer
@@ -1018,7 +1019,7 @@ class MonitorMachine(ClusterMachine):
             and not self.link_bad_within(other.index, target.index, since, now)
             for other in others
         )
-        if others and vetoed and cluster.intermediaries():
+        if not refused and others and vetoed and cluster.intermediaries():
             self.violations.append(
                 f"{member.address} voted against {suspect} at {now}s although every intermediary reached it "
                 f"since its link failed ({began}s)"

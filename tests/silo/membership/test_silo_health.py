@@ -17,8 +17,9 @@ from silo.membership.local_health import SILENCE_MEMORY, LocalHealth
 from silo.membership.new_connections import REFUSAL_RECHECK
 from silo.membership.options import SiloOptions
 from silo.membership.probing import IndirectProbeResult, ProbeOutcome
-from silo.membership.silo_health import REFUSALS_TO_SUSPECT, SiloHealthMonitor
+from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot
+from silo.membership.target_evidence import REFUSALS_TO_SUSPECT
 from silo.membership.votes import VoteOutcome
 from tests.silo.harness import T0, FunctionProber, address, async_test, row, stop_cancelled_at_its_first_wait, view
 
@@ -639,6 +640,31 @@ async def test_refusals_are_voted_on_whatever_the_majority_rule_says() -> None:
     await run_for(scene, monitor, CRASH_SUSPECTED_AT + 0.01, step=0.01)
     assert len(scene.votes) == 1
     assert scene.refused == [True]
+    await monitor.stop()
+
+
+def never_reports(via: SiloAddress, target: SiloAddress) -> asyncio.Future[IndirectProbeResult]:
+    return asyncio.get_running_loop().create_future()
+
+
+@pytest.mark.parametrize(
+    "report", [never_reports, lambda via, target: result(True)], ids=["late reports", "a veto (a rejecting link)"]
+)
+@async_test
+async def test_refusals_are_voted_on_without_asking_intermediaries(
+    report: Callable[[SiloAddress, SiloAddress], IndirectProbeResult | asyncio.Future[IndirectProbeResult]],
+) -> None:
+    """A round vetoes silence (our link may be bad); a refusal is no silence, so no intermediary is
+    asked and the vote waits for none: on an overloaded machine their reports came minutes late."""
+    scene = Scene(
+        FunctionProber(reachable=lambda target: ProbeOutcome.REFUSED, indirect=report), intermediaries=[HELPER, OTHER]
+    )
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, CRASH_SUSPECTED_AT + 0.01, step=0.01)
+    assert len(scene.votes) == 1
+    assert scene.refused == [True]
+    assert scene.prober.indirect_calls == []
     await monitor.stop()
 
 
