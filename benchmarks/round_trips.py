@@ -7,9 +7,10 @@ server) is reached through a ``testbed.services.counting_proxy.CountingProxy`` t
 client's flights (requests sent after the server last answered) and the TCP connections opened.
 Each call is made ``repeats`` times after ``WARM_UP`` uncounted ones (connections open,
 statements prepared) on a table of ``rows`` rows; the counts are exact, not timings, and do not vary between repeats
-unless the call does. A *vote* is what ``silo.membership.vote_caster`` does without mutual TLS:
-``read_all`` and one ``update_rows_with_etags`` of the target's row at the next version (under
-mutual TLS a vote decided on the silo's view is the write alone).
+unless the call does. A *vote* is what ``silo.membership.vote_caster`` does on silence without
+mutual TLS: ``read_all`` and one ``update_rows_with_etags`` of the target's row at the next version
+(under mutual TLS a vote decided on the silo's view is the write alone); a vote on refusals is
+``read_row`` and ``update_row_at_next_version`` of the target's row (``refusal_votes``).
 
     python -m benchmarks.round_trips [--quick] [--backends postgres,zookeeper]
 """
@@ -57,7 +58,7 @@ class Config:
 
 
 OPERATIONS: dict[str, str] = {
-    "vote": "read_all + update_rows_with_etags of 1 row (a vote read first)",
+    "vote": "read_all + update_rows_with_etags of 1 row (a vote on silence, read first)",
     "update_rows_1": "update_rows_with_etags of 1 row (a vote or a death; a vote on the view under TLS)",
     "update_rows_3": "update_rows_with_etags of 3 rows (three deaths in one version)",
     "lost_race": "update_rows_with_etags at a version already passed",
@@ -65,7 +66,7 @@ OPERATIONS: dict[str, str] = {
     "read_all_after_idle": f"read_all after {IDLE:g} s without a call (SQL first pings a connection idle over 1 s)",
     "read_row": "read_row",
     "read_version": "read_version",
-    "update_row_at_next_version": "update_row_at_next_version (a silo's own status)",
+    "update_row_at_next_version": "update_row_at_next_version (a silo's own status; a vote on refusals)",
     "insert_row_at_next_version": "insert_row_at_next_version (a join)",
     "update_i_am_alive": "update_i_am_alive (a heartbeat)",
 }

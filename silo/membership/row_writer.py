@@ -75,8 +75,13 @@ class RowWriter:
         # of a 1,000-silo storm's reads.
         await view.after_write(committed, reread_if_behind=not view.snapshot.in_join_storm(view.options))
 
-    async def _read_then_write(
-        self, silo: SiloAddress, decide: Callable[[MembershipTableData], MembershipEntry | None], deadline: float
+    async def read_then_write(
+        self,
+        silo: SiloAddress,
+        decide: Callable[[MembershipTableData], MembershipEntry | None],
+        deadline: float | None,
+        *,
+        on_row_alone: bool = False,
     ) -> tuple[MembershipTableData, MembershipEntry | None, CommittedWrite | None]:
         """Read ``silo``'s row and the version, and write ``decide``'s row for it (None: nothing to
         write) conditioned on them, in one blocking call; returns the read, the row decided and the
@@ -90,7 +95,9 @@ class RowWriter:
         of it since the read (a vote, a death) still makes ours lose. Conditioned on the version
         too, the Active writes of a 1,000-silo storm lost 87% of their races (7,557 attempts for
         1,000 rows); another silo's row (an older generation of ours declared Dead) is a decision
-        on our view, so that write is conditioned on the version read."""
+        on our view, so that write is conditioned on the version read, unless the caller's decision
+        too depends on the row alone (``on_row_alone``: a vote on refusals). A ``deadline`` of
+        None is one try."""
         view = self._view
         table = view.table
 
@@ -100,7 +107,7 @@ class RowWriter:
             found = data.get(silo)
             if entry is None or found is None:
                 return data, None, None
-            if silo == view.address:
+            if silo == view.address or on_row_alone:
                 return data, entry, table.update_row_at_next_version(entry, found[1])
             return data, entry, table.update_rows_with_etags(((entry, found[1]),), data.version.next())
 
@@ -130,7 +137,7 @@ class RowWriter:
         lost = 0
         while not (own and view.terminated.is_set()):
             started = view.clock.monotonic()
-            data, entry, committed = await self._read_then_write(silo, modify, deadline)
+            data, entry, committed = await self.read_then_write(silo, modify, deadline)
             if entry is not None and committed is not None:  # written: announce it whatever else happened meanwhile
                 logger.info(
                     "silo %s wrote %s as %s at version %d",

@@ -75,7 +75,7 @@ class MembershipTableManager:
             observer=observer,
         )
         self.writer = RowWriter(self.view, random)
-        self.votes = VoteCaster(self.view, can_vote=self.can_vote, trusted_gossip=trusted_gossip)
+        self.votes = VoteCaster(self.view, self.writer, can_vote=self.can_vote, trusted_gossip=trusted_gossip)
         self.catch_up = GossipCatchUp(self.view)
         self.refresher = TableRefresh(self.view, random)
         self.lease_keeper = LeaseKeeper(self.view, ask_confirmation, overloaded)

@@ -31,9 +31,16 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from membership_tables import MembershipEntry, SiloAddress, SiloStatus, TableUnavailableError
+from membership_tables import (
+    MembershipEntry,
+    SiloAddress,
+    SiloStatus,
+    TableUnavailableError,
+)
 from silo.membership.background import BackgroundTasks, retrieve_failure
 from silo.membership.options import SiloOptions
+from silo.membership.refusal_votes import RefusalVotes, not_a_live_voter, report_decision
+from silo.membership.row_writer import RowWriter
 from silo.membership.snapshot import MembershipSnapshot
 from silo.membership.table_view import TableView
 from silo.membership.votes import (
@@ -121,12 +128,16 @@ def hold_death(
 class VoteCaster:
     """Casts this silo's votes against the silos it finds silent."""
 
-    def __init__(self, view: TableView, *, can_vote: Callable[[], bool], trusted_gossip: bool = False) -> None:
-        """``trusted_gossip``: only members of the cluster can send us gossip (mutual TLS with
-        silo certificates), so a view built from it is as trustworthy as the table (any member
-        may write the table): votes may then be decided on the view (``_cast_on_view``). Without
-        it anyone who reaches our port may send gossip, and votes read the table first."""
+    def __init__(
+        self, view: TableView, writer: RowWriter, *, can_vote: Callable[[], bool], trusted_gossip: bool = False
+    ) -> None:
+        """``writer`` casts votes on refusals (``RefusalVotes``). ``trusted_gossip``: only members
+        of the cluster can send us gossip (mutual TLS with silo certificates), so a view built
+        from it is as trustworthy as the table (any member may write the table): votes may then
+        be decided on the view (``_cast_on_view``). Without it anyone who reaches our port may
+        send gossip, and votes read the table first."""
         self._view = view
+        self._on_rows = RefusalVotes(view, writer)
         self._can_vote = can_vote
         self._trusted_gossip = trusted_gossip
         self._ballots: list[_Ballot] = []
@@ -230,8 +241,16 @@ class VoteCaster:
                 ballot.outcome.set_result(outcomes[ballot.target])
 
     async def _cast(self, batch: list[_Ballot]) -> dict[SiloAddress, VoteOutcome]:
-        """Cast ``batch`` on our view if it decides as a read would (``_cast_on_view``), else on a
-        fresh read of the table."""
+        """Cast each vote on refusals on its target's row alone (``RefusalVotes``), the others on
+        our view if it decides as a read would (``_cast_on_view``), else on a fresh read of the table."""
+        on_rows = {ballot.target for ballot in batch if ballot.refused and self._on_rows.decides()}
+        cast_on_rows = {target: await self._on_rows.cast(target) for target in on_rows}
+        batch = [ballot for ballot in batch if ballot.target not in on_rows]
+        if not batch:
+            return cast_on_rows
+        return cast_on_rows | await self._cast_on_table(batch)
+
+    async def _cast_on_table(self, batch: list[_Ballot]) -> dict[SiloAddress, VoteOutcome]:
         view = self._view
         outcomes = await self._cast_on_view(batch) if self._trusted_gossip else None
         if outcomes is not None:
@@ -314,8 +333,8 @@ class VoteCaster:
         """Decide each ballot on ``read`` (the table at its version) and write the decisions in one
         conditional write at the next version; ``LOST_RACE`` for each decision if it lost."""
         view = self._view
-        if view.snapshot.status_of(view.address) not in (SiloStatus.JOINING, SiloStatus.ACTIVE):
-            return dict.fromkeys((ballot.target for ballot in batch), VoteOutcome.NOT_ALLOWED)
+        if (refusal := not_a_live_voter(view)) is not None:
+            return dict.fromkeys((ballot.target for ballot in batch), refusal)
         now = view.clock.now()
         data = read.data
         quorum_base = len(view.liveness.fresh(read))
@@ -353,20 +372,11 @@ class VoteCaster:
         if committed is None:  # the table moved past the version decided on
             view.hear_of(read.version + 1)
             return {target: VoteOutcome.LOST_RACE if target in decisions else outcomes[target] for target in outcomes}
-        declared = []
         for target, (decision, _) in decisions.items():
-            if outcomes[target] is VoteOutcome.DECLARED_DEAD:
-                declared.append(target)
-                logger.warning(
-                    "silo %s declared %s Dead (%d of %d votes)",
-                    view.address, target, decision.votes, decision.required,
-                )  # fmt: skip
-            elif outcomes[target] is VoteOutcome.VOTED:
-                logger.info(
-                    "silo %s voted against %s (%d of %d votes)",
-                    view.address, target, decision.votes, decision.required,
-                )  # fmt: skip
-        await view.after_write(committed, declared_dead=tuple(declared))
+            if outcomes[target] in (VoteOutcome.DECLARED_DEAD, VoteOutcome.VOTED):
+                report_decision(view.address, target, decision)
+        declared = tuple(target for target in decisions if outcomes[target] is VoteOutcome.DECLARED_DEAD)
+        await view.after_write(committed, declared_dead=declared)
         return outcomes
 
     def cancel(self) -> list[asyncio.Task[None]]:

@@ -591,6 +591,42 @@ async def test_with_ring_sampling_a_refused_target_is_declared_even_where_silenc
     assert await tables.try_vote(PEER, refused=True) is VoteOutcome.DECLARED_DEAD
 
 
+@pytest.mark.parametrize("first_voter", [False, True], ids=["completes the quorum", "first vote"])
+@async_test
+async def test_a_vote_on_refusals_reads_and_writes_its_targets_row_alone_and_loses_to_no_other_write(
+    first_voter: bool,
+) -> None:
+    """Refusals prove the target gone whatever the rest of the table says: the vote reads its row
+    (not the table) and writes it at the next version, so the writes of other rows that moved the
+    version since (a join storm's, a version a second) do not make it lose its race."""
+    flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
+    seed(flaky.inner, *(row(peer) if first_voter else voted(peer, OTHER) for peer in SIX_PEERS))
+    tables = manager(flaky, clock, options=RING)
+    await tables.insert_self(row(ME), tables.deadline_in(10))
+    kill(flaky.inner, address(7), killer=address(6))  # another write: our view is a version behind
+    flaky.calls.clear()
+    expected = VoteOutcome.VOTED if first_voter else VoteOutcome.DECLARED_DEAD
+    assert await tables.try_vote(PEER, refused=True) is expected
+    assert flaky.calls[:2] == ["read_row", "update_row_at_next_version"]
+    assert "read_all" not in flaky.calls[:2]
+    stored = flaky.inner.read_row(PEER).get(PEER)
+    assert stored is not None
+    assert [voter for voter, _ in stored[0].suspect_times] == ([ME] if first_voter else [OTHER, ME])
+
+
+@async_test
+async def test_a_vote_on_refusals_in_a_cluster_of_a_few_silos_reads_the_table_for_its_quorum() -> None:
+    """With fewer than ``2 * num_votes_for_death_declaration - 1`` fresh silos the quorum is a
+    count of the table's fresh silos, which the target's row does not tell."""
+    flaky, clock = FlakyTable(memory_table()), FakeClock(T0)
+    seed(flaky.inner, row(PEER))
+    tables = manager(flaky, clock)
+    await tables.insert_self(row(ME), tables.deadline_in(10))
+    flaky.calls.clear()
+    assert await tables.try_vote(PEER, refused=True) is VoteOutcome.DECLARED_DEAD
+    assert flaky.calls[0] == "read_all"
+
+
 @async_test
 async def test_with_ring_sampling_minority_voters_cannot_kill_a_silo_of_the_larger_side() -> None:
     """ME and OTHER (the minority) accuse PEER; the other four accuse ME and OTHER: withheld."""
