@@ -254,9 +254,19 @@ class SiloHealthMonitor(TargetEvidence):
         """What keeps a vote from being cast now (None: nothing)."""
         if self._voting is not None and not self._voting.done():
             return "a vote is under way"
-        if self._last_vote is not None and now - self._last_vote < self.suspect_after():
-            return f"voted {now - self._last_vote:.1f}s ago, again after {self.suspect_after():.1f}s"
+        if self._last_vote is not None and now - self._last_vote < (again := self._vote_again_after()):
+            return f"voted {now - self._last_vote:.1f}s ago, again after {again:.1f}s"
         return self._evidence_lacks(now)
+
+    def _vote_again_after(self) -> float:
+        """How long after our vote it is cast again while the evidence lasts: a suspicion time; on
+        refusals at most half a vote's life (``death_vote_expiration``), so that ours is still in
+        the row when another monitor's comes. Monitors of a crash on an overloaded machine (whose
+        suspicion time local health had stretched ninefold) voted minutes apart, and each vote
+        found the other's expired."""
+        if self.proven_gone():
+            return min(self.suspect_after(), self._options.death_vote_expiration / 2)
+        return self.suspect_after()
 
     def _evidence_lacks(self, now: float) -> str | None:
         """What the evidence lacks for a vote: a suspicion, a round that covers it (refusals need

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -665,6 +666,22 @@ async def test_refusals_are_voted_on_without_asking_intermediaries(
     assert len(scene.votes) == 1
     assert scene.refused == [True]
     assert scene.prober.indirect_calls == []
+    await monitor.stop()
+
+
+@async_test
+async def test_a_vote_on_refusals_is_cast_again_before_it_expires_however_long_the_suspicion_time() -> None:
+    """Silence is voted on again a suspicion time later; refusals before our vote expires, so that
+    it is still in the row when another monitor's comes (their suspicion times, stretched by
+    local health on an overloaded machine, let each vote expire before the next one came)."""
+    options = OPTIONS.with_overrides({"death_vote_expiration": "2s"})  # half of it is shorter than the suspicion time
+    scene = Scene(FunctionProber(reachable=lambda target: ProbeOutcome.REFUSED), options=options)
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, CRASH_SUSPECTED_AT + 3.5, step=0.01)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(scene.votes)]
+    assert len(gaps) >= 2
+    assert max(gaps) <= options.death_vote_expiration / 2 + options.probe_interval
     await monitor.stop()
 
 
