@@ -36,8 +36,9 @@ One instance per probed silo. The rules (docs/protocol.md, "Failure detector"):
   neither (no intermediary reaches an incarnation refusals prove gone, and no cut refuses;
   on an overloaded machine waiting for the rounds' reports held crashes' votes for minutes;
   ``_round_wanted``, ``_allowed_to_vote``). It is repeated every
-  ``suspect_after`` while the silence lasts, so a vote that expired or a quorum that shrank is
-  completed.
+  ``suspect_after`` while the silence lasts (on refusals at least every half
+  ``death_vote_expiration``: ``_vote_again_after``), so a vote that expired or a quorum that
+  shrank is completed.
 - **A heal is not evidence.** When the cluster health monitor sees our majority come back
   because more silos answer (``disregard_silence_before``), silence before then does not count
   towards a vote: the target must stay silent a whole suspicion time after the heal, and an
