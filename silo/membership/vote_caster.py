@@ -31,12 +31,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from membership_tables import (
-    MembershipEntry,
-    SiloAddress,
-    SiloStatus,
-    TableUnavailableError,
-)
+from membership_tables import MembershipEntry, SiloAddress, SiloStatus, TableUnavailableError
 from silo.membership.background import BackgroundTasks, retrieve_failure
 from silo.membership.options import SiloOptions
 from silo.membership.refusal_votes import RefusalVotes, not_a_live_voter, report_decision
@@ -243,7 +238,8 @@ class VoteCaster:
     async def _cast(self, batch: list[_Ballot]) -> dict[SiloAddress, VoteOutcome]:
         """Cast each vote on refusals on its target's row alone (``RefusalVotes``), the others on
         our view if it decides as a read would (``_cast_on_view``), else on a fresh read of the table."""
-        on_rows = {ballot.target for ballot in batch if ballot.refused and self._on_rows.decides()}
+        refused = {ballot.target for ballot in batch if ballot.refused}
+        on_rows = refused if refused and self._on_rows.decides() else set()
         cast_on_rows = {target: await self._on_rows.cast(target) for target in on_rows}
         batch = [ballot for ballot in batch if ballot.target not in on_rows]
         if not batch:
