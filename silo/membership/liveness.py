@@ -14,11 +14,17 @@ makes a live peer stale. A crashed peer goes stale at most ``stale_after + 2 G``
 last heartbeat (seen up to G late, then the limit).
 
 We can only watch while we read the table. Time during which we could not (a gap between
-our successful full reads longer than G: a table outage, or our own process paused) does not
-count: every watch is moved forward by the blind part of the gap. Peers' heartbeats may have
-lapsed for the same reason (the table was down for them too), so an outage never shrinks the
-quorum or the majority count by itself. (The table manager reads in full every period for G
-after a failed call, so a peer's first heartbeat after the outage is seen within one period.)
+our successful full reads longer than G: a table outage, our own process paused or starved, a
+silo of a large view still joining) does not count, neither while the gap lasts (freshness is
+judged at the end of the last interval we watched, ``_watched_until``) nor after it (the read
+that ends it moves every watch forward by the blind part). Peers' heartbeats may have lapsed for
+the same reason (the table was down for them too), so an outage never shrinks the quorum or the
+majority count by itself. (The table manager reads in full every period for G after a failed
+call, so a peer's first heartbeat after the outage is seen within one period.) While the gap
+lasts nobody turns stale in our eyes: in a 2,000-silo storm on two cores, silos whose full reads
+had stopped for minutes found every peer stale, and in a large view each of them then watched
+every Active silo as a suspect (``SuspectWatchers`` counts only fresh silos before a suspect),
+900 monitors each, probing the whole cluster from the loops that were already starved.
 """
 
 from __future__ import annotations
@@ -123,15 +129,21 @@ class LivenessTracker:
             return True
         return False if self._monotonic() - watch.first_seen >= within else None
 
+    def _watched_until(self, now: float) -> float:
+        """The time as far as we watched: ``now``, or one full-read interval after our last full
+        read once that is past (the rest of the gap is blind until a read ends it)."""
+        last = self._last_observed
+        return now if last is None else min(now, last + self._normal_gap)
+
     def is_fresh(self, silo: SiloAddress) -> bool:
         watch = self._watches.get(silo)  # silent_for, inlined: asked for every row of every view
-        return watch is not None and self._monotonic() - watch.changed_at <= self._limit
+        return watch is not None and self._watched_until(self._monotonic()) - watch.changed_at <= self._limit
 
     def fresh_now(self) -> Callable[[SiloAddress], bool]:
         """``is_fresh`` as of now, our clock read once: for a pass over a whole view (a silo of a
         large cluster re-selects its probe targets every probe interval, a test per row; reading
         the clock for each was a third of that pass in a 1,000-silo cluster)."""
-        cutoff = self._monotonic() - self._limit
+        cutoff = self._watched_until(self._monotonic()) - self._limit
         watches = self._watches
 
         def fresh(silo: SiloAddress) -> bool:
@@ -142,13 +154,19 @@ class LivenessTracker:
 
     def stays_fresh_until(self) -> Callable[[SiloAddress], float]:
         """For a pass over a whole view: the monotonic time until which a silo is fresh at least
-        (minus infinity for one never seen). Fresh now means now is at most that time; later
-        reads and learned rows can only move it later, until the next ``observe``."""
+        (minus infinity for one never seen, infinity for one fresh when our watch stops short of a
+        full read: ``_watched_until``). Fresh now means now is at most that time; later reads and
+        learned rows can only move it later, until the next ``observe``."""
         watches, limit = self._watches, self._limit
+        last = self._last_observed
+        watch_ends = math.inf if last is None else last + self._normal_gap
 
         def until(silo: SiloAddress) -> float:
             watch = watches.get(silo)
-            return -math.inf if watch is None else watch.changed_at + limit
+            if watch is None:
+                return -math.inf
+            fresh_until = watch.changed_at + limit
+            return math.inf if fresh_until >= watch_ends else fresh_until
 
         return until
 

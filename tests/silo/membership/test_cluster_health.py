@@ -496,6 +496,20 @@ def test_in_a_large_view_a_suspect_is_probed_by_its_ring_probers_and_a_few_watch
     assert len(probers_of(stuck, snapshot, is_fresh)) == 3  # off the ring: its watchers only
 
 
+@async_test
+async def test_in_a_large_view_a_silo_whose_full_reads_stopped_watches_no_peer_as_stale() -> None:
+    """In a 2,000-silo storm, silos whose full reads had stopped for minutes found every peer stale
+    and, counting only fresh silos before each suspect, watched every Active silo: 900 monitors each."""
+    peers = [address(port) for port in range(2000, 2000 + LARGE_VIEW + 8)]
+    rig = await rig_among(peers, SiloOptions.local())
+    ring = set(rig.cluster.monitors)
+    assert len(ring) == rig.options.num_probed_silos
+    await rig.clock.advance(10 * rig.liveness.limit)  # no full read of ours meanwhile
+    await rig.cluster.update(rig.publisher.current or view())
+    assert set(rig.cluster.monitors) == ring, "nobody went stale while we could not watch"
+    await rig.cluster.stop()
+
+
 ELEVEN_PEERS = [address(port) for port in range(2, 12)]
 """The silos besides ME of the 11-silo rings below."""
 

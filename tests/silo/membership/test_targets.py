@@ -196,12 +196,16 @@ def test_suspect_candidates_pass_over_a_view_again_only_once_a_fresh_row_could_t
     liveness = LivenessTracker(LOCAL, clock)
     silos = cluster(10)
     candidates, snapshot = candidates_over_a_read(silos, liveness, clock)
-    first = candidates.of(snapshot)
-    assert first == ()
-    liveness.observe(view(*(row(silo) for silo in silos[1:])))
+    assert candidates.of(snapshot) == ()
+    stale_at = clock.now + liveness.limit
+    while True:  # full reads every interval, no heartbeat moves, until the limit falls within our watch
+        clock.now += LOCAL.full_refresh_interval
+        liveness.observe(view(*(row(silo) for silo in silos[1:])))
+        if clock.now + LOCAL.full_refresh_interval >= stale_at:
+            break
     gone = candidates.of(snapshot)
     assert [entry.silo_address for entry in gone] == silos[:1], "a read without it dropped its watch"
-    clock.now += liveness.limit - 0.001
+    clock.now = stale_at - 0.001
     assert candidates.of(snapshot) is gone, "no row can have turned stale yet: no new pass"
     clock.now += 0.002
     assert [entry.silo_address for entry in candidates.of(snapshot)] == silos
