@@ -40,24 +40,30 @@ def hosted_endpoints(hosts: Iterable[ServerProcess]) -> dict[str, ServerProcess]
     return found
 
 
-@dataclass(frozen=True)
+@dataclass
 class HostedSilo:
     """A silo of a host process, crashed through its host (``benchmarks.mass_kill.Victim``)."""
 
     address: SiloAddress
     host: ServerProcess
+    log_offset: int = 0
+    """Bytes of the host's log before the kill: ``stopped_at`` reads only what follows (the trial
+    asks every poll until the crash began, and a host's log grows to megabytes)."""
 
     def kill(self) -> None:
+        self.log_offset = self.host.log.stat().st_size if self.host.log.exists() else 0
         with crash_file(self.host.log).open("a") as named:
             named.write(self.address.endpoint + "\n")
         self.host.signal(signal.SIGUSR1)
 
     def stopped_at(self, signalled_at: float) -> float | None:
         """When the host began the crash (from its log), None if it has not yet."""
-        prefix = f"{CRASHED_LINE}{self.address.endpoint} "
-        for line in self.host.log.read_text(errors="replace").splitlines():
-            if line.startswith(prefix):
-                return float(line[len(prefix) :])
+        prefix = f"{CRASHED_LINE}{self.address.endpoint} ".encode()
+        with self.host.log.open("rb") as log:
+            log.seek(self.log_offset)
+            for line in log:
+                if line.startswith(prefix):
+                    return float(line[len(prefix) :])
         return None
 
 

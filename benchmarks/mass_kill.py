@@ -6,6 +6,8 @@ process (``benchmarks.hosted_crash.HostedSilo``); the rest of the cluster may be
 sharing the table. Each victim's times count from the moment it stopped answering: a process
 from its SIGKILL, a hosted silo from its host's stop of its server (the host's loop may take a
 while to get to the signal on a saturated machine).
+A victim is watched for ``bound`` seconds from its own stop (a hosted silo's host may get to it
+late), and a victim whose stop has not begun after twice ``bound`` is given up (``not_stopped``).
 Only the table is watched (one ``read_all`` every ``BenchCluster.table_poll`` s): the survivors' views would be
 as many RPCs as there are silos, in the very window measured. Each victim's Dead time is its
 Dead write's (the killer's vote time), as in a single kill (``silo_cluster.record_dead``).
@@ -14,6 +16,7 @@ Dead write's (the killer's vote time), as in a single kill (``silo_cluster.recor
 from __future__ import annotations
 
 import asyncio
+import math
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,6 +67,9 @@ class MassKillTrial:
     killed_at: float
     """Unix seconds of the SIGKILLs."""
     bound: float
+    not_stopped: list[str]
+    """Victims that had not stopped when the trial gave up (a hosted silo whose host's loop
+    never got to its crash): never killed, so no Dead row is expected."""
 
     @property
     def all_dead(self) -> float | None:
@@ -78,19 +84,28 @@ class MassKillTrial:
             "bound_s": self.bound,
             "table_dead_s": sorted(trial.table_dead for trial in self.trials if trial.table_dead is not None),
             "not_dead": [trial.victim for trial in self.trials if trial.table_dead is None],
+            "not_stopped": self.not_stopped,
         }
 
 
 async def kill_together(bench: BenchCluster, victims: Sequence[Victim], bound: float) -> MassKillTrial:
     """Kill every one of ``victims`` at once and poll the table until each is Dead or ``bound`` s
-    passed; each victim's times count from when it stopped (``Victim.stopped_at``)."""
+    passed since it stopped (``Victim.stopped_at``; at most twice ``bound`` after the kill for a
+    victim that has not stopped); each victim's times count from when it stopped."""
     addresses = [victim.address for victim in victims]
     trials = {address: KillTrial(str(address), survivors=0) for address in addresses}
     killed_at = wall()
     for victim in victims:
         victim.kill()
+    stopped: dict[SiloAddress, float] = {}
     pending = list(addresses)
-    while pending and wall() < killed_at + bound:
+    while pending:
+        for victim in (victim for victim in victims if victim.address in pending and victim.address not in stopped):
+            if (at := victim.stopped_at(killed_at)) is not None:
+                stopped[victim.address] = at
+        now = wall()
+        if all(now >= min(stopped.get(address, math.inf), killed_at + bound) + bound for address in pending):
+            break  # each watched for the bound since its stop, or given up on stopping
         try:
             data = await asyncio.to_thread(bench.cluster.read)
         except TableUnavailableError:
@@ -100,7 +115,11 @@ async def kill_together(bench: BenchCluster, victims: Sequence[Victim], bound: f
         if pending:
             await asyncio.sleep(bench.table_poll)
     for victim in victims:
-        stopped = victim.stopped_at(killed_at)
-        if stopped is not None:
-            trials[victim.address].shift(stopped - killed_at)
-    return MassKillTrial([trials[address] for address in addresses], killed_at, bound)
+        at = stopped.get(victim.address)
+        if at is None:
+            at = victim.stopped_at(killed_at)
+        if at is not None:
+            stopped[victim.address] = at
+            trials[victim.address].shift(at - killed_at)
+    not_stopped = [str(address) for address in addresses if address not in stopped]
+    return MassKillTrial([trials[address] for address in addresses], killed_at, bound, not_stopped)

@@ -13,7 +13,9 @@ to the last Dead row. The victims are silos of the size, each its own ``silo run
 joining with the hosted silos (the trials kill those that turned Active); if they are not all
 Active (a join that stopped on a saturated machine), or with ``--victims hosted``, Active hosted
 silos crashed in process instead (``benchmarks.hosted_crash``: the port closed at once, nothing
-written; ``victims`` in the JSON says which). For each kill it counts the versions the
+written; ``victims`` in the JSON says which; a trial counts from when the host began the crash and
+watches each victim for the bound from then, and lists apart, as ``not_stopped``, any whose host
+did not get to it within twice the bound). For each kill it counts the versions the
 removal took (``benchmarks.write_log``: the writes of the victim's row from the kill to its
 Dead row, i.e. its votes and the Dead write, and all versions written meanwhile) and, for the
 simultaneous kill, how many versions carried the Dead rows (one each, or several deaths in one

@@ -57,9 +57,17 @@ def removal_rows(results: dict[str, Any]) -> list[list[object]]:
             size,
             " ".join(str(removal["versions"]) for removal in entry["removals"]),
             " ".join(str(removal["span_versions"]) for removal in entry["removals"]),
-            mass.get("victims", "-"), "-" if mass.get("all_dead_s") is None else mass["all_dead_s"],
+            victims_cell(mass), "-" if mass.get("all_dead_s") is None else mass["all_dead_s"],
             " ".join(str(versions) for versions in together.get("versions_per_removal", [])) or "-",
             together.get("victim_versions", "-"), together.get("dead_write_versions", "-"),
             together.get("span_versions", "-"), mass.get("caused", {}).get("all_reads", "-"),
         ])  # fmt: skip
     return rows
+
+
+def victims_cell(mass: dict[str, Any]) -> object:
+    """The "killed at once" cell: the victims, and how many of them never stopped (a hosted silo
+    whose host's loop did not get to its crash while the trial waited: ``mass_kill.not_stopped``)."""
+    victims = mass.get("victims", "-")
+    never = len(mass.get("not_stopped", []))
+    return f"{victims} ({never} never crashed)" if never else victims

@@ -90,9 +90,10 @@ class Crashes:
     @staticmethod
     async def _crash(endpoint: str, stack: SiloStack) -> None:
         """What a SIGKILL of a one-silo process leaves: the port closed at once, no departure written."""
-        began = time.time()  # its streams end from here on: the trial counts from it
+        # its streams end from here on: the trial counts from it, logged first (a stop on a
+        # starved loop can take long to return, and the trial waits for this line)
+        print(f"crashed {endpoint} {time.time():.3f}", flush=True)
         await stack.server.stop(None)
-        print(f"crashed {endpoint} {began:.3f}", flush=True)
         await stack.silo.stop(within=0.0)  # the roles end; with no time left nothing is written
         await stack.prober.close()
 

@@ -82,6 +82,7 @@ def test_a_scale_run_whose_join_ran_out_of_time_still_watches_and_kills(tmp_path
     assert [(removal["dead"], removal["versions"]) for removal in size["removals"]] == [(True, 2)]
     assert size["mass_kill"]["removals"]["all_dead"] is True
     assert size["mass_kill"]["removals"]["versions_per_removal"] == [2, 2]
+    assert size["mass_kill"]["not_stopped"] == [], "both hosts got to the crash"
     assert "Active when the join stopped after" in finished.stdout
 
 

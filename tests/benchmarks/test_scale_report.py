@@ -1,0 +1,22 @@
+"""What ``benchmarks.scale`` prints for a size's removals (``benchmarks.scale_report``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.scale_report import REMOVAL_HEADERS, removal_rows
+
+
+def size_with_a_mass_kill(not_stopped: list[str]) -> dict[str, Any]:
+    removals = {"versions_per_removal": [2, 0, 0], "victim_versions": 2, "dead_write_versions": 1, "span_versions": 3}
+    mass = {"victims": 3, "all_dead_s": None, "not_stopped": not_stopped, "removals": removals, "caused": {}}
+    return {"sizes": {"2000": {"removals": [{"versions": 2, "span_versions": 2}], "mass_kill": mass}}}
+
+
+def test_the_victims_cell_says_how_many_never_crashed_so_no_dead_row_was_due() -> None:
+    (row,) = removal_rows(size_with_a_mass_kill(["127.0.0.1:1@1", "127.0.0.1:2@1"]))
+    cells = dict(zip(REMOVAL_HEADERS[:5], row[:5], strict=True))
+    assert cells["killed at once"] == "3 (2 never crashed)"
+    assert cells["all Dead s"] == "-"
+    (row,) = removal_rows(size_with_a_mass_kill([]))
+    assert row[3] == 3
