@@ -103,9 +103,10 @@ class Config:
 Counts = dict[str, int]
 _FULL_READ = re.compile(
     r"LEFT OUTER JOIN silo_membership ON silo_membership\.cluster_id = silo_membership_version\.cluster_id "
-    r"WHERE silo_membership_version\.cluster_id = \$1(::VARCHAR)?$"
+    r"WHERE silo_membership_version\.cluster_id = \$1(::VARCHAR)?( ORDER BY [^()]*)?$"
 )
-"""``read_all``: the version row joined with the rows by cluster only (``read_row`` adds the key to the join)."""
+"""``read_all``: the version row joined with the rows by cluster only (``read_row`` adds the key to the
+join), in key order."""
 _VERSION_CTE = "bumped AS (UPDATE silo_membership_version"
 """A PostgreSQL canonical write: one statement whose CTE ``bumped`` UPDATEs the version row."""
 _CHANGES_READ = "written_version"
@@ -127,18 +128,27 @@ def statement_counts(server: services.BenchPostgresServer, database: str, role: 
     counts = dict.fromkeys(names, 0)
     counts["versions"] = int(str(latest[0])) if latest is not None and latest[0] is not None else 0
     for statement, calls in rows:
-        text = " ".join(str(statement).split())
         number = int(str(calls))
-        counts["statements"] += number
-        if text.startswith("SELECT silo_membership_version.version, silo_membership_version.etag"):
-            counts["all_reads"] += number
-            counts["full_reads"] += number if _FULL_READ.search(text) else 0
-            counts["changes_reads"] += number if _CHANGES_READ in text else 0
-        elif text.startswith("UPDATE silo_membership_version") or _VERSION_CTE in text:
-            counts["version_writes"] += number
-        elif text.startswith("UPDATE silo_membership SET i_am_alive_time"):
-            counts["heartbeats"] += number
+        for name in ("statements", *counted_as(str(statement))):
+            counts[name] += number
     return counts
+
+
+def counted_as(statement: str) -> tuple[str, ...]:
+    """The counts of ``statement_counts`` besides ``statements`` that one call of ``statement`` (as
+    ``pg_stat_statements`` shows it) adds to."""
+    text = " ".join(statement.split())
+    if text.startswith("SELECT silo_membership_version.version, silo_membership_version.etag"):
+        return (
+            "all_reads",
+            *(("full_reads",) if _FULL_READ.search(text) else ()),
+            *(("changes_reads",) if _CHANGES_READ in text else ()),
+        )
+    if text.startswith("UPDATE silo_membership_version") or _VERSION_CTE in text:
+        return ("version_writes",)
+    if text.startswith("UPDATE silo_membership SET i_am_alive_time"):
+        return ("heartbeats",)
+    return ()
 
 
 def difference(after: Counts, before: Counts) -> Counts:
