@@ -129,11 +129,16 @@ class LivenessTracker:
             return True
         return False if self._monotonic() - watch.first_seen >= within else None
 
-    def _watched_until(self, now: float) -> float:
-        """The time as far as we watched: ``now``, or one full-read interval after our last full
-        read once that is past (the rest of the gap is blind until a read ends it)."""
+    def _watch_ends(self) -> float:
+        """One full-read interval after our last full read (infinity before the first): past it,
+        the time until the next read is blind."""
         last = self._last_observed
-        return now if last is None else min(now, last + self._normal_gap)
+        return math.inf if last is None else last + self._normal_gap
+
+    def _watched_until(self, now: float) -> float:
+        """The time as far as we watched: ``now``, or ``_watch_ends`` once that is past (the rest
+        of the gap is blind until a read ends it)."""
+        return min(now, self._watch_ends())
 
     def is_fresh(self, silo: SiloAddress) -> bool:
         watch = self._watches.get(silo)  # silent_for, inlined: asked for every row of every view
@@ -157,9 +162,7 @@ class LivenessTracker:
         (minus infinity for one never seen, infinity for one fresh when our watch stops short of a
         full read: ``_watched_until``). Fresh now means now is at most that time; later reads and
         learned rows can only move it later, until the next ``observe``."""
-        watches, limit = self._watches, self._limit
-        last = self._last_observed
-        watch_ends = math.inf if last is None else last + self._normal_gap
+        watches, limit, watch_ends = self._watches, self._limit, self._watch_ends()
 
         def until(silo: SiloAddress) -> float:
             watch = watches.get(silo)
