@@ -105,7 +105,7 @@ OVERRIDES = {
     "probe_timeout": "5s",
     "probe_interval": "5s",
     "num_probed_silos": "3",
-    "death_vote_expiration": "60s",
+    "death_vote_expiration": "120s",
     "i_am_alive_table_publish_timeout": "30s",
     "table_refresh_timeout": "30s",
     "full_refresh_every": "3",
@@ -115,21 +115,21 @@ OVERRIDES = {
     "max_join_validation_pings": "19",
     "lease_timeout": "10s",
 }
-"""Orleans' default failure detection (3 probed silos, a probe every 5 s, 3 missed: a 15 s floor)
-with a heartbeat every 30 s, a version read every 30 s and a full re-read every 90 s (or when the
-version moved), a defunct-row cleanup round every 10 minutes, the production preset's membership
-lease (10 s: each Active silo reads its own row every 2.5 s; the local preset's 1 s lease, a read
-every 0.25 s, is 8,000 reads a second at 2,000 silos; on this loaded machine it fenced live silos
-97 times in a 200-silo join), Dead rows kept for a week as in production (the local preset's
-minute makes a read of the rows written since a view valid only within 30 s of the view's last
-dated read, ``table_view.changes_suffice``: a joiner of a 2,000-silo storm that took longer read
-the whole table after its Active write, 1,132 of the storm's 3,982 full reads); gossip on or off
-by ``Config.gossip``. A joining silo validates its connectivity to 19 Active silos: its 3 probe
-targets and the 16 it sends gossip to (their channels stay open for later), not to all of them
-(N^2 / 2 pings in a join storm) and no random ones (each a gRPC channel opened for one ping,
-~1.3 ms of CPU on the two sides against ~0.4 ms on an open channel). 19 silos placed by hash
-include one of a tenth of the cluster that the joiner cannot reach with probability
-1 - 0.9^19 = 86%.
+"""Orleans' default failure detection (3 probed silos, a probe every 5 s, 3 missed: a 15 s floor;
+votes expire after 120 s: a monitor whose vote waits for a second one repeats it at most every 60 s,
+each repeat a version) with a heartbeat every 30 s, a version read every 30 s and a full re-read
+every 90 s (or when the version moved), a defunct-row cleanup round every 10 minutes, the production
+preset's membership lease (10 s: each Active silo reads its own row every 2.5 s; the local preset's
+1 s lease, a read every 0.25 s, is 8,000 reads a second at 2,000 silos; on this loaded machine it
+fenced live silos 97 times in a 200-silo join), Dead rows kept for a week as in production (the
+local preset's minute makes a read of the rows written since a view valid only within 30 s of the
+view's last dated read, ``table_view.changes_suffice``: a joiner of a 2,000-silo storm that took
+longer read the whole table after its Active write, 1,132 of the storm's 3,982 full reads); gossip
+on or off by ``Config.gossip``. A joining silo validates its connectivity to 19 Active silos: its 3
+probe targets and the 16 it sends gossip to (their channels stay open for later), not to all of them
+(N^2 / 2 pings in a join storm) and no random ones (each a gRPC channel opened for one ping, ~1.3 ms
+of CPU on the two sides against ~0.4 ms on an open channel). 19 silos placed by hash include one of
+a tenth of the cluster that the joiner cannot reach with probability 1 - 0.9^19 = 86%.
 
 Why slower probes than the local preset: on this machine a probe costs about 1 ms of CPU on the
 two sides (a ping and its answer through gRPC's asyncio stack, measured with 50 silos in one
