@@ -5,18 +5,20 @@ connection waits out its TCP retransmission backoff (200 ms, 400, 800 ...), so a
 it mute until 1.4 s, past the floor. While a target is silent, its monitor therefore also pings
 it on new connections, which the network carries as soon as it heals, and makes bare TCP
 connects, which tell a path that is down (no answer) from a process that does not answer (its
-host's kernel still accepts). Before a vote on silence, a path seen down gets one last check
-(docs/protocol.md, "Short cuts").
+host's kernel still accepts) and from a process that is gone (refused: a refusal like a refused
+ping). Before a vote on silence, a path seen down gets one last check (docs/protocol.md, "Short
+cuts"). While our own event loop lags, a silent target gets the bare connect alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from silo.membership.clock import with_timeout
 from silo.membership.probing import MonitoredLink, ProbeOutcome
+from silo.membership.target_evidence import REFUSALS_TO_SUSPECT
 
 logger = logging.getLogger(__name__)
 
@@ -30,10 +32,14 @@ less to find)."""
 class NewConnectionProbes:
     """One target's pings on new connections and bare connects, for its ``SiloHealthMonitor``."""
 
-    def __init__(self, link: MonitoredLink, *, answered: Callable[[float], None]) -> None:
-        """``answered(sent)``: the target answered a ping on a new connection sent at ``sent``."""
+    def __init__(
+        self, link: MonitoredLink, *, answered: Callable[[float], None], refused: Callable[[], Awaitable[None]]
+    ) -> None:
+        """``answered(sent)``: the target answered a ping on a new connection sent at ``sent``;
+        ``refused()``: a bare connect to it was refused (nothing listens at its endpoint)."""
         self._link = link
         self._answered = answered
+        self._refused = refused
         self._names = (link.local, link.target)
         self.path_down_at: float | None = None
         """Monotonic send time of the latest bare connect to the target that got no answer."""
@@ -43,18 +49,14 @@ class NewConnectionProbes:
         self._probing_again = False
 
     def wanted(self, silence: float, refusals: int) -> bool:
-        """Whether the next probe also goes on a new connection, with a path check: silent for a
-        probe timeout and a probe missed (``missed_probe_silence``), not refusing. Also before the
-        first answer: a silo cut off just after it joined is counted silent from its new monitors'
-        start.
-
-        Never while our own event loop lags (``LocalHealth.lagging``): the silence is then more
-        likely ours than a cut's, and each such probe is a channel opened and a connect made on
-        both hosts. In a 1,000-silo join storm on two cores they were a seventh of a silo host's
-        samples, all of it adding to the overload that made the probes late."""
+        """Whether the next probe is followed up (``probe_again``): silent for a probe timeout and a
+        probe missed (``missed_probe_silence``), not yet proven gone by refusals (one refusal whose
+        recheck went unanswered is followed up too: a late loop loses a refusal to its timeout).
+        Also before the first answer: a silo cut off just after it joined is counted silent from
+        its new monitors' start."""
         options = self._link.options
         threshold = max(options.probe_timeout, options.missed_probe_silence)
-        return refusals == 0 and silence >= threshold and not self._link.health.lagging()
+        return refusals < REFUSALS_TO_SUSPECT and silence >= threshold
 
     async def probe_again(self, last_heard: float) -> None:
         """A ping on a new connection (``ping``) and a bare connect (``check_path``) together, or the
@@ -64,14 +66,22 @@ class NewConnectionProbes:
         hung), so a new connection is no better than the usual one, and each is a channel opened on
         both hosts. In a 2,000-silo join on two cores, with every host's loop late, they were an
         eighth of a silo host's samples. One at a time: a probe timeout that our local health
-        stretches past the probe interval would overlap them."""
+        stretches past the probe interval would overlap them.
+
+        While our own event loop lags (``LocalHealth.lagging``) the connect alone: the silence is
+        then more likely ours than a cut's, and a ping on a new connection is a channel opened on
+        both hosts (in a 1,000-silo join storm on two cores a seventh of a silo host's samples);
+        a bare connect is a handshake the kernels make, and its refusal, read from the socket
+        however late our loop gets to it (``silo.wire.tcp_connect``), is what a crashed target's
+        monitors on an overloaded host have: at 2,000 silos on two cores their pings timed out
+        as often as not, and a crash found one voter in minutes."""
         if self._connects_only_since is not None and last_heard > self._connects_only_since:
             self._connects_only_since = None  # it answered since: a new silence starts afresh
         if self._probing_again:
             return
         self._probing_again = True
         try:
-            await self._probe_again()
+            await (self.check_path() if self._link.health.lagging() else self._probe_again())
         finally:
             self._probing_again = False
 
@@ -99,10 +109,14 @@ class NewConnectionProbes:
 
     async def recheck(self) -> tuple[float, ProbeOutcome]:
         """After a first refusal: ``REFUSAL_RECHECK`` of a probe interval later, a ping on a new
-        connection, and its send time and outcome."""
+        connection, and its send time and outcome. While our loop lags, a bare connect instead
+        (``probe_again``), whose getting through says nothing of the process: REFUSED or TIMED_OUT."""
         await self._link.clock.sleep(REFUSAL_RECHECK * self._link.options.effective_probe_interval)
         sent = self._link.clock.monotonic()
-        return sent, await self.outcome()
+        if not self._link.health.lagging():
+            return sent, await self.outcome()
+        refused = await self._connect(self._link.options.probe_timeout) is ProbeOutcome.REFUSED
+        return sent, ProbeOutcome.REFUSED if refused else ProbeOutcome.TIMED_OUT
 
     async def outcome(self) -> ProbeOutcome:
         """How a ping of the target on a connection opened for it ends (any failure: timed out)."""
@@ -117,11 +131,14 @@ class NewConnectionProbes:
 
     async def check_path(self) -> ProbeOutcome:
         """A bare TCP connect, and how it ended: remembers when the path to the target's host was
-        last seen down."""
+        last seen down, and reports a refusal (``refused``)."""
         sent = self._link.clock.monotonic()
         path = await self._connect(self._link.options.probe_timeout)
         if path is ProbeOutcome.TIMED_OUT:
             self.path_down_at = sent if self.path_down_at is None else max(self.path_down_at, sent)
+        elif path is ProbeOutcome.REFUSED:
+            logger.debug("silo %s: a connect to %s was refused", *self._names)
+            await self._refused()
         return path
 
     async def last_check(self, silent_since: float) -> None:

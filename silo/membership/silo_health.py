@@ -23,8 +23,9 @@ One instance per probed silo. The rules (docs/protocol.md, "Failure detector"):
   sustained silence itself.
 - **A short cut is not silence.** While the target is silent for a probe timeout (and a probe
   missed), each probe also goes on a new connection (our usual one may still be backing off
-  its TCP retries after a cut healed), and a bare TCP connect checks the path. Before a vote
-  on silence, if the path was seen down, a last connect decides: connected means the cut
+  its TCP retries after a cut healed), and a bare TCP connect checks the path (the connect
+  alone while our own loop lags; a refused one counts as a refusal). Before a vote on
+  silence, if the path was seen down, a last connect decides: connected means the cut
   healed, and the target gets one ping on a new connection, whose answer ends the silence
   (docs/protocol.md, "Short cuts").
 - **Our own pauses are not the target's silence.** When our process was not running (a
@@ -111,7 +112,9 @@ class SiloHealthMonitor(TargetEvidence):
         self._last_vote: float | None = None
         self._last_denied_log: float | None = None
         self._voting: asyncio.Task[None] | None = None
-        self._new_connections = NewConnectionProbes(link, answered=self._answered_on_new_connection)
+        self._new_connections = NewConnectionProbes(
+            link, answered=self._answered_on_new_connection, refused=self._refused_on_connect
+        )
         self._probes = BackgroundTasks()
         self._loop: asyncio.Task[None] | None = None
         self.votes_cast = 0
@@ -174,9 +177,21 @@ class SiloHealthMonitor(TargetEvidence):
         if outcome is ProbeOutcome.ANSWERED:
             self._alive_at(sent)
         elif outcome is ProbeOutcome.REFUSED:
-            self.refusals += 1
-            if self.refusals == 1:
-                self._probes.spawn(self._confirm_refusal())
+            self._count_refusal()
+        self._note_suspicion()
+        await self.evaluate()
+
+    def _count_refusal(self) -> None:
+        """One more refusal in a row; a first one is checked again (``_confirm_refusal``)."""
+        self.refusals += 1
+        if self.refusals == 1:
+            self._probes.spawn(self._confirm_refusal())
+
+    async def _refused_on_connect(self) -> None:
+        """A bare connect to the target was refused (``NewConnectionProbes.check_path``): nothing
+        listens at its endpoint, the evidence a refused ping gives."""
+        self._discount_pause()
+        self._count_refusal()
         self._note_suspicion()
         await self.evaluate()
 
@@ -187,7 +202,7 @@ class SiloHealthMonitor(TargetEvidence):
             self._answered_on_new_connection(sent)
         elif outcome is ProbeOutcome.REFUSED and self.refusals > 0:  # a timeout says nothing
             self._discount_pause()
-            self.refusals += 1
+            self._count_refusal()
             self._note_suspicion()
             await self.evaluate()
 

@@ -12,7 +12,6 @@ even if its host:port answers.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 from collections.abc import Awaitable
@@ -30,6 +29,7 @@ from silo.wire import codec, gossip_codec
 from silo.wire.call_streams import UNARY_CALLS_FIRST, Request, Response, StreamedCalls, StreamEndedError
 from silo.wire.channels import CHANNEL_OPTIONS, channel_options
 from silo.wire.proto.silo.v1 import membership_pb2 as pb
+from silo.wire.tcp_connect import connect_outcome
 from silo.wire.tls import ChannelPool, TlsSettings
 
 log = logging.getLogger(__name__)
@@ -137,18 +137,12 @@ class GrpcProber:
             await channel.close()
 
     async def connect(self, target: SiloAddress, timeout: float) -> ProbeOutcome:
-        """A bare TCP connection to ``target``, closed at once: see ``Prober.connect``."""
+        """A bare TCP connection to ``target``, closed at once: see ``Prober.connect`` and ``tcp_connect``."""
         try:
-            _, writer = await asyncio.wait_for(asyncio.open_connection(target.host, target.port), timeout)
-        except ConnectionRefusedError:
-            return ProbeOutcome.REFUSED
-        except (OSError, TimeoutError) as exc:
+            return await connect_outcome(target.host, target.port, timeout)
+        except OSError as exc:  # no socket to be had, or a name that does not resolve
             log.debug("connect to %s: %r", target, exc)
             return ProbeOutcome.TIMED_OUT
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-        return ProbeOutcome.ANSWERED
 
     async def _ping_outcome(
         self, target: SiloAddress, timeout: float, answer: Awaitable[pb.PingResponse]

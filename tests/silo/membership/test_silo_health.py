@@ -436,22 +436,54 @@ async def test_probes_as_far_apart_as_their_timeout_still_ask_intermediaries_and
     await monitor.stop()
 
 
-@async_test
-async def test_a_monitor_whose_own_loop_lags_opens_no_new_connection_and_still_votes_on_a_hang() -> None:
-    """Our event loop lags (an overloaded host): a silence is then likelier ours than a cut's, so
-    no probe also goes on a new connection and no path is checked (each one more load on both
-    hosts); the hang is still voted on, after the silence the lag lengthens."""
+def lagging_scene() -> Scene:
+    """A monitor of TARGET (probes as far apart as their timeout) whose own event loop lags."""
     scene = Scene(FunctionProber(indirect=lambda via, target: result(False)), intermediaries=[HELPER], options=SPACED)
     scene.health = LocalHealth(address=ME, options=SPACED, clock=scene.clock, snapshot=scene.view)
     scene.health.record_loop_lag(SPACED.probe_timeout / 4)  # one point: the silence needed doubles
+    assert scene.health.lagging()
+    return scene
+
+
+@async_test
+async def test_a_monitor_whose_own_loop_lags_opens_no_new_connection_and_still_votes_on_a_hang() -> None:
+    """Our event loop lags (an overloaded host): a silence is then likelier ours than a cut's, so
+    no probe also goes on a new connection (a channel opened on both hosts); the path is checked
+    with a bare connect per probe at most, and the hang (its kernel accepts) is still voted on,
+    after the silence the lag lengthens."""
+    scene = lagging_scene()
     monitor = scene.monitor()
     monitor.start()
     scene.prober.reachable = hanging(scene.clock)
     await run_for(scene, monitor, 3 * FLOOR)
     assert scene.prober.new_connection_pings == []
-    assert scene.prober.connects_made == []
+    assert 0 < len(scene.prober.connects_made) <= len(scene.prober.pings)
     assert len(scene.votes) == 1
+    assert scene.refused == [False]
     assert scene.votes[0] == pytest.approx(2 * FLOOR, abs=SPACED.probe_interval)
+    await monitor.stop()
+
+
+@pytest.mark.parametrize("lagging", [True, False], ids=["our loop lags", "our loop keeps time"])
+@async_test
+async def test_a_refused_connect_to_a_silent_target_is_a_refusal(lagging: bool) -> None:
+    """A crashed target whose pings time out (our loop too late to see their refusals, or a
+    connection that lingers): the bare connects its silence brings are refused, which proves it
+    gone; the vote stands on refusals, well before the silence (the floor, or twice it while
+    lagging) would make one, and while lagging no ping goes on a new connection."""
+    scene = lagging_scene() if lagging else Scene(FunctionProber(), intermediaries=[HELPER], options=SPACED)
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, 1.0)
+    heard = monitor.last_heard
+    scene.prober.reachable = hanging(scene.clock)  # the usual connection: no answer in time
+    scene.prober.reachable_on_new_connection = lambda target: ProbeOutcome.REFUSED
+    scene.prober.connects = lambda target: ProbeOutcome.REFUSED
+    await run_for(scene, monitor, FLOOR)
+    assert scene.refused == [True]
+    assert scene.votes[0] - heard < FLOOR
+    if lagging:
+        assert scene.prober.new_connection_pings == []
     await monitor.stop()
 
 
