@@ -80,9 +80,14 @@ def shut_sockets(port: int) -> int:
     shut = 0
     for connection in psutil.Process().net_connections(kind="tcp"):
         if connection.laddr and connection.laddr.port == port and connection.fd >= 0:
-            with socket.socket(fileno=os.dup(connection.fd)) as duplicate, contextlib.suppress(OSError):
-                duplicate.shutdown(socket.SHUT_RDWR)  # acts on the socket, not on our duplicate of its descriptor
-                shut += 1
+            try:
+                duplicate = socket.socket(fileno=os.dup(connection.fd))
+            except OSError:
+                continue  # closed since it was listed: the server ends peers' bare connects all the time
+            with duplicate, contextlib.suppress(OSError):
+                if duplicate.getsockname()[1] == port:  # not a descriptor reused meanwhile by another socket
+                    duplicate.shutdown(socket.SHUT_RDWR)  # acts on the socket, not on our duplicate of its descriptor
+                    shut += 1
     return shut
 
 
@@ -111,7 +116,10 @@ class Crashes:
             stack = self._stacks.get(endpoint)
             if stack is not None and endpoint not in self._crashed:
                 self._crashed.add(endpoint)
-                shut_sockets(stack.silo.silo_address.port)
+                try:
+                    shut_sockets(stack.silo.silo_address.port)
+                except Exception:  # raised here, it would surface in whatever code the signal interrupted
+                    logging.getLogger(__name__).exception("could not shut the sockets of %s", endpoint)
                 os.write(
                     sys.stdout.fileno(), f"crashed {endpoint} {time.time():.3f}\n".encode()
                 )  # the trial counts from here
