@@ -8,13 +8,14 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from membership_tables import SiloAddress, SiloStatus
-from silo.client import MembershipClient, ViewUpdate
+from silo.client import ClusterView, MembershipClient, ViewUpdate
 from testbed.cluster_harness import Cluster, SiloProcess, death_bound, sqlite_cluster
 from testbed.services.process import free_port
 
@@ -37,6 +38,16 @@ def start_gateways(cluster: Cluster, count: int) -> dict[SiloAddress, tuple[Silo
         silos[silo.address] = (silo, f"127.0.0.1:{port}")
     cluster.wait_statuses([silo for silo, _ in silos.values()], SiloStatus.ACTIVE, 60)
     return silos
+
+
+def view_of(reader: MembershipClient, count: int, timeout: float = 30.0) -> ClusterView:
+    """The gateway's view once it holds ``count`` silos (or at ``timeout``). The table shows them
+    Active first: a gateway whose gossip or periodic read has not brought the last Active write
+    yet still serves the view before it."""
+    deadline = time.monotonic() + timeout
+    while len(view := reader.view()) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return view
 
 
 def until_dead(
@@ -63,7 +74,7 @@ def test_losing_the_watched_gateway_and_leader_moves_the_watch_and_the_leadershi
     """``kill``: SIGKILL closes the connection. ``freeze``: SIGSTOP leaves it open but silent; keepalive notices."""
     silos = start_gateways(cluster, 3)
     with MembershipClient(cluster.cluster_id, [gateway for _, gateway in silos.values()]) as reader:
-        initial = reader.view()
+        initial = view_of(reader, 3)
     assert len(initial) == 3
     assert {silo.address: dict(silo.properties) for silo in initial.silos} == {
         address: {"index": str(index)} for index, address in enumerate(silos)
