@@ -89,7 +89,7 @@ from benchmarks.hosted_crash import crash_file, hosted_victims
 from benchmarks.mass_kill import ProcessVictim, Victim, kill_together
 from benchmarks.option_flags import OptionPairs, add_set_flag, local_options_with, set_flags
 from benchmarks.propagation import Counts, difference, reads_per_change, statement_counts
-from benchmarks.scale_report import REMOVAL_HEADERS, join_figure, join_stopped_line, removal_rows
+from benchmarks.scale_report import REMOVAL_HEADERS, caused_counted, join_figure, join_stopped_line, removal_rows
 from benchmarks.silo_cluster import BenchCluster, KillTrial
 from membership_tables import MembershipTableData, SiloStatus, TableUnavailableError, open_table
 from membership_tables.sql import SqlOptions
@@ -851,7 +851,7 @@ def report(results: dict[str, Any]) -> None:
     """One row per size; a size that stopped part-way shows what it measured before (``-`` for the rest)."""
     rows: list[list[object]] = []
     for size, entry in results["sizes"].items():
-        caused = entry.get("caused_per_death", [])
+        caused = entry.get("caused_per_death", []) if caused_counted(entry) else []
         reads_caused = statistics.fmean(c["all_reads"] for c in caused) if caused else math.nan
         writes_caused = statistics.fmean(c["version_writes"] for c in caused) if caused else math.nan
         ops = entry.get("steady_ops_per_s", {})

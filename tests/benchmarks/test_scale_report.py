@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.scale_report import REMOVAL_HEADERS, removal_rows
+from benchmarks.scale_report import REMOVAL_HEADERS, caused_counted, join_stopped_line, removal_rows
 
 
 def size_with_a_mass_kill(not_stopped: list[str]) -> dict[str, Any]:
@@ -20,3 +20,20 @@ def test_the_victims_cell_says_how_many_never_crashed_so_no_dead_row_was_due() -
     assert cells["all Dead s"] == "-"
     (row,) = removal_rows(size_with_a_mass_kill([]))
     assert row[3] == 3
+
+
+def test_a_size_whose_join_stopped_counts_no_statements_caused_by_its_kills() -> None:
+    results = size_with_a_mass_kill([])
+    entry = results["sizes"]["2000"]
+    entry["mass_kill"]["caused"] = {"all_reads": 1253}
+    (row,) = removal_rows(results)
+    assert row[REMOVAL_HEADERS.index("reads caused")] == 1253
+    assert caused_counted(entry)
+    entry["join_stopped"] = {"active": 1223, "joining": 777, "after_s": 300.3}
+    (row,) = removal_rows(results)
+    assert row[REMOVAL_HEADERS.index("reads caused")] == "-"
+    assert not caused_counted(entry)
+    line = join_stopped_line("2000", entry)
+    assert line is not None
+    assert "1223 Active" in line
+    assert "not counted" in line
