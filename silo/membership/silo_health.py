@@ -63,7 +63,7 @@ from silo.membership.new_connections import NewConnectionProbes
 from silo.membership.observer import NULL_OBSERVER, MembershipObserver
 from silo.membership.options import SiloOptions
 from silo.membership.probing import MonitoredLink, ProbeOutcome, Prober
-from silo.membership.target_evidence import TargetEvidence
+from silo.membership.target_evidence import RefusalSource, TargetEvidence
 from silo.membership.votes import VoteOutcome
 
 logger = logging.getLogger(__name__)
@@ -177,13 +177,13 @@ class SiloHealthMonitor(TargetEvidence):
         if outcome is ProbeOutcome.ANSWERED:
             self._alive_at(sent)
         elif outcome is ProbeOutcome.REFUSED:
-            self._count_refusal()
+            self._count_refusal(RefusalSource.PING)
         self._note_suspicion()
         await self.evaluate()
 
-    def _count_refusal(self) -> None:
+    def _count_refusal(self, source: str) -> None:
         """One more refusal in a row; a first one is checked again (``_confirm_refusal``)."""
-        self.refusals += 1
+        self.count_refusal(source)
         if self.refusals == 1:
             self._probes.spawn(self._confirm_refusal())
 
@@ -191,7 +191,7 @@ class SiloHealthMonitor(TargetEvidence):
         """A bare connect to the target was refused (``NewConnectionProbes.check_path``): nothing
         listens at its endpoint, the evidence a refused ping gives."""
         self._discount_pause()
-        self._count_refusal()
+        self._count_refusal(RefusalSource.CONNECT)
         self._note_suspicion()
         await self.evaluate()
 
@@ -202,7 +202,7 @@ class SiloHealthMonitor(TargetEvidence):
             self._answered_on_new_connection(sent)
         elif outcome is ProbeOutcome.REFUSED and self.refusals > 0:  # a timeout says nothing
             self._discount_pause()
-            self._count_refusal()
+            self._count_refusal(RefusalSource.RECHECK)
             self._note_suspicion()
             await self.evaluate()
 
@@ -335,10 +335,16 @@ class SiloHealthMonitor(TargetEvidence):
                 self._last_vote = None
                 return
         self.votes_cast += 1
-        logger.info(
-            "silo %s votes against %s: silent for %.2fs, %d refusals (it suspects after %.2fs; local health %d)",
-            self._local, self.target, self.silence(), self.refusals, self.suspect_after(), self._health.score(),
-        )  # fmt: skip
+        if self.proven_gone():  # a death without the majority rule: say what proved it
+            logger.warning(
+                "silo %s votes against %s on refusals (%s): silent for %.2fs",
+                self._local, self.target, self.refusal_evidence(), self.silence(),
+            )  # fmt: skip
+        else:
+            logger.info(
+                "silo %s votes against %s: silent for %.2fs, %d refusals (it suspects after %.2fs; local health %d)",
+                self._local, self.target, self.silence(), self.refusals, self.suspect_after(), self._health.score(),
+            )  # fmt: skip
         outcome = await self._vote(self.target, refused=self.proven_gone())
         self._observer.vote_completed(self.target, outcome)
         logger.debug("silo %s: vote against %s: %s", self._local, self.target, outcome.value)

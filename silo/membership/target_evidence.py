@@ -17,6 +17,18 @@ refusal while a restarted process binds is not enough (the second comes from a r
 quarter interval later, ``REFUSAL_RECHECK``)."""
 
 
+class RefusalSource:
+    """Through what a monitor met a refusal (``TargetEvidence.refused_by``): a vote on refusals
+    declares a death without the majority rule, so its log line says what the refusals were."""
+
+    PING = "refusal of a ping"
+    """A ping on the usual connection: gRPC's "connection refused", or another incarnation answered."""
+    RECHECK = "refusal of its recheck"
+    """The recheck of a first refusal: a ping on a new connection (a bare connect while our loop lags)."""
+    CONNECT = "refusal of a bare connect"
+    """A bare TCP connect that checked the path to a silent target (``tcp_connect``)."""
+
+
 class TargetEvidence:
     """The evidence about one target: the silence since its last answer (or veto), its refusals in
     a row, and the suspicion they make under our local health."""
@@ -31,12 +43,25 @@ class TargetEvidence:
         self.last_heard = clock.monotonic()
         """Monotonic time of the last answer (or veto); the monitor's start counts as one."""
         self.refusals = 0
+        self.refused_by: list[tuple[str, float]] = []
+        """How each of ``refusals`` came (``RefusalSource``) and when (monotonic), oldest first."""
         self.answered = False
         """True once the target answered us (or an intermediary) at least once."""
 
     def suspect_after(self) -> float:
         """Seconds of silence before a suspicion, lengthened when we are degraded (Lifeguard)."""
         return self._options.detection_time * (1 + self._health.score())
+
+    def count_refusal(self, source: str) -> None:
+        """One more refusal in a row, which came through ``source`` (a ``RefusalSource``)."""
+        self.refusals += 1
+        self.refused_by.append((source, self._clock.monotonic()))
+        del self.refused_by[:-REFUSALS_TO_SUSPECT]
+
+    def refusal_evidence(self) -> str:
+        """The refusals in a row, for a log line: through what and how long ago, latest last."""
+        now = self._clock.monotonic()
+        return ", ".join(f"{source} {now - when:.2f}s ago" for source, when in self.refused_by)
 
     def silence(self) -> float:
         return self._clock.monotonic() - self.last_heard
@@ -95,4 +120,5 @@ class TargetEvidence:
                 self._health.record_silence(silence)
         self.last_heard = max(self.last_heard, moment)
         self.refusals = 0
+        self.refused_by.clear()
         self.answered = True

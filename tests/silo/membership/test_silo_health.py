@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from silo.membership.options import SiloOptions
 from silo.membership.probing import IndirectProbeResult, ProbeOutcome
 from silo.membership.silo_health import SiloHealthMonitor
 from silo.membership.snapshot import MembershipSnapshot
-from silo.membership.target_evidence import REFUSALS_TO_SUSPECT
+from silo.membership.target_evidence import REFUSALS_TO_SUSPECT, RefusalSource
 from silo.membership.votes import VoteOutcome
 from tests.silo.harness import T0, FunctionProber, address, async_test, row, stop_cancelled_at_its_first_wait, view
 
@@ -466,7 +467,9 @@ async def test_a_monitor_whose_own_loop_lags_opens_no_new_connection_and_still_v
 
 @pytest.mark.parametrize("lagging", [True, False], ids=["our loop lags", "our loop keeps time"])
 @async_test
-async def test_a_refused_connect_to_a_silent_target_is_a_refusal(lagging: bool) -> None:
+async def test_a_refused_connect_to_a_silent_target_is_a_refusal(
+    lagging: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     """A crashed target whose pings time out (our loop too late to see their refusals, or a
     connection that lingers): the bare connects its silence brings are refused, which proves it
     gone; the vote stands on refusals, well before the silence (the floor, or twice it while
@@ -479,11 +482,14 @@ async def test_a_refused_connect_to_a_silent_target_is_a_refusal(lagging: bool) 
     scene.prober.reachable = hanging(scene.clock)  # the usual connection: no answer in time
     scene.prober.reachable_on_new_connection = lambda target: ProbeOutcome.REFUSED
     scene.prober.connects = lambda target: ProbeOutcome.REFUSED
-    await run_for(scene, monitor, FLOOR)
+    with caplog.at_level(logging.WARNING, logger="silo.membership.silo_health"):
+        await run_for(scene, monitor, FLOOR)
     assert scene.refused == [True]
     assert scene.votes[0] - heard < FLOOR
     if lagging:
         assert scene.prober.new_connection_pings == []
+    (vote,) = [record.getMessage() for record in caplog.records if "on refusals" in record.getMessage()]
+    assert f"{RefusalSource.CONNECT} " in vote, "the WARNING says what proved the target gone"
     await monitor.stop()
 
 
@@ -591,11 +597,14 @@ async def test_a_silence_that_saw_the_path_down_is_checked_once_more_before_the_
 
 
 @async_test
-async def test_repeated_refusals_are_a_crash_found_well_inside_the_floor() -> None:
+async def test_repeated_refusals_are_a_crash_found_well_inside_the_floor(caplog: pytest.LogCaptureFixture) -> None:
     scene = Scene(FunctionProber(reachable=lambda target: ProbeOutcome.REFUSED))
     monitor = scene.monitor()
     monitor.start()
-    await run_for(scene, monitor, OPTIONS.probe_interval * REFUSAL_RECHECK + 0.01, step=0.01)
+    with caplog.at_level(logging.WARNING, logger="silo.membership.silo_health"):
+        await run_for(scene, monitor, OPTIONS.probe_interval * REFUSAL_RECHECK + 0.01, step=0.01)
+    (vote,) = [record.getMessage() for record in caplog.records if "on refusals" in record.getMessage()]
+    assert vote.index(RefusalSource.PING) < vote.index(RefusalSource.RECHECK), "the ping's, then its recheck's"
     assert len(scene.votes) == 1, "the second refusal is a recheck on a new connection, not the next probe"
     assert scene.votes[0] <= FLOOR / 2
     assert scene.refused == [True], "the vote says it stands on refusals: the death need not settle"
