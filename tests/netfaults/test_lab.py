@@ -318,6 +318,18 @@ def test_close_kills_processes_and_removes_everything() -> None:
         lab.add_host("late")
 
 
+def wait_in_namespace(namespace: str, pid: int, timeout: float = 10.0) -> None:
+    """Wait until ``pid`` runs in ``namespace``: ``ip netns exec`` enters it after it started, and a
+    cleanup that lists the namespace's processes before then leaves that one running."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True, check=True)
+        if str(pid) in listed.stdout.split():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"process {pid} did not enter namespace {namespace} within {timeout}s")
+
+
 def test_remove_stale_labs_deletes_namespaces_of_dead_runs() -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -325,6 +337,7 @@ def test_remove_stale_labs_deletes_namespaces_of_dead_runs() -> None:
     subprocess.run(["ip", "netns", "add", stale], check=True)
     sleeper = subprocess.Popen(["ip", "netns", "exec", stale, "sleep", "600"])
     try:
+        wait_in_namespace(stale, sleeper.pid)
         with NetworkLab("alive") as alive:
             remove_stale_labs()
             assert stale not in namespaces()
