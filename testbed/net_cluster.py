@@ -72,6 +72,11 @@ from testbed.services.postgres import PostgresServer
 PORT = 11111
 """Every silo listens on this port of its own host's address (each host has its own stack)."""
 
+KILLED_EXIT_WAIT = 10.0
+"""Seconds ``replace_silo`` waits for a silo whose host was just killed to be reported exited: the
+kill leaves the namespace empty while the process may still be exiting (under the suite's load a
+replacement found it "still running")."""
+
 CLUSTER_ID = "net"
 TABLE_HOST = "pg"
 """Name of the lab host that runs the PostgreSQL table (``table="postgres"``)."""
@@ -289,6 +294,9 @@ class NetCluster:
         """Start a new silo (a new generation) on the host of the exited silo ``name``, in its place
         (``silos`` keeps its order); wait until it is Active. The old log is kept as ``NAME.<k>.log``."""
         old = self.silo(name)
+        if old.running:  # a SIGKILLed process leaves its namespace before its exit is reported
+            with contextlib.suppress(AssertionError):
+                old.wait_exit(KILLED_EXIT_WAIT)
         if old.running:
             raise ValueError(f"{name} is still running; kill it (or its host) before starting another in its place")
         earlier = len(list(self.log_dir.glob(f"{name}.*.log"))) + 1
