@@ -335,7 +335,8 @@ class SiloHealthMonitor(TargetEvidence):
                 self._last_vote = None
                 return
         self.votes_cast += 1
-        if self.proven_gone():  # a death without the majority rule: say what proved it
+        refused = self.proven_gone()
+        if refused:  # a death without the majority rule: say what proved it
             logger.warning(
                 "silo %s votes against %s on refusals (%s): silent for %.2fs",
                 self._local, self.target, self.refusal_evidence(), self.silence(),
@@ -345,6 +346,6 @@ class SiloHealthMonitor(TargetEvidence):
                 "silo %s votes against %s: silent for %.2fs, %d refusals (it suspects after %.2fs; local health %d)",
                 self._local, self.target, self.silence(), self.refusals, self.suspect_after(), self._health.score(),
             )  # fmt: skip
-        outcome = await self._vote(self.target, refused=self.proven_gone())
+        outcome = await self._vote(self.target, refused=refused)
         self._observer.vote_completed(self.target, outcome)
         logger.debug("silo %s: vote against %s: %s", self._local, self.target, outcome.value)

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from testbed.netfaults import Host, LabError, NetworkLab, iptables_backend, lab_unavailable_reason, remove_stale_labs
+from testbed.services.process import wait_until
 
 UNAVAILABLE = lab_unavailable_reason()
 pytestmark = [
@@ -321,13 +322,12 @@ def test_close_kills_processes_and_removes_everything() -> None:
 def wait_in_namespace(namespace: str, pid: int, timeout: float = 10.0) -> None:
     """Wait until ``pid`` runs in ``namespace``: ``ip netns exec`` enters it after it started, and a
     cleanup that lists the namespace's processes before then leaves that one running."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True, check=True)
-        if str(pid) in listed.stdout.split():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"process {pid} did not enter namespace {namespace} within {timeout}s")
+
+    def listed() -> bool:
+        pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True, check=True)
+        return str(pid) in pids.stdout.split()
+
+    wait_until(listed, timeout, f"process {pid} to enter namespace {namespace}")
 
 
 def test_remove_stale_labs_deletes_namespaces_of_dead_runs() -> None:

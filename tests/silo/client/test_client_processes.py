@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 from membership_tables import SiloAddress, SiloStatus
 from silo.client import ClusterView, MembershipClient, ViewUpdate
 from testbed.cluster_harness import Cluster, SiloProcess, death_bound, sqlite_cluster
-from testbed.services.process import free_port
+from testbed.services.process import free_port, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -41,13 +40,11 @@ def start_gateways(cluster: Cluster, count: int) -> dict[SiloAddress, tuple[Silo
 
 
 def view_of(reader: MembershipClient, count: int, timeout: float = 30.0) -> ClusterView:
-    """The gateway's view once it holds ``count`` silos (or at ``timeout``). The table shows them
-    Active first: a gateway whose gossip or periodic read has not brought the last Active write
-    yet still serves the view before it."""
-    deadline = time.monotonic() + timeout
-    while len(view := reader.view()) < count and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return view
+    """The gateway's view once it holds ``count`` silos. The table shows them Active first: a
+    gateway whose gossip or periodic read has not brought the last Active write yet still serves
+    the view before it."""
+    wait_until(lambda: len(reader.view()) >= count, timeout, f"the gateway's view to hold {count} silos")
+    return reader.view()
 
 
 def until_dead(
