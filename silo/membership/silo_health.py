@@ -71,9 +71,12 @@ logger = logging.getLogger(__name__)
 
 class RequestVote(Protocol):
     """Vote against a target (the table manager's ``try_vote``); ``refused``: on the evidence of
-    ``REFUSALS_TO_SUSPECT`` refusals, which prove its process gone."""
+    ``REFUSALS_TO_SUSPECT`` refusals, which prove its process gone; ``still_holds``: whether that
+    evidence still calls for the vote (asked again until the vote is decided)."""
 
-    def __call__(self, target: SiloAddress, *, refused: bool) -> Awaitable[VoteOutcome]: ...
+    def __call__(
+        self, target: SiloAddress, *, refused: bool, still_holds: Callable[[], bool]
+    ) -> Awaitable[VoteOutcome]: ...
 
 
 class SiloHealthMonitor(TargetEvidence):
@@ -346,6 +349,8 @@ class SiloHealthMonitor(TargetEvidence):
                 "silo %s votes against %s: silent for %.2fs, %d refusals (it suspects after %.2fs; local health %d)",
                 self._local, self.target, self.silence(), self.refusals, self.suspect_after(), self._health.score(),
             )  # fmt: skip
-        outcome = await self._vote(self.target, refused=refused)
+        outcome = await self._vote(self.target, refused=refused, still_holds=self._suspected_for_vote)
+        if outcome is VoteOutcome.WITHDRAWN:
+            self._last_vote = None  # it answered meanwhile: a new silence is judged afresh
         self._observer.vote_completed(self.target, outcome)
         logger.debug("silo %s: vote against %s: %s", self._local, self.target, outcome.value)

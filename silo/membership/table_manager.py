@@ -192,9 +192,16 @@ class MembershipTableManager:
         return await self.writer.cleanup_defunct(older_than)
 
     async def try_vote(
-        self, target: SiloAddress, *, others_unheard: bool = False, refused: bool = False
+        self,
+        target: SiloAddress,
+        *,
+        others_unheard: bool = False,
+        refused: bool = False,
+        still_holds: Callable[[], bool] = lambda: True,
     ) -> VoteOutcome:
-        return await self.votes.try_vote(target, others_unheard=others_unheard, refused=refused)
+        return await self.votes.try_vote(
+            target, others_unheard=others_unheard, refused=refused, still_holds=still_holds
+        )
 
     # --- lifecycle -------------------------------------------------------------------------
 

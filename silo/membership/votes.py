@@ -144,6 +144,9 @@ class VoteOutcome(enum.Enum):
     WITHHELD = "withheld"
     """Ring sampling: our vote would complete the quorum, but the table's accusations put the
     target on the larger side of a cut; the vote is recorded, the death is not."""
+    WITHDRAWN = "withdrawn"
+    """Our evidence no longer held when the vote came to be decided (the target answered, or an
+    intermediary reached it, after the vote began): nothing was written."""
     SETTLING = "settling"
     """Ring sampling amid correlated suspicions: the vote is recorded and the death decided
     after ``settle_time`` on a fresh read (``try_vote`` waits and retries; never returned)."""

@@ -150,7 +150,12 @@ class SiloRoles:
         )
 
     async def vote_against(
-        self, cluster: ClusterHealthMonitor, target: SiloAddress, *, refused: bool = False
+        self,
+        cluster: ClusterHealthMonitor,
+        target: SiloAddress,
+        *,
+        refused: bool = False,
+        still_holds: Callable[[], bool] = lambda: True,
     ) -> VoteOutcome:
         """Vote only while not fenced and reaching a majority of every fresh Active silo, not just our
         sample: a fenced silo is cut off from the table, so every peer looks silent to it.
@@ -162,4 +167,6 @@ class SiloRoles:
         lag, which kept every vote from being cast there: no crash was declared."""
         if not refused and (self._fenced() or not await cluster.reaches_majority()):
             return VoteOutcome.NOT_ALLOWED
-        return await self.manager.try_vote(target, others_unheard=cluster.others_unheard(target), refused=refused)
+        return await self.manager.try_vote(
+            target, others_unheard=cluster.others_unheard(target), refused=refused, still_holds=still_holds
+        )

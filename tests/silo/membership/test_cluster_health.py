@@ -99,7 +99,7 @@ class Rig:
         )
 
     def _create(self, target: SiloAddress, owner: ClusterHealthMonitor) -> SiloHealthMonitor:
-        async def vote(target: SiloAddress, *, refused: bool) -> VoteOutcome:
+        async def vote(target: SiloAddress, *, refused: bool, still_holds: Callable[[], bool]) -> VoteOutcome:
             return VoteOutcome.VOTED
 
         return SiloHealthMonitor(

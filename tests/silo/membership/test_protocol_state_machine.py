@@ -928,10 +928,10 @@ class MonitorMachine(ClusterMachine):
                 )
                 return allowed
 
-            async def vote(suspect: SiloAddress, *, refused: bool) -> VoteOutcome:
+            async def vote(suspect: SiloAddress, *, refused: bool, still_holds: Callable[[], bool]) -> VoteOutcome:
                 self.check_vote(member, suspect, cluster, refused=refused)
                 calls, was_down = self.board.calls[member.address], manager.table_down
-                outcome = await manager.try_vote(suspect, refused=refused)
+                outcome = await manager.try_vote(suspect, refused=refused, still_holds=still_holds)
                 event(f"monitor vote: {outcome.value}")
                 if was_down and self.board.calls[member.address] != calls:
                     self.violations.append(f"{member.address} tried to vote while its table was down")

@@ -45,16 +45,19 @@ class Scene:
     votes: list[float] = field(default_factory=list)
     refused: list[bool] = field(default_factory=list)
     """Per vote, whether it was cast on refusals."""
+    still_holds: list[Callable[[], bool]] = field(default_factory=list)
+    """Per vote, what the caster asks before it decides the vote."""
     clock: FakeClock = field(default_factory=lambda: FakeClock(T0))
     health: LocalHealth | None = None
     vote_delay: float = 0.0
     vote_hold: float = 0.0
 
     def monitor(self) -> SiloHealthMonitor:
-        async def vote(target: SiloAddress, *, refused: bool) -> VoteOutcome:
+        async def vote(target: SiloAddress, *, refused: bool, still_holds: Callable[[], bool]) -> VoteOutcome:
             assert target == TARGET
             self.votes.append(self.clock.monotonic())
             self.refused.append(refused)
+            self.still_holds.append(still_holds)
             return VoteOutcome.VOTED
 
         self.health = self.health or LocalHealth(address=ME, options=self.options, clock=self.clock, snapshot=self.view)
@@ -651,6 +654,25 @@ async def test_a_held_vote_is_dropped_when_the_target_answers_before_its_turn() 
     monitor.start()
     await run_for(scene, monitor, 2 * FLOOR, step=0.01)
     assert scene.votes == []
+    await monitor.stop()
+
+
+@pytest.mark.parametrize("on_refusals", [False, True], ids=["silence", "refusals"])
+@async_test
+async def test_a_vote_in_flight_no_longer_holds_once_the_target_answers(on_refusals: bool) -> None:
+    """What the caster asks before it writes the vote: true while the evidence stands, false once the
+    target answered (a vote on a saturated machine was written minutes after the answer came)."""
+    scene = Scene(FunctionProber())
+    scene.prober.reachable = (lambda target: ProbeOutcome.REFUSED) if on_refusals else hanging(scene.clock)
+    monitor = scene.monitor()
+    monitor.start()
+    await run_for(scene, monitor, FLOOR + 0.2, step=0.01)
+    assert scene.refused == [on_refusals]
+    (still_holds,) = scene.still_holds
+    assert still_holds()
+    scene.prober.reachable = lambda target: True
+    await run_for(scene, monitor, OPTIONS.probe_interval + 0.01, step=0.01)
+    assert not still_holds()
     await monitor.stop()
 
 

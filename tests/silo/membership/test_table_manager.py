@@ -573,6 +573,35 @@ async def test_with_ring_sampling_a_death_amid_correlated_suspicions_settles_fir
 
 
 @async_test
+async def test_a_settling_death_whose_target_answers_meanwhile_is_withdrawn() -> None:
+    """The target answered its voter while the death settled (``still_holds`` turned false): the
+    vote recorded before the settling stays in the row, no death is written."""
+    tables, clock = await ring_of_seven(voted(PEER, OTHER), voted(address(5), address(6)))
+    holds = True
+    vote = asyncio.create_task(tables.try_vote(PEER, still_holds=lambda: holds))
+    await clock.advance(tables.settle_time / 2)
+    version = tables.snapshot.version
+    holds = False
+    await clock.advance(tables.settle_time / 2)
+    assert await vote is VoteOutcome.WITHDRAWN
+    assert tables.snapshot.version == version
+    assert tables.snapshot.status_of(PEER) is SiloStatus.ACTIVE
+
+
+@pytest.mark.parametrize("holds_at_first", [False, True], ids=["from the start", "when it is decided"])
+@pytest.mark.parametrize("refused", [False, True], ids=["silence", "refusals"])
+@async_test
+async def test_a_vote_whose_evidence_no_longer_holds_writes_nothing(refused: bool, holds_at_first: bool) -> None:
+    tables, _clock = await ring_of_seven(voted(PEER, OTHER))
+    version = tables.snapshot.version
+    answers = iter([holds_at_first, False])
+    assert await tables.try_vote(PEER, refused=refused, still_holds=lambda: next(answers)) is VoteOutcome.WITHDRAWN
+    await tables.refresh()
+    assert tables.snapshot.version == version
+    assert tables.snapshot.entry(PEER) == voted(PEER, OTHER)
+
+
+@async_test
 async def test_with_ring_sampling_a_death_on_refusals_neither_settles_nor_writes_a_vote_first() -> None:
     """Correlated suspicions as above, but our vote stands on refusals (the target's port said
     nothing of it listens there): a crash, whatever else is suspected. Dead in one write."""
