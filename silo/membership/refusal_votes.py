@@ -28,12 +28,16 @@ def not_a_live_voter(view: TableView) -> VoteOutcome | None:
     return VoteOutcome.NOT_ALLOWED
 
 
-def report_decision(voter: SiloAddress, target: SiloAddress, decision: VoteDecision) -> VoteOutcome:
-    """Log a written decision; its outcome."""
+def report_decision(
+    log: logging.Logger, voter: SiloAddress, target: SiloAddress, decision: VoteDecision, *, refused: bool
+) -> VoteOutcome:
+    """Log a written decision through the caster's ``log`` (``refused``: a vote on refusals); its outcome."""
+    grounds = "on refusals" if refused else "on silence"
+    counted = f"{decision.votes} of {decision.required} votes"
     if decision.kind is VoteKind.DECLARE_DEAD:
-        logger.warning("silo %s declared %s Dead (%d of %d votes)", voter, target, decision.votes, decision.required)
+        log.warning("silo %s declared %s Dead %s (%s)", voter, target, grounds, counted)
         return VoteOutcome.DECLARED_DEAD
-    logger.info("silo %s voted against %s (%d of %d votes)", voter, target, decision.votes, decision.required)
+    log.info("silo %s voted against %s %s (%s)", voter, target, grounds, counted)
     return VoteOutcome.VOTED
 
 
@@ -76,7 +80,7 @@ class RefusalVotes:
             return VoteOutcome.ALREADY_GONE
         if committed is None:
             return VoteOutcome.LOST_RACE
-        outcome = report_decision(view.address, target, decisions[-1])
+        outcome = report_decision(logger, view.address, target, decisions[-1], refused=True)
         declared = (target,) if outcome is VoteOutcome.DECLARED_DEAD else ()
         await view.after_write(committed, declared_dead=declared)
         return outcome

@@ -394,9 +394,10 @@ class VoteCaster:
         if committed is None:  # the table moved past the version decided on
             view.hear_of(read.version + 1)
             return {target: VoteOutcome.LOST_RACE if target in decisions else outcomes[target] for target in outcomes}
+        refused = {ballot.target for ballot in batch if ballot.refused}
         for target, (decision, _) in decisions.items():
             if outcomes[target] in (VoteOutcome.DECLARED_DEAD, VoteOutcome.VOTED):
-                report_decision(view.address, target, decision)
+                report_decision(logger, view.address, target, decision, refused=target in refused)
         declared = tuple(target for target in decisions if outcomes[target] is VoteOutcome.DECLARED_DEAD)
         await view.after_write(committed, declared_dead=declared)
         return outcomes
