@@ -198,7 +198,8 @@ class VoteCaster:
 
     def _withdrawn(self, target: SiloAddress) -> VoteOutcome:
         logger.info(
-            "silo %s withdraws its vote against %s: it was heard again since the vote began",
+            "silo %s withdraws its vote against %s: its evidence no longer holds (it answered or an intermediary "
+            "reached it since the vote began, or our own stall is no longer counted as its silence)",
             self._view.address, target,
         )  # fmt: skip
         return VoteOutcome.WITHDRAWN
