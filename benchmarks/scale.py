@@ -89,7 +89,14 @@ from benchmarks.hosted_crash import crash_file, hosted_victims
 from benchmarks.mass_kill import ProcessVictim, Victim, kill_together
 from benchmarks.option_flags import OptionPairs, add_set_flag, local_options_with, set_flags
 from benchmarks.propagation import Counts, difference, reads_per_change, statement_counts
-from benchmarks.scale_report import REMOVAL_HEADERS, caused_counted, join_figure, join_stopped_line, removal_rows
+from benchmarks.scale_report import (
+    REMOVAL_HEADERS,
+    caused_counted,
+    caused_figure,
+    join_figure,
+    join_stopped_line,
+    removal_rows,
+)
 from benchmarks.silo_cluster import BenchCluster, KillTrial
 from membership_tables import MembershipTableData, SiloStatus, TableUnavailableError, open_table
 from membership_tables.sql import SqlOptions
@@ -863,7 +870,7 @@ def report(results: dict[str, Any]) -> None:
             ops.get("version_writes"), ops.get("heartbeats"), ops.get("statements"),
             entry.get("detection_table_dead", {}).get("median"),
             entry.get("detection_ratio_to_floor", {}).get("median"),
-            reads_caused if caused else None, writes_caused if caused else None,
+            caused_figure(reads_caused) if caused else None, caused_figure(writes_caused) if caused else None,
         ]  # fmt: skip
         rows.append([size, *("-" if figure is None else figure for figure in figures)])
     gossip = "on" if results["gossip"] else "off"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.scale_report import REMOVAL_HEADERS, caused_counted, join_stopped_line, removal_rows
+from benchmarks.scale_report import REMOVAL_HEADERS, caused_counted, caused_figure, join_stopped_line, removal_rows
 
 
 def size_with_a_mass_kill(not_stopped: list[str]) -> dict[str, Any]:
@@ -37,3 +37,15 @@ def test_a_size_whose_join_stopped_counts_no_statements_caused_by_its_kills() ->
     assert line is not None
     assert "1223 Active" in line
     assert "not counted" in line
+
+
+def test_a_negative_count_caused_by_kills_is_shown_as_no_measure() -> None:
+    """The background's swing between the two windows exceeded what the kills caused (a 500-silo
+    run counted -333 reads): "-", not a figure."""
+    results = size_with_a_mass_kill([])
+    results["sizes"]["2000"]["mass_kill"]["caused"] = {"all_reads": -333}
+    (row,) = removal_rows(results)
+    assert row[REMOVAL_HEADERS.index("reads caused")] == "-"
+    assert caused_figure(-0.5) is None
+    assert caused_figure(0) == 0
+    assert caused_figure(None) is None
